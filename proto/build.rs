@@ -2,11 +2,7 @@
 //! downloads nothing and needs no system package.
 use std::{env, path::PathBuf};
 
-const FILES: &[&str] = &[
-    "process/process.proto",
-    "filesystem/filesystem.proto",
-    "hangar/envd/v1/envd.proto",
-];
+const FILES: &[&str] = &["process/process.proto", "filesystem/filesystem.proto", "hangar/envd/v1/envd.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
@@ -29,9 +25,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(fds)?;
 
-    pbjson_build::Builder::new()
-        .register_descriptors(&bytes)?
-        .ignore_unknown_fields()
-        .build(&[".process", ".filesystem", ".hangar"])?;
+    pbjson_build::Builder::new().register_descriptors(&bytes)?.ignore_unknown_fields().build(&[
+        ".process",
+        ".filesystem",
+        ".hangar",
+    ])?;
     Ok(())
 }

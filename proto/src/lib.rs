@@ -3,6 +3,7 @@
 //!
 //! Invariant: this crate holds data types and generated code only. It does no I/O and knows
 //! nothing of processes, files or sandboxes.
+#![allow(clippy::doc_lazy_continuation, clippy::doc_overindented_list_items)]
 
 /// E2B envd's `process` package.
 pub mod process {
@@ -11,6 +12,7 @@ pub mod process {
 }
 
 /// E2B envd's `filesystem` package.
+#[allow(clippy::large_enum_variant)] // generated: FilesystemEvent inlined in a oneof
 pub mod filesystem {
     tonic::include_proto!("filesystem");
     include!(concat!(env!("OUT_DIR"), "/filesystem.serde.rs"));

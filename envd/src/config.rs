@@ -1,0 +1,55 @@
+//! The daemon's configuration: flags, each with an environment variable.
+use std::{net::IpAddr, path::PathBuf, time::Duration};
+
+use clap::Parser;
+
+/// E2B's envd port; the e2b SDKs assume it.
+pub const DEFAULT_PORT: u16 = 49983;
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "hangar-envd", version, about = "hangar's in-sandbox daemon (E2B envd compatible)")]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "HANGAR_ENVD_LISTEN", default_value = "0.0.0.0")]
+    pub listen: IpAddr,
+
+    /// Port to listen on (0 picks a free one; the bound address is printed on stdout).
+    #[arg(long, env = "HANGAR_ENVD_PORT", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+
+    /// Bytes of output kept per process (stdout, stderr and PTY together), for replay.
+    #[arg(long, env = "HANGAR_ENVD_RING_BYTES", default_value_t = 256 * 1024,
+          value_parser = clap::value_parser!(u64).range(4096..=(1u64 << 32)))]
+    pub ring_bytes: u64,
+
+    /// File holding the access token every request but `GET /health` must carry.
+    #[arg(long, env = "HANGAR_ENVD_ACCESS_TOKEN_FILE")]
+    pub access_token_file: Option<PathBuf>,
+
+    /// The access token itself (prefer the file: a flag shows in `ps`).
+    #[arg(long = "access-token", env = "HANGAR_ENVD_ACCESS_TOKEN", hide_env_values = true)]
+    pub access_token: Option<String>,
+
+    /// The user calls act as when they name none (default: the daemon's own user).
+    #[arg(long, env = "HANGAR_ENVD_DEFAULT_USER")]
+    pub default_user: Option<String>,
+
+    /// The working directory of processes that name none (default: the user's home).
+    #[arg(long, env = "HANGAR_ENVD_DEFAULT_WORKDIR")]
+    pub default_workdir: Option<PathBuf>,
+
+    /// How long an exited process stays listed, connectable and attachable.
+    #[arg(long, env = "HANGAR_ENVD_EXITED_RETENTION_SECONDS", default_value_t = 600)]
+    pub exited_retention_seconds: u32,
+
+    /// The largest request message accepted, in bytes.
+    #[arg(long, env = "HANGAR_ENVD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(1024..=(256 * 1024 * 1024)))]
+    pub max_message_bytes: u64,
+}
+
+impl Config {
+    pub fn exited_retention(&self) -> Duration {
+        Duration::from_secs(u64::from(self.exited_retention_seconds))
+    }
+}

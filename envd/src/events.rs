@@ -1,0 +1,106 @@
+//! Every log line the daemon emits about its domain, from one typed place, so names and fields
+//! stay consistent. No event carries a credential.
+use std::net::SocketAddr;
+
+const TARGET: &str = "hangar_envd";
+
+pub struct Listening {
+    pub addr: SocketAddr,
+}
+impl Listening {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "listening", addr = %self.addr, "hangar-envd listening");
+    }
+}
+
+pub struct ProcessStarted<'a> {
+    pub pid: u32,
+    pub tag: Option<&'a str>,
+    pub cmd: &'a str,
+    pub user: &'a str,
+    pub pty: bool,
+}
+impl ProcessStarted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "process_started", pid = self.pid, tag = self.tag,
+            cmd = self.cmd, user = self.user, pty = self.pty, "process started");
+    }
+}
+
+pub struct ProcessExited<'a> {
+    pub pid: u32,
+    pub status: &'a str,
+}
+impl ProcessExited<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "process_exited", pid = self.pid, status = self.status, "process exited");
+    }
+}
+
+pub struct ProcessDeadline {
+    pub pid: u32,
+}
+impl ProcessDeadline {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "process_deadline", pid = self.pid, "process killed at its deadline");
+    }
+}
+
+pub struct ProcessSignalled {
+    pub pid: u32,
+    pub signal: i32,
+}
+impl ProcessSignalled {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "process_signalled", pid = self.pid, signal = self.signal, "signal sent to process group");
+    }
+}
+
+pub struct OrphanReaped {
+    pub pid: i32,
+}
+impl OrphanReaped {
+    pub fn emit(self) {
+        tracing::debug!(target: TARGET, event = "orphan_reaped", pid = self.pid, "reaped an orphan");
+    }
+}
+
+pub struct SubscriberGap {
+    pub pid: u32,
+    pub lost: u64,
+}
+impl SubscriberGap {
+    pub fn emit(self) {
+        tracing::debug!(target: TARGET, event = "subscriber_gap", pid = self.pid, lost = self.lost, "a subscriber fell behind the ring");
+    }
+}
+
+pub struct RpcFailed<'a> {
+    pub method: &'a str,
+    pub code: tonic::Code,
+    pub message: &'a str,
+}
+impl RpcFailed<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "rpc_failed", method = self.method, code = ?self.code, message = self.message, "rpc failed");
+    }
+}
+
+pub struct AuthRefused<'a> {
+    pub path: &'a str,
+}
+impl AuthRefused<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "auth_refused", path = self.path, "request without a valid access token");
+    }
+}
+
+pub struct Initialized {
+    pub token_set: bool,
+    pub env_vars: usize,
+}
+impl Initialized {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "initialized", token_set = self.token_set, env_vars = self.env_vars, "init applied");
+    }
+}

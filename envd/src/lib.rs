@@ -1,0 +1,111 @@
+//! hangar-envd: the daemon inside every sandbox. It speaks E2B envd's wire protocol (Connect and
+//! gRPC on one port) plus hangar's extensions; see `docs/envd.md`.
+//!
+//! Layers, each knowing only the one below: `wire` (HTTP, Connect, gRPC) → `service` (RPC
+//! semantics on generated message types) → `process` (processes, output logs, reaping; no RPC
+//! or HTTP types).
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod events;
+pub mod process;
+pub mod service;
+pub mod settings;
+pub mod system;
+pub mod users;
+pub mod wire;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use thiserror::Error;
+
+use config::Config;
+use process::{Reaper, Table};
+use service::Core;
+use settings::{Defaults, Settings};
+use users::User;
+
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error("reading the access token file {path}: {source}")]
+    TokenFile { path: std::path::PathBuf, source: std::io::Error },
+    #[error("default user: {0}")]
+    User(#[from] error::RpcError),
+    #[error("binding {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("listening for signals: {0}")]
+    Signals(std::io::Error),
+}
+
+/// A daemon bound to its port; `run` serves it.
+pub struct Daemon {
+    server: wire::Server,
+    reaper: Arc<Reaper>,
+    table: Arc<Table>,
+}
+
+impl Daemon {
+    /// Sets everything up and binds the port. Must run inside a tokio runtime.
+    pub async fn bind(config: &Config) -> Result<Daemon, StartError> {
+        Reaper::become_subreaper();
+        let token = match &config.access_token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|source| StartError::TokenFile { path: path.clone(), source })?
+                    .trim()
+                    .to_string(),
+            ),
+            None => config.access_token.clone(),
+        };
+        let own = User::current()?;
+        let user = match &config.default_user {
+            Some(name) if users::can_switch_users() => User::by_name(name)?,
+            Some(name) if *name != own.name => {
+                tracing::warn!(requested = %name, acting_as = %own.name, "not root: every process runs as the daemon's own user");
+                own
+            }
+            _ => own,
+        };
+        let settings = Arc::new(Settings::new(Defaults {
+            env: Default::default(),
+            user,
+            workdir: config.default_workdir.clone(),
+        }));
+        let reaper = Arc::new(Reaper::default());
+        let table = Table::new(reaper.clone(), config.ring_bytes, config.exited_retention());
+        let core = Arc::new(Core {
+            table: table.clone(),
+            settings,
+            max_message_bytes: config.max_message_bytes,
+            max_watches: 64,
+        });
+        let app = wire::app(core, Arc::new(auth::AccessToken::new(token)));
+        let addr = SocketAddr::new(config.listen, config.port);
+        let server = wire::Server::bind(addr, app).await.map_err(|source| StartError::Bind { addr, source })?;
+        Ok(Daemon { server, reaper, table })
+    }
+
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.server.local_addr().ok()
+    }
+
+    /// Serves until SIGTERM or SIGINT. Processes keep running in their own sessions.
+    pub async fn run(self) -> Result<(), StartError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(StartError::Signals)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(StartError::Signals)?;
+        if let Some(addr) = self.local_addr() {
+            events::Listening { addr }.emit();
+        }
+        let reaper = tokio::spawn(self.reaper.run());
+        let sweeper = tokio::spawn(self.table.run_sweeper());
+        let result = tokio::select! {
+            r = self.server.serve() => r.map_err(|source| StartError::Bind { addr: SocketAddr::from(([0, 0, 0, 0], 0)), source }),
+            _ = term.recv() => Ok(()),
+            _ = int.recv() => Ok(()),
+        };
+        reaper.abort();
+        sweeper.abort();
+        result
+    }
+}

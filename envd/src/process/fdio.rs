@@ -1,0 +1,82 @@
+//! Non-blocking reads and writes on pipe and PTY master file descriptors.
+use std::{
+    io,
+    os::fd::{AsRawFd, OwnedFd},
+};
+
+use tokio::io::unix::AsyncFd;
+
+pub struct AsyncFdIo {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl AsyncFdIo {
+    pub fn new(fd: OwnedFd) -> io::Result<Self> {
+        set_nonblocking(&fd)?;
+        // SAFETY: `fd` is owned here, registered once, and closed only when the AsyncFd drops.
+        let fd = unsafe { AsyncFd::register(fd) }?;
+        Ok(Self { fd })
+    }
+
+    pub fn raw(&self) -> i32 {
+        self.fd.get_ref().as_raw_fd()
+    }
+
+    /// Reads once; `Ok(0)` at end of file. A PTY master answers EIO once every slave is closed,
+    /// which is its end of file.
+    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let mut guard = self.fd.readable().await?;
+            let res = guard.try_io(|inner| {
+                // SAFETY: buf is valid for buf.len() bytes; the fd is owned by inner.
+                let n = unsafe { libc::read(inner.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match res {
+                Ok(Ok(n)) => return Ok(n),
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    pub async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let mut guard = self.fd.writable().await?;
+            let res = guard.try_io(|inner| {
+                // SAFETY: data is valid for data.len() bytes; the fd is owned by inner.
+                let n = unsafe { libc::write(inner.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match res {
+                Ok(Ok(n)) => data = &data[n..],
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Err(e),
+                Err(_would_block) => continue,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl on a valid, owned fd.
+    unsafe {
+        let flags = libc::fcntl(raw, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

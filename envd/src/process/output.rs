@@ -1,0 +1,373 @@
+//! A process's output log: one ring of its recent output addressed by absolute byte offsets, and
+//! the subscribers that read it, each at its own cursor.
+//!
+//! A subscriber's "queue" is the ring after its cursor, so it is bounded by the ring. A subscriber
+//! that falls behind the ring's start loses the oldest bytes and is told exactly which (a gap);
+//! it never slows anyone. The one exception is the *primary* subscriber (the `Start` stream):
+//! readers stop reading the process's pipes while it lags by a ring's worth, as a slow terminal
+//! would, so the primary never loses a byte.
+use std::{
+    collections::VecDeque,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{watch, Notify};
+
+use super::exit::ExitInfo;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StreamKind {
+    Stdout,
+    Stderr,
+    Pty,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    /// Absolute offset of `data[0]` from the process's first byte of output.
+    pub offset: u64,
+    pub kind: StreamKind,
+    pub data: Bytes,
+}
+
+impl Chunk {
+    fn end(&self) -> u64 {
+        self.offset + self.data.len() as u64
+    }
+}
+
+/// What a subscriber sees next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Bytes `[from, to)` left the ring before this subscriber read them.
+    Gap {
+        from: u64,
+        to: u64,
+    },
+    Data(Chunk),
+    /// The process exited and every output reached end of file; `total` bytes were written.
+    End {
+        exit: ExitInfo,
+        total: u64,
+    },
+}
+
+#[derive(Debug)]
+struct Ring {
+    chunks: VecDeque<Chunk>,
+    start: u64,
+    end: u64,
+    cap: u64,
+}
+
+impl Ring {
+    fn push(&mut self, kind: StreamKind, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        let len = data.len() as u64;
+        self.chunks.push_back(Chunk { offset: self.end, kind, data });
+        self.end += len;
+        while self.end - self.start > self.cap {
+            let excess = (self.end - self.start) - self.cap;
+            let Some(front) = self.chunks.front_mut() else { break };
+            let flen = front.data.len() as u64;
+            if flen <= excess {
+                self.start += flen;
+                self.chunks.pop_front();
+            } else {
+                front.data = front.data.slice(excess as usize..);
+                front.offset += excess;
+                self.start += excess;
+            }
+        }
+    }
+
+    /// Up to `max` bytes from `cursor`, merging adjacent chunks of the same stream.
+    fn read(&self, cursor: u64, max: usize) -> Option<Chunk> {
+        if cursor >= self.end || cursor < self.start {
+            return None;
+        }
+        let idx = self.chunks.partition_point(|c| c.end() <= cursor);
+        let first = self.chunks.get(idx)?;
+        let skip = (cursor - first.offset) as usize;
+        let take = (first.data.len() - skip).min(max);
+        let head = first.data.slice(skip..skip + take);
+        let mut next = self.chunks.range(idx + 1..).take_while(|c| c.kind == first.kind).peekable();
+        if take == max || next.peek().is_none() {
+            return Some(Chunk { offset: cursor, kind: first.kind, data: head });
+        }
+        let mut buf = BytesMut::from(&head[..]);
+        for c in next {
+            let room = max - buf.len();
+            if room == 0 {
+                break;
+            }
+            buf.extend_from_slice(&c.data[..c.data.len().min(room)]);
+        }
+        Some(Chunk { offset: cursor, kind: first.kind, data: buf.freeze() })
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    ring: Ring,
+    open_outputs: usize,
+    exit: Option<ExitInfo>,
+    /// The primary subscriber's cursor, while it is attached.
+    primary: Option<u64>,
+}
+
+impl State {
+    fn finished(&self) -> Option<&ExitInfo> {
+        if self.open_outputs == 0 {
+            self.exit.as_ref()
+        } else {
+            None
+        }
+    }
+}
+
+/// The largest data event handed out at once.
+pub const MAX_EVENT_BYTES: usize = 64 * 1024;
+
+#[derive(Debug)]
+pub struct OutputLog {
+    state: Mutex<State>,
+    /// Bumped on every change subscribers may wait for.
+    changed: watch::Sender<u64>,
+    /// Signalled when the primary advances or goes away.
+    room: Notify,
+    /// How much a reader takes from a pipe at once.
+    read_chunk: usize,
+}
+
+impl OutputLog {
+    pub fn new(ring_bytes: u64, outputs: usize) -> Arc<Self> {
+        let (changed, _) = watch::channel(0);
+        Arc::new(Self {
+            state: Mutex::new(State {
+                ring: Ring { chunks: VecDeque::new(), start: 0, end: 0, cap: ring_bytes },
+                open_outputs: outputs,
+                exit: None,
+                primary: None,
+            }),
+            changed,
+            room: Notify::new(),
+            read_chunk: (ring_bytes as usize / 4).clamp(1, MAX_EVENT_BYTES),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock leaves plain data behind; keep serving it.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// The buffer size a reader should use.
+    pub fn read_chunk(&self) -> usize {
+        self.read_chunk
+    }
+
+    pub fn push(&self, kind: StreamKind, data: Bytes) {
+        self.lock().ring.push(kind, data);
+        self.bump();
+    }
+
+    /// One of the process's outputs reached end of file.
+    pub fn close_output(&self) {
+        {
+            let mut s = self.lock();
+            s.open_outputs = s.open_outputs.saturating_sub(1);
+        }
+        self.bump();
+    }
+
+    pub fn set_exit(&self, exit: ExitInfo) {
+        self.lock().exit = Some(exit);
+        self.bump();
+    }
+
+    pub fn exit(&self) -> Option<ExitInfo> {
+        self.lock().exit.clone()
+    }
+
+    pub fn finished(&self) -> bool {
+        self.lock().finished().is_some()
+    }
+
+    /// `(oldest offset kept, next offset)`.
+    pub fn bounds(&self) -> (u64, u64) {
+        let s = self.lock();
+        (s.ring.start, s.ring.end)
+    }
+
+    /// Waits until reading another `read_chunk` bytes would not push the primary subscriber
+    /// out of the ring.
+    pub async fn wait_for_room(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let s = self.lock();
+                match s.primary {
+                    Some(cursor) if s.ring.end - cursor + self.read_chunk as u64 > s.ring.cap => {}
+                    _ => return,
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Waits until the process exited and its outputs closed.
+    pub async fn wait_finished(&self) -> ExitInfo {
+        let mut rx = self.changed.subscribe();
+        loop {
+            if let Some(exit) = self.lock().finished() {
+                return exit.clone();
+            }
+            if rx.changed().await.is_err() {
+                // The sender lives in self, so this cannot happen while we hold &self.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// A subscriber starting at `cursor`. The primary one (at most one) applies backpressure.
+    pub fn subscribe(self: &Arc<Self>, cursor: u64, primary: bool) -> Subscriber {
+        let rx = self.changed.subscribe();
+        if primary {
+            self.lock().primary = Some(cursor);
+        }
+        Subscriber { log: self.clone(), cursor, rx, primary, done: false }
+    }
+}
+
+#[derive(Debug)]
+pub struct Subscriber {
+    log: Arc<OutputLog>,
+    cursor: u64,
+    rx: watch::Receiver<u64>,
+    primary: bool,
+    done: bool,
+}
+
+impl Subscriber {
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The next event. Cancel-safe: nothing is consumed until it returns. After `End` it
+    /// never returns again.
+    pub async fn next(&mut self) -> Event {
+        loop {
+            if self.done {
+                std::future::pending::<()>().await;
+            }
+            self.rx.borrow_and_update();
+            if let Some(ev) = self.poll_once() {
+                return ev;
+            }
+            if self.rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    fn poll_once(&mut self) -> Option<Event> {
+        let ev = {
+            let mut s = self.log.lock();
+            let ev = if self.cursor < s.ring.start {
+                let from = self.cursor;
+                self.cursor = s.ring.start;
+                Some(Event::Gap { from, to: s.ring.start })
+            } else if let Some(chunk) = s.ring.read(self.cursor, MAX_EVENT_BYTES) {
+                self.cursor = chunk.end();
+                Some(Event::Data(chunk))
+            } else if let Some(exit) = s.finished() {
+                self.done = true;
+                Some(Event::End { exit: exit.clone(), total: s.ring.end })
+            } else {
+                None
+            };
+            if self.primary && ev.is_some() {
+                s.primary = Some(self.cursor);
+            }
+            ev
+        };
+        if self.primary && ev.is_some() {
+            self.log.room.notify_waiters();
+        }
+        ev
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        if self.primary {
+            self.log.lock().primary = None;
+            self.log.room.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn exit0() -> ExitInfo {
+        ExitInfo::from_code(0)
+    }
+
+    #[tokio::test]
+    async fn ring_keeps_the_last_bytes_with_offsets() {
+        let log = OutputLog::new(8, 1);
+        log.push(StreamKind::Stdout, Bytes::from_static(b"abcdef"));
+        log.push(StreamKind::Stderr, Bytes::from_static(b"ghij"));
+        assert_eq!(log.bounds(), (2, 10));
+        let mut sub = log.subscribe(0, false);
+        assert_eq!(sub.next().await, Event::Gap { from: 0, to: 2 });
+        let Event::Data(c) = sub.next().await else { panic!() };
+        assert_eq!((c.offset, c.kind, &c.data[..]), (2, StreamKind::Stdout, &b"cdef"[..]));
+        let Event::Data(c) = sub.next().await else { panic!() };
+        assert_eq!((c.offset, c.kind, &c.data[..]), (6, StreamKind::Stderr, &b"ghij"[..]));
+        log.close_output();
+        log.set_exit(exit0());
+        assert!(matches!(sub.next().await, Event::End { total: 10, .. }));
+    }
+
+    #[tokio::test]
+    async fn adjacent_chunks_of_one_stream_merge() {
+        let log = OutputLog::new(1024, 1);
+        for _ in 0..10 {
+            log.push(StreamKind::Stdout, Bytes::from_static(b"x"));
+        }
+        let mut sub = log.subscribe(3, false);
+        let Event::Data(c) = sub.next().await else { panic!() };
+        assert_eq!((c.offset, c.data.len()), (3, 7));
+    }
+
+    #[tokio::test]
+    async fn primary_lag_blocks_readers_until_it_reads() {
+        let log = OutputLog::new(4096, 1);
+        let mut primary = log.subscribe(0, true);
+        log.push(StreamKind::Stdout, Bytes::from(vec![b'a'; 4096]));
+        let waiter = {
+            let log = log.clone();
+            tokio::spawn(async move { log.wait_for_room().await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiter.is_finished(), "a full primary must stop the readers");
+        let _ = primary.next().await;
+        tokio::time::timeout(Duration::from_secs(2), waiter).await.unwrap().unwrap();
+        drop(primary);
+        log.push(StreamKind::Stdout, Bytes::from(vec![b'b'; 4096]));
+        tokio::time::timeout(Duration::from_secs(2), log.wait_for_room()).await.unwrap();
+    }
+}

@@ -1,0 +1,164 @@
+//! The RPC handlers: tonic's generated service traits, implemented once over the process core.
+//! gRPC reaches them through tonic; Connect through `wire::connect`, which builds the same
+//! `tonic::Request`s. Either way a `CallContext` in the request's extensions says who calls.
+//!
+//! Invariant: nothing here parses HTTP; the transport hands over a `CallContext`.
+mod ext;
+mod process;
+
+use std::{
+    path::{Path, PathBuf},
+    pin::Pin,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use futures::Stream;
+use tokio_stream::StreamExt as _;
+
+pub use ext::{DaemonService, ProcessesService};
+pub use process::ProcessService;
+
+use crate::{
+    error::RpcError,
+    events,
+    process::{Event, ProcessError, Selector, Subscriber, Table},
+    settings::Settings,
+    users::User,
+};
+
+/// The E2B envd version reported to the e2b SDKs, which gate features on it.
+pub const ENVD_VERSION: &str = "0.6.4";
+
+/// Who is calling and under what limits; built by the transport from the request's headers.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    pub user: User,
+    /// The caller's deadline (`Connect-Timeout-Ms` or `grpc-timeout`).
+    pub deadline: Option<Instant>,
+    /// After this long without events a stream sends a keepalive.
+    pub keepalive: Duration,
+}
+
+/// What every handler shares.
+pub struct Core {
+    pub table: Arc<Table>,
+    pub settings: Arc<Settings>,
+    pub max_message_bytes: u64,
+    pub max_watches: u32,
+}
+
+pub(crate) fn context<T>(req: &tonic::Request<T>) -> Result<CallContext, RpcError> {
+    req.extensions()
+        .get::<CallContext>()
+        .cloned()
+        .ok_or_else(|| RpcError::internal("the transport did not attach a call context"))
+}
+
+pub(crate) type RpcStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send + 'static>>;
+
+impl From<ProcessError> for RpcError {
+    fn from(e: ProcessError) -> Self {
+        let msg = e.to_string();
+        match &e {
+            ProcessError::NotFound(_) | ProcessError::Exited(_) => RpcError::not_found(msg),
+            ProcessError::TagInUse(_) => RpcError::already_exists(msg),
+            ProcessError::NotPty(_) | ProcessError::IsPty(_) | ProcessError::StdinClosed(_) => {
+                RpcError::failed_precondition(msg)
+            }
+            ProcessError::BadSignal(_) => RpcError::invalid_argument(msg),
+            ProcessError::Spawn { source, .. }
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOENT | libc::EACCES | libc::ENOTDIR | libc::ENOEXEC)
+                ) =>
+            {
+                RpcError::invalid_argument(msg)
+            }
+            ProcessError::Spawn { .. } | ProcessError::Io { .. } => RpcError::internal(msg),
+        }
+    }
+}
+
+/// Logs a failed call and turns it into a status.
+pub(crate) fn fail(method: &str, e: impl Into<RpcError>) -> tonic::Status {
+    let e: RpcError = e.into();
+    events::RpcFailed { method, code: e.code, message: &e.message }.emit();
+    e.into()
+}
+
+pub(crate) fn selector(sel: Option<hangar_proto::process::ProcessSelector>) -> Result<Selector, RpcError> {
+    use hangar_proto::process::process_selector::Selector as S;
+    match sel.and_then(|s| s.selector) {
+        Some(S::Pid(pid)) => Ok(Selector::Pid(pid)),
+        Some(S::Tag(tag)) => Ok(Selector::Tag(tag)),
+        None => Err(RpcError::invalid_argument("process selector (pid or tag) is required")),
+    }
+}
+
+pub(crate) fn timestamp(t: SystemTime) -> pbjson_types::Timestamp {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    pbjson_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
+}
+
+/// Resolves a path for `user`: `~` and relative paths against the default workdir or home.
+pub(crate) fn resolve_path(p: &str, user: &User, workdir: Option<&Path>) -> PathBuf {
+    if p == "~" {
+        return user.home.clone();
+    }
+    if let Some(rest) = p.strip_prefix("~/") {
+        return user.home.join(rest);
+    }
+    let path = Path::new(p);
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        workdir.unwrap_or(&user.home).join(path)
+    }
+}
+
+/// What a process stream sees between its events.
+pub(crate) enum Pumped {
+    Event(Event),
+    KeepAlive,
+    Deadline,
+}
+
+/// Drives a subscriber: its events, keepalives after `keepalive` of silence, and `Deadline`
+/// (then nothing) at `deadline`. Ends after `End`.
+pub(crate) fn pump(
+    mut sub: Subscriber,
+    keepalive: Duration,
+    deadline: Option<Instant>,
+) -> impl Stream<Item = Pumped> + Send + 'static {
+    async_stream::stream! {
+        let until = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(until);
+        loop {
+            tokio::select! {
+                ev = sub.next() => {
+                    let end = matches!(ev, Event::End { .. });
+                    yield Pumped::Event(ev);
+                    if end { break; }
+                }
+                _ = tokio::time::sleep(keepalive) => yield Pumped::KeepAlive,
+                _ = &mut until => { yield Pumped::Deadline; break; }
+            }
+        }
+    }
+}
+
+/// Maps a pump to an RPC's messages; `None` skips an item.
+pub(crate) fn rpc_stream<T: Send + 'static>(
+    items: impl Stream<Item = Pumped> + Send + 'static,
+    first: Option<T>,
+    map: impl Fn(Pumped) -> Option<Result<T, tonic::Status>> + Send + 'static,
+) -> RpcStream<T> {
+    let head = tokio_stream::iter(first.map(Ok));
+    Box::pin(head.chain(items.filter_map(map)))
+}

@@ -1,0 +1,162 @@
+//! The one port: Connect (HTTP/1.1 and h2c), gRPC (h2c) and E2B's plain routes, told apart by
+//! path and content type, all behind the same admission check.
+//!
+//! Invariant: only this module knows about HTTP, headers and encodings.
+pub mod connect;
+mod context;
+mod routes;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::{
+    body::Body,
+    extract::State,
+    middleware,
+    routing::{get, post},
+    Router,
+};
+use hangar_proto::{
+    ext::{daemon_server::DaemonServer, processes_server::ProcessesServer},
+    process::process_server::ProcessServer,
+};
+use http::{HeaderValue, Request, Response};
+use tower::ServiceExt as _;
+
+use crate::{
+    auth::AccessToken,
+    service::{Core, DaemonService, ProcessService, ProcessesService},
+    settings::Settings,
+    system::System,
+};
+use connect::{ConnectRouter, Protocol};
+
+/// What the transport holds.
+pub struct Wire {
+    pub token: Arc<AccessToken>,
+    pub settings: Arc<Settings>,
+    pub system: System,
+    grpc: Router,
+    connect: ConnectRouter,
+}
+
+const PLAIN_ROUTES: &[&str] = &["/health", "/init", "/envs", "/metrics", "/files"];
+
+fn is_plain_route(path: &str) -> bool {
+    PLAIN_ROUTES.contains(&path)
+}
+
+/// Builds the application for `core`.
+pub fn app(core: Arc<Core>, token: Arc<AccessToken>) -> Router {
+    let max = core.max_message_bytes as usize;
+    let process = Arc::new(ProcessService::new(core.clone()));
+    let processes = Arc::new(ProcessesService::new(core.clone()));
+    let daemon = Arc::new(DaemonService::new(core.clone()));
+
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET)
+        .build_v1();
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET)
+        .build_v1alpha();
+    let mut routes =
+        tonic::service::Routes::new(ProcessServer::from_arc(process.clone()).max_decoding_message_size(max))
+            .add_service(ProcessesServer::from_arc(processes.clone()).max_decoding_message_size(max))
+            .add_service(DaemonServer::from_arc(daemon.clone()).max_decoding_message_size(max));
+    if let Ok(r) = reflection_v1 {
+        routes = routes.add_service(r);
+    }
+    if let Ok(r) = reflection_v1alpha {
+        routes = routes.add_service(r);
+    }
+    let grpc = routes.prepare().into_axum_router().layer(middleware::map_response(oversize_is_resource_exhausted));
+
+    let connect = connect_routes(ConnectRouter::new(max), process, processes, daemon);
+    let wire = Arc::new(Wire { token, settings: core.settings.clone(), system: System::default(), grpc, connect });
+
+    Router::new()
+        .route("/health", get(routes::health))
+        .route("/init", post(routes::init))
+        .route("/envs", get(routes::envs))
+        .route("/metrics", get(routes::metrics))
+        .fallback(dispatch_rpc)
+        .layer(middleware::from_fn_with_state(wire.clone(), context::admit))
+        .with_state(wire)
+}
+
+macro_rules! route {
+    ($router:expr, $kind:ident, $path:literal, $svc:expr, $trait:path, $method:ident) => {{
+        let s = $svc.clone();
+        $router.$kind($path, move |r| {
+            let s = s.clone();
+            async move { <_ as $trait>::$method(&*s, r).await }
+        })
+    }};
+}
+
+fn connect_routes(
+    r: ConnectRouter,
+    p: Arc<ProcessService>,
+    x: Arc<ProcessesService>,
+    d: Arc<DaemonService>,
+) -> ConnectRouter {
+    use hangar_proto::{
+        ext::daemon_server::Daemon, ext::processes_server::Processes, process::process_server::Process,
+    };
+    let r = route!(r, unary, "/process.Process/List", p, Process, list);
+    let r = route!(r, server_stream, "/process.Process/Connect", p, Process, connect);
+    let r = route!(r, server_stream, "/process.Process/Start", p, Process, start);
+    let r = route!(r, unary, "/process.Process/Update", p, Process, update);
+    let r = route!(r, client_stream, "/process.Process/StreamInput", p, Process, stream_input);
+    let r = route!(r, unary, "/process.Process/SendInput", p, Process, send_input);
+    let r = route!(r, unary, "/process.Process/SendSignal", p, Process, send_signal);
+    let r = route!(r, unary, "/process.Process/CloseStdin", p, Process, close_stdin);
+    let r = route!(r, server_stream, "/hangar.envd.v1.Processes/Attach", x, Processes, attach);
+    let r = route!(r, unary, "/hangar.envd.v1.Processes/Signal", x, Processes, signal);
+    let r = route!(r, unary, "/hangar.envd.v1.Processes/List", x, Processes, list);
+    route!(r, unary, "/hangar.envd.v1.Daemon/Info", d, Daemon, info)
+}
+
+async fn dispatch_rpc(State(wire): State<Arc<Wire>>, req: Request<Body>) -> Response<Body> {
+    match Protocol::of(req.headers()) {
+        Protocol::Grpc => match wire.grpc.clone().oneshot(req).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        },
+        _ => wire.connect.serve(req).await,
+    }
+}
+
+/// tonic's framing calls an oversize message `out_of_range` (11); gRPC's convention, and this
+/// daemon's documentation, say `resource_exhausted` (8).
+async fn oversize_is_resource_exhausted(mut resp: Response<Body>) -> Response<Body> {
+    let h = resp.headers();
+    let is_oversize = h.get("grpc-status").is_some_and(|v| v == "11")
+        && h.get("grpc-message")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|m| m.contains("too%20large") || m.contains("too large"));
+    if is_oversize {
+        resp.headers_mut().insert("grpc-status", HeaderValue::from_static("8"));
+    }
+    resp
+}
+
+/// A bound listener, ready to serve.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    app: Router,
+}
+
+impl Server {
+    pub async fn bind(addr: SocketAddr, app: Router) -> std::io::Result<Self> {
+        Ok(Self { listener: tokio::net::TcpListener::bind(addr).await?, app })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves HTTP/1.1 and h2c (prior knowledge) on the one port until the future is dropped.
+    pub async fn serve(self) -> std::io::Result<()> {
+        axum::serve(self.listener, self.app).await
+    }
+}
