@@ -1,0 +1,66 @@
+//! The daemon reaps everything: many short processes, and orphans reparented to it.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use hangar_e2e::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundreds_of_short_processes_leave_no_zombie() {
+    let mut envd = Envd::start(&[]);
+    let client = envd.process().await;
+    let mut done = 0;
+    for _batch in 0..6 {
+        let runs = (0..50).map(|_| {
+            let mut c = client.clone();
+            async move {
+                let mut req = start_req("/bin/true", &[]);
+                req.stdin = Some(false);
+                grpc_run(&mut c, req, Duration::from_secs(30)).await
+            }
+        });
+        for c in join_all(runs).await {
+            c.assert_well_formed();
+            assert_eq!(c.end().exit_code, 0, "{c:?}");
+            done += 1;
+        }
+    }
+    assert_eq!(done, 300);
+    let me = envd.pid();
+    wait_until(Duration::from_secs(5), "no zombie child of the daemon", || zombies_of(me).is_empty()).await;
+    envd.assert_healthy_no_leaks(Duration::from_secs(2)).await;
+}
+
+#[tokio::test]
+async fn orphans_are_reaped() {
+    let mut envd = Envd::start(&[]);
+    let me = envd.pid();
+    let mut client = envd.process().await;
+    for _ in 0..20 {
+        let mut req = bash("(sleep 1 </dev/null >/dev/null 2>&1 &); exit 0");
+        req.stdin = Some(false);
+        let c = grpc_run(&mut client, req, STEP).await;
+        assert_eq!(c.end().exit_code, 0, "{c:?}");
+    }
+    // the daemon is a child subreaper: the orphaned sleeps are now its children
+    wait_until(STEP, "20 orphaned sleeps reparented to the daemon", || {
+        children_of(me).iter().filter(|p| p.comm == "sleep").count() >= 20
+    })
+    .await;
+    // ... and once they end, it reaps them
+    wait_until(Duration::from_secs(8), "orphans gone and reaped", || descendants(me).is_empty()).await;
+    assert!(zombies_of(me).is_empty());
+    // a mix of shells that leave orphans and plain processes, concurrently
+    let runs = (0..40).map(|i| {
+        let mut c = client.clone();
+        async move {
+            let script = if i % 2 == 0 { "(sleep 0.2 </dev/null >/dev/null 2>&1 &); exit 0" } else { "true" };
+            grpc_run(&mut c, bash(script), Duration::from_secs(30)).await
+        }
+    });
+    for c in join_all(runs).await {
+        assert_eq!(c.end().exit_code, 0);
+    }
+    wait_until(Duration::from_secs(8), "no zombies and no descendants", || descendants(me).is_empty()).await;
+    envd.assert_healthy_no_leaks(Duration::from_secs(1)).await;
+}
