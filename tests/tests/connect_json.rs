@@ -21,7 +21,8 @@ fn split_envelopes(mut body: Bytes) -> Vec<Envelope> {
     out
 }
 
-/// What the e2b SDK's `commands.run` sends, over Connect JSON: canonical JSON both ways.
+/// What the e2b SDK's `commands.run` sends (less `-l`: a login shell's profile is the machine's
+/// business), over Connect JSON: canonical JSON both ways.
 #[tokio::test]
 async fn start_stream_canonical_json() {
     let envd = Envd::start(&[]);
@@ -29,7 +30,7 @@ async fn start_stream_canonical_json() {
         .open_stream(
             "/process.Process/Start",
             &json!({
-                "process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo hi; echo oops >&2; exit 3"], "envs": {}},
+                "process": {"cmd": "/bin/bash", "args": ["-c", "echo hi; echo oops >&2; exit 3"], "envs": {}},
                 "stdin": false
             }),
             &[("connect-timeout-ms", "60000"), ("keepalive-ping-interval", "50")],

@@ -121,7 +121,10 @@ async fn malformed_envelope_is_invalid_argument() {
     let garbage = b"garbage garbage garbage".to_vec();
     // a short header
     let short = vec![0u8, 0];
-    for (name, body) in [("too long", too_long), ("garbage", garbage), ("short", short)] {
+    // flag bits no Connect envelope defines (0x40, 0x80), compressed bit clear
+    let unknown_flags = envelope(0x40, start.as_bytes());
+    let cases = [("too long", too_long), ("garbage", garbage), ("short", short), ("unknown flags", unknown_flags)];
+    for (name, body) in cases {
         let resp = envd.open_stream_raw("/process.Process/Start", "application/connect+json", body, &[]).await;
         let out = resp.collect(STEP).await;
         assert_eq!(out.error_code().as_deref(), Some("invalid_argument"), "{name}: {out:#?}");
