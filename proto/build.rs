@@ -18,6 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     tonic_prost_build::configure()
         .compile_well_known_types(true)
+        .extern_path(".google.protobuf.Timestamp", "crate::Timestamp")
         .extern_path(".google.protobuf", "::pbjson_types")
         .build_client(true)
         // `process.Process/Connect` would clash with the generated `connect` constructor.

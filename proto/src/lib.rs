@@ -5,6 +5,9 @@
 //! nothing of processes, files or sandboxes.
 #![allow(clippy::doc_lazy_continuation, clippy::doc_overindented_list_items)]
 
+mod timestamp;
+pub use timestamp::Timestamp;
+
 /// E2B envd's `process` package.
 pub mod process {
     tonic::include_proto!("process");

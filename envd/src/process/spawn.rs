@@ -68,6 +68,7 @@ pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
     // calls; everything it needs was computed before the fork.
     unsafe {
         cmd.pre_exec(move || {
+            mark_inherited_fds_cloexec();
             if libc::setsid() < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -99,6 +100,21 @@ pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
         pty_master,
     })
     // `child` is dropped without waiting: the reaper owns every wait.
+}
+
+/// The daemon may have inherited descriptors without close-on-exec (from whoever started it);
+/// a sandboxed process gets only its stdio. Runs between fork and exec: system calls only.
+/// Marking rather than closing keeps std's own exec-error pipe working.
+unsafe fn mark_inherited_fds_cloexec() {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on this process's fds.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if rc != 0 {
+        // Kernels before 5.11: walk a bounded range instead.
+        for fd in 3..4096 {
+            // SAFETY: fcntl on a possibly-closed fd only fails with EBADF.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        }
+    }
 }
 
 fn set_cloexec(fd: &OwnedFd) -> io::Result<()> {

@@ -96,9 +96,8 @@ pub(crate) fn selector(sel: Option<hangar_proto::process::ProcessSelector>) -> R
     }
 }
 
-pub(crate) fn timestamp(t: SystemTime) -> pbjson_types::Timestamp {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    pbjson_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
+pub(crate) fn timestamp(t: SystemTime) -> hangar_proto::Timestamp {
+    t.into()
 }
 
 /// Resolves a path for `user`: `~` and relative paths against the default workdir or home.

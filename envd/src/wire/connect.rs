@@ -197,11 +197,11 @@ fn single_envelope(mut b: Bytes, limit: usize) -> Result<Bytes, RpcError> {
     }
     let flags = b.get_u8();
     let len = b.get_u32() as usize;
+    if flags & !FLAG_COMPRESSED != 0 {
+        return Err(RpcError::invalid_argument(format!("malformed envelope: unexpected flags {flags:#04x}")));
+    }
     if flags & FLAG_COMPRESSED != 0 {
         return Err(RpcError::unimplemented("compressed messages are not supported"));
-    }
-    if flags != 0 {
-        return Err(RpcError::invalid_argument(format!("malformed envelope: unexpected flags {flags:#04x}")));
     }
     if len > limit {
         return Err(RpcError::resource_exhausted(format!("message of {len} bytes is larger than the {limit} allowed")));
