@@ -98,12 +98,15 @@ async fn e2b_connect_to_exited() {
     assert_eq!(cj.end().exit_code, 5);
 }
 
-/// E2B Connect to a running process: live output as it comes, then the end.
+/// E2B Connect to a running process: live output only (no replay of what came before), then
+/// the end.
 #[tokio::test]
 async fn e2b_connect_live() {
     let envd = Envd::start(&[]);
     let mut client = envd.process().await;
-    let (pid, mut s) = grpc_start(&mut client, start_req("/bin/cat", &[])).await;
+    let (pid, mut s) = grpc_start(&mut client, bash("echo before; read x; echo after-$x")).await;
+    let mut c = Collected::default();
+    read_until(&mut s, &mut c, STEP, "before", |c| c.stdout_str() == "before\n").await;
     let mut conn = client.connect(pb::ConnectRequest { process: by_pid(pid) }).await.expect("Connect").into_inner();
     match next_event(&mut conn, STEP).await {
         Ok(Some(Event::Start(st))) => assert_eq!(st.pid, pid),
@@ -111,12 +114,46 @@ async fn e2b_connect_live() {
     }
     client.send_input(pb::SendInputRequest { process: by_pid(pid), input: stdin_input(b"live\n") }).await.unwrap();
     let mut cc = Collected::default();
-    read_until(&mut conn, &mut cc, STEP, "live", |c| c.stdout_str() == "live\n").await;
-    client.close_stdin(pb::CloseStdinRequest { process: by_pid(pid) }).await.unwrap();
     collect_into(&mut conn, &mut cc, STEP).await;
+    assert_eq!(cc.stdout_str(), "after-live\n", "Connect shows live output only");
     assert_eq!(cc.end().exit_code, 0);
-    let c = collect(&mut s, STEP).await;
-    assert_eq!(c.stdout_str(), "live\n");
+    collect_into(&mut s, &mut c, STEP).await;
+    assert_eq!(c.stdout_str(), "before\nafter-live\n");
+}
+
+/// `Connect-Timeout-Ms` on an E2B Connect bounds the stream, not the process: only Start's
+/// deadline kills.
+#[tokio::test]
+async fn connect_deadline_does_not_kill() {
+    let envd = Envd::start(&[]);
+    let mut client = envd.process().await;
+    let (pid, mut s) = grpc_start(&mut client, start_req("/bin/sleep", &["30"])).await;
+    let t = std::time::Instant::now();
+    let out = envd
+        .server_stream(
+            "/process.Process/Connect",
+            &serde_json::json!({"process": {"pid": pid}}),
+            &[("connect-timeout-ms", "500")],
+            STEP,
+        )
+        .await;
+    assert!(t.elapsed() < Duration::from_secs(5), "the Connect stream outlived its deadline: {out:#?}");
+    assert!(out.collected().end.is_none(), "no end event: the process is still running: {out:#?}");
+    assert!(is_running(pid), "Connect's deadline killed the process");
+    // gRPC the same
+    let mut req = tonic::Request::new(pb::ConnectRequest { process: by_pid(pid) });
+    req.set_timeout(Duration::from_millis(500));
+    if let Ok(r) = client.connect(req).await {
+        let c = collect(&mut r.into_inner(), STEP).await;
+        assert!(c.end.is_none(), "{c:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(is_running(pid), "Connect's grpc-timeout killed the process");
+    client
+        .send_signal(pb::SendSignalRequest { process: by_pid(pid), signal: pb::Signal::Sigkill as i32 })
+        .await
+        .unwrap();
+    collect(&mut s, STEP).await;
 }
 
 /// `--exited-retention-seconds`: an exited process is forgotten after the window.

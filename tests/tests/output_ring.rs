@@ -350,3 +350,96 @@ async fn start_stream_backpressure() {
     assert!(c.end.is_some(), "end after kill");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// E2B issue 1587: an E2B Connect subscriber over HTTP/1.1 that reads nothing must not wedge
+/// the process, the Start stream or another Connect subscriber; read at last, it still ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_e2b_connect_does_not_wedge_others() {
+    let envd = Envd::start(&[]);
+    let n = 2_000_000;
+    let total = seq_output(n).len();
+    let mut client = envd.process().await;
+    let (pid, mut start) = grpc_start(&mut client, bash(&format!("read x; seq 1 {n}"))).await;
+    let drain = tokio::spawn(async move { collect(&mut start, Duration::from_secs(60)).await });
+
+    // the stalled one: Connect JSON over HTTP/1.1, start event read, then left alone
+    let mut stalled =
+        envd.open_stream("/process.Process/Connect", &serde_json::json!({"process": {"pid": pid}}), &[]).await;
+    assert_eq!(stalled.status, 200);
+    let first = stalled.next_within(STEP).await.expect("envelope").expect("start");
+    assert!(first.json()["event"].get("start").is_some(), "{}", first.json());
+
+    // the active one: gRPC Connect
+    let mut active = client.connect(pb::ConnectRequest { process: by_pid(pid) }).await.expect("Connect").into_inner();
+    match next_event(&mut active, STEP).await {
+        Ok(Some(Event::Start(_))) => {}
+        other => panic!("want start, got {other:?}"),
+    }
+    client.send_input(pb::SendInputRequest { process: by_pid(pid), input: stdin_input(b"go\n") }).await.unwrap();
+
+    let c = within(Duration::from_secs(60), "Start stream to its end", drain).await.expect("drain");
+    assert_eq!(c.stdout.len(), total, "the Start stream is lossless");
+    assert_eq!(c.end().exit_code, 0);
+    let a = collect(&mut active, Duration::from_secs(30)).await;
+    assert_eq!(a.end().exit_code, 0, "the active Connect reached the end");
+
+    // now read the stalled one: it must end too (E2B Connect has no gap event: bytes may be missing)
+    let out = stalled.collect(Duration::from_secs(30)).await;
+    out.assert_clean_end();
+    let sc = out.collected();
+    assert_eq!(sc.end().exit_code, 0, "{:?}", sc.end);
+    assert!(sc.stdout.len() <= total);
+}
+
+/// hangar Attach over Connect JSON: 64-bit offsets as strings, the stream enum by name.
+#[tokio::test]
+async fn attach_over_connect_json() {
+    let envd = Envd::start(&[]);
+    let mut client = envd.process().await;
+    let c = grpc_run(&mut client, bash("printf 0123456789"), STEP).await;
+    let pid = c.pid();
+    let out = envd
+        .server_stream(
+            "/hangar.envd.v1.Processes/Attach",
+            &serde_json::json!({"process": {"pid": pid}, "since": "4"}),
+            &[],
+            STEP,
+        )
+        .await;
+    out.assert_clean_end();
+    let ev: Vec<&serde_json::Value> = out.messages.iter().map(|m| &m["event"]).collect();
+    assert_eq!(ev[0]["start"]["pid"], serde_json::json!(pid), "{out:#?}");
+    assert_eq!(ev[0]["start"]["nextOffset"], serde_json::json!("10"), "{out:#?}");
+    let data = &ev[1]["data"];
+    assert_eq!(data["offset"], serde_json::json!("4"), "{out:#?}");
+    assert_eq!(data["stream"], serde_json::json!("OUTPUT_STREAM_STDOUT"), "{out:#?}");
+    let mut bytes = Vec::new();
+    for e in &ev[1..] {
+        if let Some(d) = e.get("data") {
+            bytes.extend(unb64(d["data"].as_str().expect("base64")));
+        }
+    }
+    assert_eq!(bytes, b"456789");
+    let end = &ev.last().unwrap()["end"];
+    assert_eq!(end["totalBytes"], serde_json::json!("10"), "{out:#?}");
+    assert_eq!(end["exit"]["status"], serde_json::json!("exit status 0"), "{out:#?}");
+}
+
+/// Keepalives on a quiet Attach stream.
+#[tokio::test]
+async fn attach_keepalives() {
+    let envd = Envd::start(&[]);
+    let mut client = envd.process().await;
+    let (pid, mut s) = grpc_start(&mut client, start_req("/bin/sleep", &["2.5"])).await;
+    let mut procs = envd.processes().await;
+    let req = with_meta(
+        tonic::Request::new(ext::AttachRequest { process: by_pid(pid), since: None }),
+        "keepalive-ping-interval",
+        "1",
+    );
+    let mut a = procs.attach(req).await.expect("Attach").into_inner();
+    let log = collect_attach(&mut a, STEP).await;
+    assert!(log.keepalives >= 1, "no keepalive in 2.5 s at 1 s: {:?}", log.summary());
+    assert!(log.end.is_some());
+    collect(&mut s, STEP).await;
+}
