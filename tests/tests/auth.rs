@@ -42,6 +42,14 @@ async fn assert_token_required(envd: &Envd, token: &str) {
     // plain routes
     let r = envd.http("GET", "/envs", &[], "").await;
     assert_eq!(r.status, 401, "/envs without a token: {r:?}");
+    assert_eq!(r.json()["code"], json!(401), "plain routes' errors are {{code: <HTTP status>}}: {r:?}");
+    let r = envd.http("GET", "/metrics", &[], "").await;
+    assert_eq!(r.status, 401, "/metrics without a token: {r:?}");
+    // once a token is set, /init needs it too
+    let r = envd.http("POST", "/init", &[("content-type", "application/json")], "{}").await;
+    assert_eq!(r.status, 401, "/init without the token: {r:?}");
+    let r = envd.http("POST", "/init", &[("content-type", "application/json"), ("x-access-token", token)], "{}").await;
+    assert_eq!(r.status, 204, "/init with the token: {r:?}");
     let r = envd.http("GET", "/envs", &[("x-access-token", token)], "").await;
     assert_eq!(r.status, 200, "/envs with the token: {r:?}");
     assert_eq!(envd.health().await, 204, "/health never needs a token");

@@ -283,3 +283,31 @@ async fn unknown_procedure() {
     let (status, body) = envd.unary("/process.Process/NoSuchMethod", &json!({})).await;
     assert!(status == 404 || (status == 501 && body["code"] == json!("unimplemented")), "status {status}: {body}");
 }
+
+/// Protocol misuse: unsupported content type (415), GET on an RPC (405), a server-streaming
+/// method called as unary (invalid_argument), a malformed `Keepalive-Ping-Interval` or
+/// `Connect-Timeout-Ms` (invalid_argument).
+#[tokio::test]
+async fn protocol_misuse() {
+    let mut envd = Envd::start(&[]);
+    let r = envd.http("POST", "/process.Process/List", &[("content-type", "text/plain")], "{}").await;
+    assert_eq!(r.status, 415, "{r:?}");
+    let r = envd.http("GET", "/process.Process/List", &[], "").await;
+    assert_eq!(r.status, 405, "{r:?}");
+    let (status, body) =
+        envd.unary("/process.Process/Start", &json!({"process": {"cmd": "/bin/echo", "args": ["unary"]}})).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_argument")), "{body}");
+    for (h, v) in [("keepalive-ping-interval", "soon"), ("connect-timeout-ms", "-5")] {
+        let out = envd
+            .server_stream(
+                "/process.Process/Start",
+                &json!({"process": {"cmd": "/bin/echo", "args": ["x"]}}),
+                &[(h, v)],
+                STEP,
+            )
+            .await;
+        assert_eq!(out.error_code().as_deref(), Some("invalid_argument"), "{h}: {v}: {out:#?}");
+        assert!(out.messages.is_empty(), "{out:#?}");
+    }
+    envd.assert_healthy_no_leaks(Duration::from_secs(1)).await;
+}

@@ -213,3 +213,18 @@ async fn default_user_flag_and_init() {
     let (out, _) = run_connect(&envd, "id -un", json!({}), Some("/tmp"), &[]).await;
     assert_eq!(out, "nobody\n", "/init defaultUser");
 }
+
+/// `~` and relative cwds resolve against the home and the default workdir.
+#[tokio::test]
+async fn cwd_tilde_and_relative() {
+    let me = whoami();
+    let envd = Envd::start(&["--default-workdir", "/usr"]);
+    let (out, o) = run_connect(&envd, "pwd", json!({}), Some("~"), &[]).await;
+    o.assert_clean_end();
+    assert_eq!(out.trim_end(), home_of(&me), "~");
+    let (out, _) = run_connect(&envd, "pwd", json!({}), Some("bin"), &[]).await;
+    assert_eq!(out, "/usr/bin\n", "relative to the default workdir");
+    // a file is not a directory
+    let (_, o) = run_connect(&envd, "pwd", json!({}), Some("/etc/passwd"), &[]).await;
+    assert_eq!(o.error_code().as_deref(), Some("invalid_argument"), "{o:#?}");
+}

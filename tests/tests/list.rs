@@ -139,6 +139,7 @@ async fn connect_deadline_does_not_kill() {
         .await;
     assert!(t.elapsed() < Duration::from_secs(5), "the Connect stream outlived its deadline: {out:#?}");
     assert!(out.collected().end.is_none(), "no end event: the process is still running: {out:#?}");
+    assert_eq!(out.error_code().as_deref(), Some("deadline_exceeded"), "{out:#?}");
     assert!(is_running(pid), "Connect's deadline killed the process");
     // gRPC the same
     let mut req = tonic::Request::new(pb::ConnectRequest { process: by_pid(pid) });
@@ -184,4 +185,25 @@ async fn exited_retention_window() {
         }
     };
     assert_eq!(code, tonic::Code::NotFound);
+}
+
+/// A signal to an exited process (its group is empty) is not_found; the tag of an exited process
+/// still selects it for Connect within retention.
+#[tokio::test]
+async fn signal_to_exited_and_exited_tag() {
+    let envd = Envd::start(&[]);
+    let mut client = envd.process().await;
+    let mut req = bash("exit 9");
+    req.tag = Some("done".into());
+    let c = grpc_run(&mut client, req, STEP).await;
+    let err = client
+        .send_signal(pb::SendSignalRequest { process: by_pid(c.pid()), signal: pb::Signal::Sigkill as i32 })
+        .await
+        .expect_err("signal to an exited process");
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
+    let mut s =
+        client.connect(pb::ConnectRequest { process: by_tag("done") }).await.expect("Connect by tag").into_inner();
+    let cc = collect(&mut s, STEP).await;
+    assert_eq!(cc.pid(), c.pid());
+    assert_eq!(cc.end().exit_code, 9);
 }

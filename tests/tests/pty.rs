@@ -150,3 +150,14 @@ async fn pty_over_connect_json() {
     let pty = String::from_utf8_lossy(&pty);
     assert!(pty.contains("33 77"), "{pty:?}");
 }
+
+/// A PTY without a size is 80x24.
+#[tokio::test]
+async fn pty_default_size() {
+    let envd = Envd::start(&[]);
+    let mut client = envd.process().await;
+    let mut req = bash("stty size");
+    req.pty = Some(pb::Pty { size: None });
+    let c = grpc_run(&mut client, req, STEP).await;
+    assert!(c.pty_str().contains("24 80"), "{:?}", c.pty_str());
+}

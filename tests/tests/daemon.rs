@@ -1,0 +1,111 @@
+//! The daemon process itself: flags, environment variables, start-up refusals, SIGTERM, fds.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use hangar_e2e::*;
+
+/// Runs the binary with `args` and expects it to refuse to start (exit non-zero, quickly,
+/// without a listening line).
+fn assert_refuses(args: &[&str]) {
+    let mut child = Command::new(envd_bin())
+        .args(["--listen", "127.0.0.1", "--port", "0"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hangar-envd");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            let out = child.wait_with_output().expect("output");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(!st.success(), "{args:?} must be refused");
+            assert!(!stdout.contains("listening on"), "{args:?}: {stdout}");
+            return;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("hangar-envd {args:?} kept running: the flag must be refused");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn bad_flags_are_refused() {
+    assert_refuses(&["--ring-bytes", "100"]);
+    assert_refuses(&["--ring-bytes", "lots"]);
+    assert_refuses(&["--max-message-bytes", "10"]);
+    assert_refuses(&["--access-token-file", "/nonexistent/token/file"]);
+    assert_refuses(&["--no-such-flag"]);
+}
+
+/// Flags can come from `HANGAR_ENVD_*` variables.
+#[tokio::test]
+async fn flags_from_environment() {
+    let envd = Envd::builder()
+        .env("HANGAR_ENVD_RING_BYTES", "65536")
+        .env("HANGAR_ENVD_MAX_MESSAGE_BYTES", "2097152")
+        .env("HANGAR_ENVD_EXITED_RETENTION_SECONDS", "42")
+        .start();
+    let info = envd.daemon().await.info(ext::InfoRequest {}).await.expect("Info").into_inner();
+    let l = info.limits.expect("limits");
+    assert_eq!((l.ring_bytes, l.max_message_bytes, l.exited_retention_seconds), (65536, 2097152, 42));
+}
+
+#[tokio::test]
+async fn access_token_flag() {
+    let envd = Envd::start(&["--access-token", "flagtoken"]);
+    let (status, _) = envd.unary("/process.Process/List", &serde_json::json!({})).await;
+    assert_eq!(status, 401);
+    let (status, _) =
+        envd.unary_h("/process.Process/List", &serde_json::json!({}), &[("x-access-token", "flagtoken")]).await;
+    assert_eq!(status, 200);
+}
+
+/// SIGTERM stops the daemon; the processes it started run on in their own sessions.
+#[tokio::test]
+async fn sigterm_stops_daemon_processes_survive() {
+    let mut envd = Envd::start(&[]);
+    let mut client = envd.process().await;
+    let (pid, s) = grpc_start(&mut client, start_req("/bin/sleep", &["30"])).await;
+    drop(s);
+    drop(client);
+    unsafe {
+        libc::kill(envd.pid() as i32, libc::SIGTERM);
+    }
+    wait_until(Duration::from_secs(5), "daemon exits on SIGTERM", || !envd.alive()).await;
+    let survived = is_running(pid);
+    // the daemon is gone, so its Drop cannot find the process any more: kill it here
+    unsafe {
+        libc::killpg(pid as i32, libc::SIGKILL);
+    }
+    assert!(survived, "the process died with the daemon");
+}
+
+/// Children get stdio only: no descriptor of the daemon (its sockets, its log) leaks into them.
+#[tokio::test]
+async fn children_inherit_only_stdio() {
+    let envd = Envd::start(&[]);
+    let mut client = envd.process().await;
+    let c = grpc_run(&mut client, start_req("/bin/ls", &["-l", "/proc/self/fd"]), STEP).await;
+    let out = c.stdout_str();
+    let fds: Vec<u32> = out
+        .lines()
+        .filter_map(|l| {
+            let (left, _) = l.split_once(" -> ")?;
+            let name = left.split_whitespace().last()?;
+            name.parse().ok()
+        })
+        .collect();
+    // 0, 1, 2, and the directory ls is reading
+    assert!(fds.len() <= 4 && fds.iter().take(3).eq([0, 1, 2].iter()), "open fds in the child: {out}");
+    for l in out.lines() {
+        assert!(!l.contains("socket:"), "a socket leaked into the child: {out}");
+    }
+}
