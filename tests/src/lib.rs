@@ -134,8 +134,8 @@ impl EnvdBuilder {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "debug");
+        if std::env::var_os("HANGAR_LOG").is_none() {
+            cmd.env("HANGAR_LOG", "debug");
         }
         for (k, v) in &self.envs {
             cmd.env(k, v);
