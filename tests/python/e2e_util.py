@@ -32,6 +32,21 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def wait_exec(pid: int, name: str, timeout: float = 10) -> bool:
+    """Wait until ``pid`` runs the program ``name`` (e.g. bash has exec'd `sleep`).
+
+    Tests kill a command only once its login shell is past its profile: a `bash -l`
+    killed in the middle of its profile may leave the profile's lock files behind."""
+    return wait_until(lambda: comm(pid) == name, timeout)
+
+
 def pids_with_cmdline(needle: str) -> List[int]:
     """Live pids whose full command line (args joined by spaces) contains ``needle``.
     Zombies have an empty cmdline, so they never match."""

@@ -5,7 +5,7 @@ import uuid
 import pytest
 from e2b import CommandExitException, NotFoundException
 
-from e2e_util import Collector, pid_alive, pids_with_cmdline, wait_until
+from e2e_util import Collector, pid_alive, pids_with_cmdline, wait_exec, wait_until
 
 UNKNOWN_PID = 2_000_000_000  # above any Linux pid_max
 
@@ -16,7 +16,7 @@ def test_background_handle_pid_and_list(sandbox, tmp_path, kill_after):
     h = sandbox.commands.run(cmd, background=True, envs={"HANGAR_E2E": marker}, cwd=str(tmp_path))
     kill_after(h.pid)
     assert isinstance(h.pid, int) and h.pid > 0
-    assert wait_until(lambda: pid_alive(h.pid), 5)
+    assert wait_exec(h.pid, "sleep")
 
     procs = {p.pid: p for p in sandbox.commands.list()}
     assert h.pid in procs, f"pid {h.pid} not in {sorted(procs)}"
@@ -85,7 +85,7 @@ def test_kill_returns_true_and_process_ends(sandbox, kill_after):
     h = sandbox.commands.run("sleep 1000", background=True)
     kill_after(h.pid)
     out = Collector(h)
-    assert wait_until(lambda: pid_alive(h.pid), 5)
+    assert wait_exec(h.pid, "sleep")
     assert sandbox.commands.kill(h.pid) is True
     assert out.join(10), "the Start stream did not end after kill"
     assert isinstance(out.exception, CommandExitException), repr(out.exception)

@@ -45,7 +45,8 @@ def test_pty_kill(sandbox, kill_after):
     h = sandbox.pty.create(PtySize(rows=24, cols=80))
     kill_after(h.pid)
     out = Collector(h)
-    assert wait_until(lambda: pid_alive(h.pid), 5)
+    sandbox.pty.send_stdin(h.pid, b"echo READY-$((6*7))\n")
+    assert out.wait_for("READY-42", kind="pty"), out.text("pty")
     assert sandbox.pty.kill(h.pid) is True
     assert out.join(10), "the PTY stream did not end after kill"
     assert isinstance(out.exception, CommandExitException), repr(out.exception)
@@ -57,6 +58,8 @@ def test_pty_listed_and_stdin_is_refused_for_pty(sandbox, kill_after):
     h = sandbox.pty.create(PtySize(rows=24, cols=80))
     kill_after(h.pid)
     out = Collector(h)
+    sandbox.pty.send_stdin(h.pid, b"echo READY-$((6*7))\n")
+    assert out.wait_for("READY-42", kind="pty"), out.text("pty")
     try:
         listed = {p.pid: p for p in sandbox.commands.list()}
         assert h.pid in listed
