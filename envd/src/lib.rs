@@ -8,11 +8,14 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod follow;
+pub mod fs;
 pub mod process;
 pub mod service;
 pub mod settings;
 pub mod system;
 pub mod users;
+pub mod watch;
 pub mod wire;
 
 use std::{net::SocketAddr, sync::Arc};

@@ -3,7 +3,8 @@
 //!
 //! Invariant: this crate holds data types and generated code only. It does no I/O and knows
 //! nothing of processes, files or sandboxes.
-#![allow(clippy::doc_lazy_continuation, clippy::doc_overindented_list_items)]
+// Generated code: oneofs inline their messages (FilesystemEvent is large).
+#![allow(clippy::doc_lazy_continuation, clippy::doc_overindented_list_items, clippy::large_enum_variant)]
 
 mod timestamp;
 pub use timestamp::Timestamp;
@@ -15,7 +16,6 @@ pub mod process {
 }
 
 /// E2B envd's `filesystem` package.
-#[allow(clippy::large_enum_variant)] // generated: FilesystemEvent inlined in a oneof
 pub mod filesystem {
     tonic::include_proto!("filesystem");
     include!(concat!(env!("OUT_DIR"), "/filesystem.serde.rs"));

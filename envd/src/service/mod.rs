@@ -4,7 +4,10 @@
 //!
 //! Invariant: nothing here parses HTTP; the transport hands over a `CallContext`.
 mod ext;
+mod files;
+mod filesystem;
 mod process;
+mod watch;
 
 use std::{
     path::{Path, PathBuf},
@@ -17,7 +20,9 @@ use futures::Stream;
 use tokio_stream::StreamExt as _;
 
 pub use ext::{DaemonService, ProcessesService};
+pub use filesystem::FilesystemService;
 pub use process::ProcessService;
+pub use watch::FilesService;
 
 use crate::{
     error::RpcError,

@@ -4,6 +4,7 @@
 //! Invariant: only this module knows about HTTP, headers and encodings.
 pub mod connect;
 mod context;
+mod files;
 mod routes;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -16,7 +17,8 @@ use axum::{
     Router,
 };
 use hangar_proto::{
-    ext::{daemon_server::DaemonServer, processes_server::ProcessesServer},
+    ext::{daemon_server::DaemonServer, files_server::FilesServer, processes_server::ProcessesServer},
+    filesystem::filesystem_server::FilesystemServer,
     process::process_server::ProcessServer,
 };
 use http::{HeaderValue, Request, Response};
@@ -24,7 +26,7 @@ use tower::ServiceExt as _;
 
 use crate::{
     auth::AccessToken,
-    service::{Core, DaemonService, ProcessService, ProcessesService},
+    service::{Core, DaemonService, FilesService, FilesystemService, ProcessService, ProcessesService},
     settings::Settings,
     system::System,
 };
@@ -51,6 +53,8 @@ pub fn app(core: Arc<Core>, token: Arc<AccessToken>) -> Router {
     let process = Arc::new(ProcessService::new(core.clone()));
     let processes = Arc::new(ProcessesService::new(core.clone()));
     let daemon = Arc::new(DaemonService::new(core.clone()));
+    let filesystem = Arc::new(FilesystemService::new(core.clone()));
+    let files = Arc::new(FilesService::new(core.clone()));
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET)
@@ -61,7 +65,9 @@ pub fn app(core: Arc<Core>, token: Arc<AccessToken>) -> Router {
     let mut routes =
         tonic::service::Routes::new(ProcessServer::from_arc(process.clone()).max_decoding_message_size(max))
             .add_service(ProcessesServer::from_arc(processes.clone()).max_decoding_message_size(max))
-            .add_service(DaemonServer::from_arc(daemon.clone()).max_decoding_message_size(max));
+            .add_service(DaemonServer::from_arc(daemon.clone()).max_decoding_message_size(max))
+            .add_service(FilesystemServer::from_arc(filesystem.clone()).max_decoding_message_size(max))
+            .add_service(FilesServer::from_arc(files.clone()).max_decoding_message_size(max));
     if let Ok(r) = reflection_v1 {
         routes = routes.add_service(r);
     }
@@ -70,7 +76,7 @@ pub fn app(core: Arc<Core>, token: Arc<AccessToken>) -> Router {
     }
     let grpc = routes.prepare().into_axum_router().layer(middleware::map_response(oversize_is_resource_exhausted));
 
-    let connect = connect_routes(ConnectRouter::new(max), process, processes, daemon);
+    let connect = connect_routes(ConnectRouter::new(max), Services { process, processes, daemon, filesystem, files });
     let wire = Arc::new(Wire { token, settings: core.settings.clone(), system: System::default(), grpc, connect });
 
     Router::new()
@@ -78,6 +84,7 @@ pub fn app(core: Arc<Core>, token: Arc<AccessToken>) -> Router {
         .route("/init", post(routes::init))
         .route("/envs", get(routes::envs))
         .route("/metrics", get(routes::metrics))
+        .route("/files", get(files::download).post(files::upload))
         .fallback(dispatch_rpc)
         .layer(middleware::from_fn_with_state(wire.clone(), context::admit))
         .with_state(wire)
@@ -93,15 +100,21 @@ macro_rules! route {
     }};
 }
 
-fn connect_routes(
-    r: ConnectRouter,
-    p: Arc<ProcessService>,
-    x: Arc<ProcessesService>,
-    d: Arc<DaemonService>,
-) -> ConnectRouter {
+struct Services {
+    process: Arc<ProcessService>,
+    processes: Arc<ProcessesService>,
+    daemon: Arc<DaemonService>,
+    filesystem: Arc<FilesystemService>,
+    files: Arc<FilesService>,
+}
+
+fn connect_routes(r: ConnectRouter, s: Services) -> ConnectRouter {
     use hangar_proto::{
-        ext::daemon_server::Daemon, ext::processes_server::Processes, process::process_server::Process,
+        ext::{daemon_server::Daemon, files_server::Files, processes_server::Processes},
+        filesystem::filesystem_server::Filesystem,
+        process::process_server::Process,
     };
+    let Services { process: p, processes: x, daemon: d, filesystem: f, files: h } = s;
     let r = route!(r, unary, "/process.Process/List", p, Process, list);
     let r = route!(r, server_stream, "/process.Process/Connect", p, Process, connect);
     let r = route!(r, server_stream, "/process.Process/Start", p, Process, start);
@@ -110,9 +123,20 @@ fn connect_routes(
     let r = route!(r, unary, "/process.Process/SendInput", p, Process, send_input);
     let r = route!(r, unary, "/process.Process/SendSignal", p, Process, send_signal);
     let r = route!(r, unary, "/process.Process/CloseStdin", p, Process, close_stdin);
+    let r = route!(r, unary, "/filesystem.Filesystem/Stat", f, Filesystem, stat);
+    let r = route!(r, unary, "/filesystem.Filesystem/MakeDir", f, Filesystem, make_dir);
+    let r = route!(r, unary, "/filesystem.Filesystem/Move", f, Filesystem, r#move);
+    let r = route!(r, unary, "/filesystem.Filesystem/ListDir", f, Filesystem, list_dir);
+    let r = route!(r, unary, "/filesystem.Filesystem/Remove", f, Filesystem, remove);
+    let r = route!(r, server_stream, "/filesystem.Filesystem/WatchDir", f, Filesystem, watch_dir);
+    let r = route!(r, unary, "/filesystem.Filesystem/CreateWatcher", f, Filesystem, create_watcher);
+    let r = route!(r, unary, "/filesystem.Filesystem/GetWatcherEvents", f, Filesystem, get_watcher_events);
+    let r = route!(r, unary, "/filesystem.Filesystem/RemoveWatcher", f, Filesystem, remove_watcher);
     let r = route!(r, server_stream, "/hangar.envd.v1.Processes/Attach", x, Processes, attach);
     let r = route!(r, unary, "/hangar.envd.v1.Processes/Signal", x, Processes, signal);
     let r = route!(r, unary, "/hangar.envd.v1.Processes/List", x, Processes, list);
+    let r = route!(r, server_stream, "/hangar.envd.v1.Files/Follow", h, Files, follow);
+    let r = route!(r, server_stream, "/hangar.envd.v1.Files/WatchDir", h, Files, watch_dir);
     route!(r, unary, "/hangar.envd.v1.Daemon/Info", d, Daemon, info)
 }
 

@@ -1,0 +1,1 @@
+//! Log following without GNU tail. (Being written.)

@@ -1,0 +1,1 @@
+//! Files: paths for a user, entry info, file operations. (Being written.)

@@ -1,0 +1,1 @@
+//! inotify directory watches. (Being written.)
