@@ -48,7 +48,7 @@ def wait_exec(pid: int, name: str, timeout: float = 10) -> bool:
 
 
 def pids_with_cmdline(needle: str) -> List[int]:
-    """Live pids whose full command line (args joined by spaces) contains ``needle``.
+    """Live pids whose full command line (args joined by spaces) is exactly ``needle``.
     Zombies have an empty cmdline, so they never match."""
     found = []
     me = os.getpid()
@@ -59,8 +59,8 @@ def pids_with_cmdline(needle: str) -> List[int]:
             raw = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        cmdline = raw.replace(b"\0", b" ").decode("utf-8", "replace")
-        if needle in cmdline and pid_alive(int(entry)):
+        cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        if cmdline == needle and pid_alive(int(entry)):
             found.append(int(entry))
     return found
 

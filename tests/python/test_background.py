@@ -1,5 +1,6 @@
 """Background commands: handles, list, connect, send_stdin, kill (sync SDK)."""
 
+import time
 import uuid
 
 import pytest
@@ -112,3 +113,27 @@ def test_kill_reaches_the_whole_process_group(sandbox, kill_after):
     )
     with pytest.raises(CommandExitException):
         h.wait()
+
+
+
+@pytest.mark.parametrize("stderr_bytes", [18, 65536])
+def test_unread_start_stream_loses_no_output(sandbox, kill_after, tmp_path, stderr_bytes):
+    # Nobody reads the Start stream for a while: the daemon must hold the process back
+    # (backpressure) rather than drop output. While stdout is stalled, stderr gets one
+    # write (its pipe reader sat idle, not stalled) which must not push unread stdout
+    # out of the daemon's buffer either: the E2B stream has no way to report a gap.
+    n = 8_000_000
+    err_file = tmp_path / "stderr-payload"
+    err_file.write_bytes(b"e" * stderr_bytes)
+    cmd = (
+        f"head -c {n} /dev/zero | tr '\\0' a & "
+        f"sleep 2; dd if={err_file} bs={stderr_bytes} count=1 status=none >&2; "
+        "wait; echo; echo tail"
+    )
+    h = sandbox.commands.run(cmd, background=True)
+    kill_after(h.pid)
+    time.sleep(3.5)  # the producer is stalled on a full pipe by now; stderr was written
+    r = h.wait()
+    assert r.stderr == "e" * stderr_bytes
+    assert len(r.stdout) == n + len("\ntail\n"), f"{n + 6 - len(r.stdout)} stdout bytes lost"
+    assert r.stdout == "a" * n + "\ntail\n"

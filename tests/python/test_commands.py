@@ -186,3 +186,16 @@ def test_fresh_daemon_via_explicit_sandbox_url(fresh_envd, envd):
         assert h.pid not in listed
     finally:
         assert sbx.commands.kill(h.pid) is True
+
+
+def test_stdout_complete_when_stderr_interleaves(sandbox):
+    # Big stdout with small stderr writes between its 64 KiB pieces: no byte of either
+    # stream may be lost or duplicated on the Start stream. Repeated, because a race
+    # between the two pipe readers shows only sometimes.
+    n, k = 65536, 60
+    cmd = f"for i in $(seq {k}); do head -c {n} /dev/zero | tr '\\0' a; printf xyz >&2; done; echo"
+    for attempt in range(8):
+        r = sandbox.commands.run(cmd)
+        assert (attempt, len(r.stdout), len(r.stderr)) == (attempt, n * k + 1, 3 * k)
+        assert r.stdout == "a" * (n * k) + "\n"
+        assert r.stderr == "xyz" * k
