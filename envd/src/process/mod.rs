@@ -348,15 +348,14 @@ impl Table {
     }
 }
 
-/// Copies one output of a process into its log until end of file, pausing while the primary
-/// subscriber is a ring behind.
+/// Copies one output of a process into its log until end of file, pausing (and so not reading
+/// the pipe) while the primary subscriber is a ring behind.
 async fn pump_output(io: AsyncFdIo, kind: StreamKind, log: Arc<OutputLog>, pid: u32) {
     let mut buf = vec![0u8; log.read_chunk()];
     loop {
-        log.wait_for_room().await;
         match io.read(&mut buf).await {
             Ok(0) => break,
-            Ok(n) => log.push(kind, Bytes::copy_from_slice(&buf[..n])),
+            Ok(n) => log.push_within_room(kind, Bytes::copy_from_slice(&buf[..n])).await,
             Err(e) => {
                 tracing::warn!(pid, ?kind, error = %e, "reading process output failed");
                 break;

@@ -173,9 +173,38 @@ impl OutputLog {
         self.read_chunk
     }
 
+    /// Appends without regard for the primary subscriber (tests, and logs with no primary).
     pub fn push(&self, kind: StreamKind, data: Bytes) {
         self.lock().ring.push(kind, data);
         self.bump();
+    }
+
+    /// Appends once doing so keeps the primary subscriber inside the ring, waiting for it to read
+    /// if need be. The check and the append happen under one lock: with several readers (stdout
+    /// and stderr), a check made before a read would be stale by the time its bytes arrive.
+    /// A reader waiting here reads no more, so the process blocks on its pipe: backpressure.
+    pub async fn push_within_room(&self, kind: StreamKind, data: Bytes) {
+        let len = data.len() as u64;
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut s = self.lock();
+                let fits = match s.primary {
+                    // A chunk larger than the ring can never fit; let it through rather than stall.
+                    Some(cursor) => s.ring.end - cursor + len <= s.ring.cap || s.ring.end == cursor,
+                    None => true,
+                };
+                if fits {
+                    s.ring.push(kind, data);
+                    drop(s);
+                    self.bump();
+                    return;
+                }
+            }
+            notified.await;
+        }
     }
 
     /// One of the process's outputs reached end of file.
@@ -204,24 +233,6 @@ impl OutputLog {
     pub fn bounds(&self) -> (u64, u64) {
         let s = self.lock();
         (s.ring.start, s.ring.end)
-    }
-
-    /// Waits until reading another `read_chunk` bytes would not push the primary subscriber
-    /// out of the ring.
-    pub async fn wait_for_room(&self) {
-        loop {
-            let notified = self.room.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let s = self.lock();
-                match s.primary {
-                    Some(cursor) if s.ring.end - cursor + self.read_chunk as u64 > s.ring.cap => {}
-                    _ => return,
-                }
-            }
-            notified.await;
-        }
     }
 
     /// Waits until the process exited and its outputs closed.
@@ -354,20 +365,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn primary_lag_blocks_readers_until_it_reads() {
-        let log = OutputLog::new(4096, 1);
+    async fn a_push_waits_while_the_primary_is_a_ring_behind() {
+        let log = OutputLog::new(4096, 2);
         let mut primary = log.subscribe(0, true);
-        log.push(StreamKind::Stdout, Bytes::from(vec![b'a'; 4096]));
+        log.push_within_room(StreamKind::Stdout, Bytes::from(vec![b'a'; 4094])).await;
+        // A second reader's chunk would push unread bytes out of the ring: it must wait.
         let waiter = {
             let log = log.clone();
-            tokio::spawn(async move { log.wait_for_room().await })
+            tokio::spawn(async move { log.push_within_room(StreamKind::Stderr, Bytes::from_static(b"end\n")).await })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiter.is_finished(), "a full primary must stop the readers");
-        let _ = primary.next().await;
+        assert!(!waiter.is_finished(), "a full primary must hold the push back");
+        let Event::Data(c) = primary.next().await else { panic!() };
+        assert_eq!((c.offset, c.data.len()), (0, 4094), "nothing was lost");
         tokio::time::timeout(Duration::from_secs(2), waiter).await.unwrap().unwrap();
+        let Event::Data(c) = primary.next().await else { panic!() };
+        assert_eq!((c.offset, &c.data[..]), (4094, &b"end\n"[..]));
         drop(primary);
-        log.push(StreamKind::Stdout, Bytes::from(vec![b'b'; 4096]));
-        tokio::time::timeout(Duration::from_secs(2), log.wait_for_room()).await.unwrap();
+        // With no primary, nothing waits.
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            log.push_within_room(StreamKind::Stdout, Bytes::from(vec![b'b'; 4096])),
+        )
+        .await
+        .unwrap();
     }
 }
