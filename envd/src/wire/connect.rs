@@ -351,6 +351,11 @@ impl ConnectRouter {
             let e = RpcError::unimplemented(format!("no method {path}"));
             return error_for(protocol, &e);
         };
+        if req.method() != http::Method::POST {
+            let mut r = unary_error(&RpcError::invalid_argument("Connect calls are POST requests"));
+            *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+            return r;
+        }
         let codec = match (protocol, kind) {
             (Protocol::ConnectUnary(c), Kind::Unary) | (Protocol::ConnectStream(c), Kind::Stream) => c,
             (Protocol::ConnectStream(c), Kind::Unary) => {
@@ -372,11 +377,6 @@ impl ConnectRouter {
                 return r;
             }
         };
-        if req.method() != http::Method::POST {
-            let mut r = unary_error(&RpcError::invalid_argument("Connect calls are POST requests"));
-            *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
-            return r;
-        }
         let (parts, body) = req.into_parts();
         handler(parts, body, codec).await
     }
