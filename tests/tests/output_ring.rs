@@ -443,3 +443,34 @@ async fn attach_keepalives() {
     assert!(log.end.is_some());
     collect(&mut s, STEP).await;
 }
+
+/// The Start stream loses nothing while it is backpressured, stderr included: stdout pieces
+/// with stderr lines between them, a stderr burst while stdout is stalled, a reader that starts
+/// late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_stream_lossless_with_stderr_under_backpressure() {
+    let envd = Envd::start(&[]);
+    let mut client = envd.process().await;
+    let script = "(sleep 0.5; head -c 100000 /dev/zero | tr '\\0' E >&2) & \
+                  for i in $(seq 1 64); do head -c 65536 /dev/zero | tr '\\0' o; printf 'e%03d\\n' $i >&2; done; wait";
+    let mut req = bash(script);
+    req.stdin = Some(false);
+    let (pid, mut s) = grpc_start(&mut client, req).await;
+    // let the stream fill up and the process stall before reading anything
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let c = collect(&mut s, Duration::from_secs(30)).await;
+    assert_eq!(c.end().exit_code, 0, "{:?}", c.end);
+    assert_eq!(c.stdout.len(), 64 * 65536, "stdout bytes");
+    assert!(c.stdout.iter().all(|&b| b == b'o'), "stdout content");
+    let err = c.stderr_str();
+    let burst = err.matches('E').count();
+    assert_eq!(burst, 100_000, "the stderr burst written while stdout was stalled");
+    let lines: String = err.chars().filter(|&ch| ch != 'E').collect();
+    let want: String = (1..=64).map(|i| format!("e{i:03}\n")).collect();
+    assert_eq!(lines, want, "stderr lines");
+    // and the ring agrees on the total
+    let mut procs = envd.processes().await;
+    let mut a = attach(&mut procs, by_pid(pid), None).await.expect("Attach");
+    let log = collect_attach(&mut a, STEP).await;
+    assert_eq!(log.end().total_bytes as usize, c.stdout.len() + c.stderr.len());
+}
