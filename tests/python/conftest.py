@@ -2,12 +2,17 @@
 
 In debug mode (E2B_DEBUG=true) the SDK never calls E2B's API: `Sandbox.create()` names the
 sandbox `debug_sandbox_id`, assumes envd 99.99.99 and talks to E2B_SANDBOX_URL directly.
+
+The daemon runs as root (as in a sandbox image) with `--default-user user`, as E2B templates
+run commands as `user`: every `commands.run` is a `bash -l` login shell, and a test user's clean
+profile keeps the host's own root profile out of the tests.
 """
 
 import os
 import pwd
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -69,9 +74,31 @@ class Daemon:
 _live_daemons: List[Daemon] = []
 
 
+DEFAULT_USER = "user"
+
+
+def ensure_default_user() -> pwd.struct_passwd:
+    """E2B templates run commands as `user`; make sure that Unix user exists."""
+    if os.geteuid() != 0:
+        pytest.fail(
+            "these tests run the daemon as root acting as `user`, as in an E2B sandbox; "
+            "run them as root (CI does)",
+            pytrace=False,
+        )
+    try:
+        return pwd.getpwnam(DEFAULT_USER)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", DEFAULT_USER], check=True)
+        return pwd.getpwnam(DEFAULT_USER)
+
+
 def start_daemon(*extra_args: str, log_dir: Optional[Path] = None) -> Daemon:
-    """Start hangar-envd on a free loopback port and wait for its `listening` line."""
+    """Start hangar-envd on a free loopback port and wait for its `listening` line.
+    Unless `extra_args` name one, the default user is `user`."""
     binary = envd_binary()
+    if "--default-user" not in extra_args:
+        ensure_default_user()
+        extra_args = ("--default-user", DEFAULT_USER, *extra_args)
     log_dir = Path(log_dir or tempfile.mkdtemp(prefix="hangar-envd-e2e-"))
     log_path = log_dir / f"hangar-envd-{len(_live_daemons)}-{os.getpid()}.stderr.log"
     log_file = open(log_path, "wb")
@@ -183,12 +210,18 @@ def require_root():
 
 @pytest.fixture(scope="session")
 def e2b_user(require_root):
-    """E2B templates run commands as `user`; make sure that Unix user exists."""
-    try:
-        return pwd.getpwnam("user")
-    except KeyError:
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", "user"], check=True)
-        return pwd.getpwnam("user")
+    """The Unix user the daemons act as by default (`--default-user user`)."""
+    return ensure_default_user()
+
+
+@pytest.fixture
+def tmp_path(e2b_user):
+    """A fresh directory the sandbox's processes (running as `user`) can use: pytest's own
+    tmp_path lives under a root-only directory."""
+    d = Path(tempfile.mkdtemp(prefix="hangar-e2e-", dir="/tmp"))
+    os.chown(d, e2b_user.pw_uid, e2b_user.pw_gid)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -69,7 +69,7 @@ def test_envs_are_passed(sandbox):
 
 
 def test_env_has_user_home_and_path(sandbox):
-    me = pwd.getpwuid(os.geteuid())
+    me = pwd.getpwnam("user")
     r = sandbox.commands.run('printf "%s|%s|%s" "$USER" "$HOME" "$PATH"')
     user, home, path = r.stdout.split("|")
     assert user == me.pw_name
@@ -87,7 +87,7 @@ def test_cwd_is_honoured(sandbox, tmp_path):
 
 def test_default_cwd_is_users_home(sandbox):
     r = sandbox.commands.run("pwd")
-    assert r.stdout == pwd.getpwuid(os.geteuid()).pw_dir + "\n"
+    assert r.stdout == pwd.getpwnam("user").pw_dir + "\n"
 
 
 def test_missing_cwd_is_invalid_argument(sandbox):

@@ -14,10 +14,9 @@ from e2b import AuthenticationException, PtySize
 from e2e_util import Collector
 
 
-def test_default_user_is_the_daemons(sandbox):
-    me = pwd.getpwuid(os.geteuid())
+def test_default_user_is_the_configured_one(sandbox, e2b_user):
     r = sandbox.commands.run("id -un; echo $HOME")
-    assert r.stdout == f"{me.pw_name}\n{me.pw_dir}\n"
+    assert r.stdout == f"{e2b_user.pw_name}\n{e2b_user.pw_dir}\n"
 
 
 def test_explicit_root(sandbox, require_root):
