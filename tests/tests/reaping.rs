@@ -36,18 +36,24 @@ async fn orphans_are_reaped() {
     let mut envd = Envd::start(&[]);
     let me = envd.pid();
     let mut client = envd.process().await;
+    // orphans that live until this file goes away (no race with how long the starts take)
+    let flag = std::env::temp_dir().join(format!("hangar-e2e-orphans-{}", std::process::id()));
+    std::fs::write(&flag, b"").unwrap();
+    let script = format!(
+        "(exec </dev/null >/dev/null 2>&1; while [ -e {f} ]; do sleep 0.05; done) & exit 0",
+        f = flag.display()
+    );
     for _ in 0..20 {
-        let mut req = bash("(sleep 1 </dev/null >/dev/null 2>&1 &); exit 0");
+        let mut req = bash(&script);
         req.stdin = Some(false);
         let c = grpc_run(&mut client, req, STEP).await;
         assert_eq!(c.end().exit_code, 0, "{c:?}");
     }
-    // the daemon is a child subreaper: the orphaned sleeps are now its children
-    wait_until(STEP, "20 orphaned sleeps reparented to the daemon", || {
-        children_of(me).iter().filter(|p| p.comm == "sleep").count() >= 20
-    })
-    .await;
+    // the daemon is a child subreaper: the orphaned subshells are now its children
+    let orphans = || children_of(me).into_iter().filter(|p| p.comm == "bash" && p.state != 'Z').count();
+    wait_until(STEP, "20 orphaned subshells reparented to the daemon", || orphans() >= 20).await;
     // ... and once they end, it reaps them
+    std::fs::remove_file(&flag).unwrap();
     wait_until(Duration::from_secs(8), "orphans gone and reaped", || descendants(me).is_empty()).await;
     assert!(zombies_of(me).is_empty());
     // a mix of shells that leave orphans and plain processes, concurrently
