@@ -42,10 +42,21 @@ pub struct Config {
     #[arg(long, env = "HANGAR_ENVD_EXITED_RETENTION_SECONDS", default_value_t = 600)]
     pub exited_retention_seconds: u32,
 
+    /// A global environment variable every process gets (repeatable), as `/init`'s `envVars`.
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+
     /// The largest request message accepted, in bytes.
     #[arg(long, env = "HANGAR_ENVD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1024..=(256 * 1024 * 1024)))]
     pub max_message_bytes: u64,
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
 }
 
 impl Config {

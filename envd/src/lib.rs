@@ -70,7 +70,7 @@ impl Daemon {
             _ => own,
         };
         let settings = Arc::new(Settings::new(Defaults {
-            env: Default::default(),
+            env: config.env.iter().cloned().collect(),
             user,
             workdir: config.default_workdir.clone(),
         }));

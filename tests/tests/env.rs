@@ -228,3 +228,16 @@ async fn cwd_tilde_and_relative() {
     let (_, o) = run_connect(&envd, "pwd", json!({}), Some("/etc/passwd"), &[]).await;
     assert_eq!(o.error_code().as_deref(), Some("invalid_argument"), "{o:#?}");
 }
+
+/// `--env KEY=VALUE` sets global variables at start-up, as `/init`'s `envVars` would; they
+/// override the user's defaults (HOME here) and a request's `envs` override them.
+#[tokio::test]
+async fn env_flag_sets_globals() {
+    let envd = Envd::start(&["--env", "G1=from-flag", "--env", "HOME=/tmp", "--env", "OVER=flag"]);
+    let v = envd.http("GET", "/envs", &[], "").await.json();
+    assert_eq!((v["G1"].clone(), v["HOME"].clone()), (json!("from-flag"), json!("/tmp")), "{v}");
+    let (out, o) =
+        run_connect(&envd, "printf '%s|%s|%s' \"$G1\" \"$HOME\" \"$OVER\"", json!({"OVER": "request"}), None, &[]).await;
+    o.assert_clean_end();
+    assert_eq!(out, "from-flag|/tmp|request");
+}
