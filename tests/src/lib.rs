@@ -4,6 +4,8 @@
 //!
 //! Every wait is bounded: a hang fails the test with a message instead of blocking CI.
 
+pub mod relay;
+
 use std::{
     collections::{HashMap, HashSet},
     convert::Infallible,
@@ -956,13 +958,13 @@ pub async fn hangar_list(client: &mut ProcessesClient<Channel>) -> Vec<ext::Proc
 // HTTP / Connect plumbing
 // ---------------------------------------------------------------------------------------------
 
-type ReqBody = BoxBody<Bytes, Infallible>;
+pub type ReqBody = BoxBody<Bytes, Infallible>;
 
-fn full_body(b: Bytes) -> ReqBody {
+pub fn full_body(b: Bytes) -> ReqBody {
     BoxBody::new(Full::new(b))
 }
 
-fn build_request(
+pub fn build_request(
     method: &str,
     path: &str,
     addr: SocketAddr,

@@ -1,0 +1,2 @@
+//! The relay's HTTP surface. Invariant: only this module knows about HTTP, JSON bodies and SSE.
+pub mod rest;

@@ -1,0 +1,165 @@
+//! Tokens and ownership.
+//!
+//! A token's secret is shown once, at creation; the store keeps its SHA-256 (secrets are 256-bit
+//! random, so a fast hash loses nothing). Secrets are compared in constant time. Ownership of a
+//! process is an HMAC-SHA256, under the relay's key, of its owner, sandbox and id: the agent in a
+//! sandbox sees the tag but cannot make one up.
+//!
+//! Invariant: no secret, hash or MAC key reaches a log line.
+use std::path::Path;
+
+use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64, Engine as _};
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::store::{self, Scope, Store, StoreError, TokenRow};
+
+/// Who is calling: a live token.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub token_id: String,
+    pub name: String,
+    pub scope: Scope,
+}
+
+const SECRET_PREFIX: &str = "hgr_";
+
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    // The OS's generator failing is unrecoverable for a process that mints secrets.
+    getrandom::fill(&mut b).expect("the operating system's random number generator failed");
+    b
+}
+
+pub fn random_hex(bytes: usize) -> String {
+    let b = random_bytes::<32>();
+    b[..bytes.min(32)].iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn hash(secret: &str) -> Vec<u8> {
+    Sha256::digest(secret.as_bytes()).to_vec()
+}
+
+/// Mints a token: the stored row and the secret to show once. The secret embeds the token's id
+/// (`hgr_<id>_<random>`) so verification is one lookup and one constant-time comparison.
+pub fn mint(name: &str, scope: Scope) -> (TokenRow, String) {
+    let suffix = random_hex(8);
+    let secret = format!("{SECRET_PREFIX}{suffix}_{}", B64.encode(random_bytes::<32>()));
+    let row = TokenRow {
+        id: format!("tok_{suffix}"),
+        name: name.to_string(),
+        scope,
+        hash: hash(&secret),
+        created_at: store::now(),
+        revoked_at: None,
+    };
+    (row, secret)
+}
+
+/// A row for a secret chosen by the operator (`HANGAR_ADMIN_TOKEN`).
+pub fn adopt(name: &str, scope: Scope, secret: &str) -> TokenRow {
+    TokenRow {
+        id: format!("tok_{}", random_hex(8)),
+        name: name.to_string(),
+        scope,
+        hash: hash(secret),
+        created_at: store::now(),
+        revoked_at: None,
+    }
+}
+
+/// The live token `presented` is, if any.
+pub fn verify(store: &Store, presented: &str) -> Result<Option<Caller>, StoreError> {
+    if presented.is_empty() {
+        return Ok(None);
+    }
+    let want = hash(presented);
+    let candidates = match presented.strip_prefix(SECRET_PREFIX).and_then(|rest| rest.split_once('_')) {
+        Some((suffix, _)) => store.token(&format!("tok_{suffix}"))?.into_iter().collect(),
+        // Operator-chosen secrets have no embedded id.
+        None => store.tokens_with_hash(&want)?,
+    };
+    Ok(candidates.into_iter().find(|t| t.revoked_at.is_none() && bool::from(t.hash.ct_eq(&want))).map(|t| Caller {
+        token_id: t.id,
+        name: t.name,
+        scope: t.scope,
+    }))
+}
+
+/// The relay's MAC key, created 0600 on first start.
+pub struct MacKey([u8; 32]);
+
+impl MacKey {
+    pub fn load_or_create(path: &Path) -> std::io::Result<MacKey> {
+        match std::fs::read(path) {
+            Ok(b) if b.len() == 32 => {
+                let mut k = [0u8; 32];
+                k.copy_from_slice(&b);
+                Ok(MacKey(k))
+            }
+            Ok(_) => Err(std::io::Error::other(format!("{} is not a 32-byte key", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let k = random_bytes::<32>();
+                use std::io::Write as _;
+                use std::os::unix::fs::OpenOptionsExt as _;
+                let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+                f.write_all(&k)?;
+                f.sync_all()?;
+                Ok(MacKey(k))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A MAC of `parts` (joined unambiguously), base64url, 128 bits.
+    pub fn mac(&self, parts: &[&str]) -> String {
+        let mut m = <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        for p in parts {
+            m.update(&(p.len() as u64).to_be_bytes());
+            m.update(p.as_bytes());
+        }
+        B64.encode(&m.finalize().into_bytes()[..16])
+    }
+
+    pub fn verify(&self, parts: &[&str], mac: &str) -> bool {
+        self.mac(parts).as_bytes().ct_eq(mac.as_bytes()).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minted_tokens_verify_and_revoke() {
+        let dir = std::env::temp_dir().join(format!("hangar-auth-test-{}", random_hex(4)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&dir.join("db.sqlite")).unwrap();
+        let (row, secret) = mint("ci", Scope::User);
+        store.insert_token(&row).unwrap();
+        assert_eq!(verify(&store, &secret).unwrap().unwrap().token_id, row.id);
+        let mut wrong = secret.clone();
+        wrong.pop();
+        assert!(verify(&store, &wrong).unwrap().is_none());
+        store.insert_token(&adopt("admin", Scope::Admin, "operator-secret")).unwrap();
+        assert_eq!(verify(&store, "operator-secret").unwrap().unwrap().scope, Scope::Admin);
+        assert!(store.revoke_token(&row.id).unwrap());
+        assert!(verify(&store, &secret).unwrap().is_none());
+        assert!(verify(&store, "").unwrap().is_none(), "an empty secret is never a token");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn macs_bind_every_part() {
+        let dir = std::env::temp_dir().join(format!("hangar-mac-test-{}", random_hex(4)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = MacKey::load_or_create(&dir.join("key")).unwrap();
+        let m = key.mac(&["tok_1", "sbx_1", "p1"]);
+        assert!(key.verify(&["tok_1", "sbx_1", "p1"], &m));
+        assert!(!key.verify(&["tok_1", "sbx_1p", "1"], &m), "parts are length-prefixed");
+        let again = MacKey::load_or_create(&dir.join("key")).unwrap();
+        assert!(again.verify(&["tok_1", "sbx_1", "p1"], &m), "the key persists");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,52 @@
+//! The relay's configuration: `hangar-relay serve` flags, each with a `HANGAR_*` variable.
+use std::{net::SocketAddr, path::PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "hangar-relay", version, about = "hangar's control-plane streaming layer")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the REST/SSE API.
+    Serve(Config),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Address and port to serve on.
+    #[arg(long, env = "HANGAR_LISTEN", default_value = "127.0.0.1:7470")]
+    pub listen: SocketAddr,
+
+    /// Directory for the SQLite database, the MAC key and local sandboxes.
+    #[arg(long, env = "HANGAR_STATE_DIR", default_value_os_t = default_state_dir())]
+    pub state_dir: PathBuf,
+
+    /// The admin token; without it one is generated at first start and printed once.
+    #[arg(long = "admin-token", env = "HANGAR_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// The hangar-envd binary local sandboxes run (default: beside this executable).
+    #[arg(long, env = "HANGAR_ENVD_BIN")]
+    pub envd_bin: Option<PathBuf>,
+}
+
+fn default_state_dir() -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".")).join(".hangar")
+}
+
+impl Config {
+    /// The envd binary: the flag, else `hangar-envd` beside the running executable.
+    pub fn envd_bin(&self) -> PathBuf {
+        self.envd_bin.clone().unwrap_or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(|d| d.join("hangar-envd")))
+                .unwrap_or_else(|| PathBuf::from("hangar-envd"))
+        })
+    }
+}

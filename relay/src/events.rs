@@ -1,0 +1,75 @@
+//! Every log line the relay emits about its domain, from one typed place. No event carries a
+//! credential.
+const TARGET: &str = "hangar_relay";
+
+pub struct Listening {
+    pub addr: std::net::SocketAddr,
+}
+impl Listening {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "listening", addr = %self.addr, "hangar-relay listening");
+    }
+}
+
+pub struct TokenCreated<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub scope: &'a str,
+}
+impl TokenCreated<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "token_created", id = self.id, name = self.name, scope = self.scope, "token created");
+    }
+}
+
+pub struct TokenRevoked<'a> {
+    pub id: &'a str,
+}
+impl TokenRevoked<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "token_revoked", id = self.id, "token revoked");
+    }
+}
+
+pub struct SandboxChanged<'a> {
+    pub name: &'a str,
+    pub provider: &'a str,
+    pub change: &'a str,
+}
+impl SandboxChanged<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "sandbox_changed", sandbox = self.name, provider = self.provider, change = self.change, "sandbox changed");
+    }
+}
+
+pub struct DaemonStarted<'a> {
+    pub sandbox: &'a str,
+    pub url: &'a str,
+}
+impl DaemonStarted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "daemon_started", sandbox = self.sandbox, url = self.url, "sandbox daemon started");
+    }
+}
+
+pub struct ExecFinished<'a> {
+    pub sandbox: &'a str,
+    pub streamed: bool,
+    pub exit_code: i32,
+    pub closed: Option<&'a str>,
+}
+impl ExecFinished<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "exec_finished", sandbox = self.sandbox, streamed = self.streamed,
+            exit_code = self.exit_code, closed = self.closed, "exec finished");
+    }
+}
+
+pub struct AuthRefused<'a> {
+    pub path: &'a str,
+}
+impl AuthRefused<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "auth_refused", path = self.path, "request without a valid token");
+    }
+}

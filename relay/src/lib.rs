@@ -1,0 +1,100 @@
+//! hangar-relay: the control plane's streaming layer. It knows the sandboxes, their providers and
+//! the tokens of the people and agents who use them, and serves envd's streams over REST/SSE.
+//!
+//! Layers: `api` (HTTP, the only module that knows it) → `sandboxes` (lookups, provider calls,
+//! exec) → `providers`, `envd`, `store`, `auth`.
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod envd;
+pub mod error;
+pub mod events;
+pub mod exec;
+pub mod providers;
+pub mod sandboxes;
+pub mod store;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use config::Config;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("state directory {path}: {source}")]
+    StateDir { path: std::path::PathBuf, source: std::io::Error },
+    #[error("state store: {0}")]
+    Store(#[from] store::StoreError),
+    #[error("MAC key: {0}")]
+    Key(std::io::Error),
+    #[error("binding {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("the default sandbox: {0}")]
+    DefaultSandbox(String),
+}
+
+/// What every request shares.
+pub struct Relay {
+    pub store: store::Store,
+    pub key: auth::MacKey,
+    pub sandboxes: sandboxes::Sandboxes,
+}
+
+/// A relay bound to its port, with the admin secret to show if one was generated.
+pub struct Bound {
+    pub listener: tokio::net::TcpListener,
+    pub relay: Arc<Relay>,
+    pub generated_admin_secret: Option<String>,
+}
+
+pub async fn bind(config: &Config) -> Result<Bound, StartError> {
+    let dir = &config.state_dir;
+    let io = |source| StartError::StateDir { path: dir.clone(), source };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    let store = store::Store::open(&dir.join("relay.sqlite"))?;
+    let key = auth::MacKey::load_or_create(&dir.join("mac.key")).map_err(StartError::Key)?;
+
+    let mut generated_admin_secret = None;
+    // An empty variable is no token: it must never become a secret that an empty header matches.
+    match config.admin_token.as_deref().filter(|t| !t.trim().is_empty()) {
+        Some(secret) if auth::verify(&store, secret)?.is_none() => {
+            store.insert_token(&auth::adopt("admin", store::Scope::Admin, secret))?;
+        }
+        Some(_) => {}
+        None if !store.any_admin()? => {
+            let (row, secret) = auth::mint("admin", store::Scope::Admin);
+            store.insert_token(&row)?;
+            generated_admin_secret = Some(secret);
+        }
+        None => {}
+    }
+
+    let local = providers::local::LocalProvider::new(dir.join("sandboxes"), config.envd_bin());
+    let sandboxes = sandboxes::Sandboxes::new(vec![Box::new(local)]);
+    let relay = Arc::new(Relay { store, key, sandboxes });
+    relay.sandboxes.ensure_default(&relay.store).await.map_err(|e| StartError::DefaultSandbox(e.message))?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind { addr: config.listen, source })?;
+    Ok(Bound { listener, relay, generated_admin_secret })
+}
+
+/// Serves until SIGTERM or SIGINT.
+pub async fn serve(bound: Bound) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    if let Ok(addr) = bound.listener.local_addr() {
+        events::Listening { addr }.emit();
+    }
+    let app = api::rest::router(bound.relay);
+    tokio::select! {
+        r = axum::serve(bound.listener, app) => r,
+        _ = term.recv() => Ok(()),
+        _ = int.recv() => Ok(()),
+    }
+}

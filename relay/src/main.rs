@@ -1,0 +1,37 @@
+//! hangar-relay's entry point: `hangar-relay serve`.
+use std::io::Write as _;
+
+use clap::Parser;
+use hangar_relay::config::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HANGAR_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let Cli { command: Command::Serve(config) } = Cli::parse();
+    let bound = match hangar_relay::bind(&config).await {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("hangar-relay: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut out = std::io::stdout();
+    if let Some(secret) = &bound.generated_admin_secret {
+        // Shown once: only its hash is kept.
+        let _ = writeln!(out, "admin token (shown once): {secret}");
+    }
+    if let Ok(addr) = bound.listener.local_addr() {
+        let _ = writeln!(out, "hangar-relay listening on http://{addr}");
+    }
+    let _ = out.flush();
+    match hangar_relay::serve(bound).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hangar-relay: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

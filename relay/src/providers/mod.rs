@@ -1,0 +1,53 @@
+//! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback)
+//! now; Docker, Kubernetes and remote envds (E2B) implement the same trait.
+//!
+//! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
+//! what runs inside.
+pub mod local;
+
+use std::time::Duration;
+
+use crate::{envd::Envd, store::SandboxRow};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("{0}")]
+    BadOptions(String),
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    #[error("the sandbox's daemon did not start: {0}")]
+    DaemonStart(String),
+    #[error("{0} is not supported by the {1} provider")]
+    Unsupported(&'static str, &'static str),
+}
+
+/// What a provider's own exec (no daemon) returns.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutput {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub timed_out: bool,
+}
+
+#[tonic::async_trait]
+pub trait Provider: Send + Sync {
+    fn name(&self) -> &'static str;
+    /// Creates the sandbox: fills in its workdir and, when it has one, its daemon.
+    async fn create(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError>;
+    /// Makes sure a running sandbox's daemon answers, restarting it where the provider can.
+    /// Returns the client, or `None` for a sandbox without a daemon.
+    async fn daemon(&self, sandbox: &mut SandboxRow) -> Result<Option<Envd>, ProviderError>;
+    async fn pause(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError>;
+    async fn resume(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError>;
+    /// Destroys the sandbox and everything running in it.
+    async fn destroy(&self, sandbox: &SandboxRow) -> Result<(), ProviderError>;
+    /// The provider's own exec: `bash -lc command`, output in one piece.
+    async fn exec(
+        &self,
+        sandbox: &SandboxRow,
+        command: &str,
+        cwd: Option<&str>,
+        timeout: Duration,
+    ) -> Result<ExecOutput, ProviderError>;
+}

@@ -1,0 +1,156 @@
+//! Sandboxes: lookups by id or name, lifecycle through their provider, and their daemons.
+use std::time::Duration;
+
+use crate::{
+    auth,
+    envd::Envd,
+    error::ApiError,
+    events,
+    providers::{ExecOutput, Provider, ProviderError},
+    store::{self, SandboxRow, Store},
+};
+
+pub const DEFAULT_SANDBOX: &str = "default";
+
+pub struct Sandboxes {
+    providers: Vec<Box<dyn Provider>>,
+    /// Serializes daemon (re)starts so two requests never start two daemons for one sandbox.
+    starting: tokio::sync::Mutex<()>,
+}
+
+impl From<ProviderError> for ApiError {
+    fn from(e: ProviderError) -> Self {
+        match e {
+            ProviderError::BadOptions(m) => ApiError::bad_request(m),
+            ProviderError::Unsupported(..) => ApiError::bad_request(e.to_string()),
+            ProviderError::Io { .. } | ProviderError::DaemonStart(_) => ApiError::bad_gateway(e.to_string()),
+        }
+    }
+}
+
+/// Sandbox names become parts of URLs and resource names: keep them plain.
+pub fn valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
+}
+
+impl Sandboxes {
+    pub fn new(providers: Vec<Box<dyn Provider>>) -> Self {
+        Self { providers, starting: tokio::sync::Mutex::new(()) }
+    }
+
+    pub fn provider(&self, name: &str) -> Result<&dyn Provider, ApiError> {
+        self.providers.iter().find(|p| p.name() == name).map(|p| p.as_ref()).ok_or_else(|| {
+            let known: Vec<_> = self.providers.iter().map(|p| p.name()).collect();
+            ApiError::bad_request(format!("unknown provider {name:?}; known: {}", known.join(", ")))
+        })
+    }
+
+    pub async fn create(
+        &self,
+        store: &Store,
+        name: &str,
+        provider: &str,
+        options: serde_json::Value,
+    ) -> Result<SandboxRow, ApiError> {
+        if !valid_name(name) {
+            return Err(ApiError::bad_request(format!(
+                "sandbox name {name:?}: 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit"
+            )));
+        }
+        let p = self.provider(provider)?;
+        if store.sandbox(name)?.is_some() {
+            return Err(ApiError::conflict(format!("a sandbox named {name:?} exists")));
+        }
+        let mut row = SandboxRow {
+            id: format!("sbx_{}", auth::random_hex(8)),
+            name: name.to_string(),
+            provider: provider.to_string(),
+            options,
+            state: "running".into(),
+            workdir: None,
+            envd_url: None,
+            envd_token: None,
+            envd_pid: None,
+            daemon: false,
+            created_at: store::now(),
+        };
+        {
+            let _g = self.starting.lock().await;
+            p.create(&mut row).await?;
+        }
+        if let Err(e) = store.insert_sandbox(&row) {
+            let _ = p.destroy(&row).await;
+            return Err(e.into());
+        }
+        events::SandboxChanged { name, provider, change: "created" }.emit();
+        Ok(row)
+    }
+
+    pub fn get(&self, store: &Store, reference: &str) -> Result<SandboxRow, ApiError> {
+        store.sandbox(reference)?.ok_or_else(|| ApiError::not_found(format!("no sandbox {reference:?}")))
+    }
+
+    /// The sandbox's daemon, started again where the provider can; `None` without one.
+    pub async fn daemon(&self, store: &Store, row: &mut SandboxRow) -> Result<Option<Envd>, ApiError> {
+        if row.state == "paused" {
+            return Err(ApiError::unavailable(format!("sandbox {:?} is paused", row.name)));
+        }
+        let p = self.provider(&row.provider)?;
+        let _g = self.starting.lock().await;
+        // Another request may have restarted it while this one waited.
+        if let Some(fresh) = store.sandbox(&row.id)? {
+            *row = fresh;
+        }
+        let before = row.clone();
+        let result = p.daemon(row).await;
+        if result.is_err() {
+            row.daemon = false;
+        }
+        if *row != before {
+            store.update_sandbox(row)?;
+        }
+        Ok(result?)
+    }
+
+    pub async fn exec_fallback(
+        &self,
+        row: &SandboxRow,
+        command: &str,
+        cwd: Option<&str>,
+        timeout: Duration,
+    ) -> Result<ExecOutput, ApiError> {
+        Ok(self.provider(&row.provider)?.exec(row, command, cwd, timeout).await?)
+    }
+
+    pub async fn set_paused(&self, store: &Store, row: &mut SandboxRow, paused: bool) -> Result<(), ApiError> {
+        let p = self.provider(&row.provider)?;
+        if paused {
+            p.pause(row).await?;
+        } else {
+            p.resume(row).await?;
+        }
+        row.state = if paused { "paused" } else { "running" }.into();
+        store.update_sandbox(row)?;
+        events::SandboxChanged { name: &row.name, provider: &row.provider, change: &row.state }.emit();
+        Ok(())
+    }
+
+    pub async fn destroy(&self, store: &Store, row: &SandboxRow) -> Result<(), ApiError> {
+        self.provider(&row.provider)?.destroy(row).await?;
+        store.delete_sandbox(&row.id)?;
+        events::SandboxChanged { name: &row.name, provider: &row.provider, change: "destroyed" }.emit();
+        Ok(())
+    }
+
+    /// The `default` local sandbox exists from the first start, so examples need no set-up.
+    pub async fn ensure_default(&self, store: &Store) -> Result<(), ApiError> {
+        if store.sandbox(DEFAULT_SANDBOX)?.is_none() {
+            self.create(store, DEFAULT_SANDBOX, "local", serde_json::json!({})).await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,257 @@
+//! The relay's state in SQLite: tokens (hashed) and sandboxes.
+//!
+//! Invariant: the only module that speaks SQL. No secret is stored in the clear except each
+//! sandbox's envd access token, which the relay must present to its daemon (the database file is
+//! created 0600 in a 0700 directory).
+use std::{
+    path::Path,
+    sync::{Mutex, MutexGuard},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Admin,
+    User,
+    Mcp,
+    Jobs,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Admin => "admin",
+            Scope::User => "user",
+            Scope::Mcp => "mcp",
+            Scope::Jobs => "jobs",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "admin" => Some(Scope::Admin),
+            "user" => Some(Scope::User),
+            "mcp" => Some(Scope::Mcp),
+            "jobs" => Some(Scope::Jobs),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TokenRow {
+    pub id: String,
+    pub name: String,
+    pub scope: Scope,
+    #[serde(skip)]
+    pub hash: Vec<u8>,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SandboxRow {
+    pub id: String,
+    pub name: String,
+    pub provider: String,
+    pub options: serde_json::Value,
+    /// `running`, `paused` or `destroyed`.
+    pub state: String,
+    pub workdir: Option<String>,
+    #[serde(skip)]
+    pub envd_url: Option<String>,
+    #[serde(skip)]
+    pub envd_token: Option<String>,
+    #[serde(skip)]
+    pub envd_pid: Option<i64>,
+    /// Whether the sandbox's daemon answered when last asked.
+    pub daemon: bool,
+    pub created_at: i64,
+}
+
+pub fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    hash BLOB NOT NULL,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS tokens_hash ON tokens(hash);
+CREATE TABLE IF NOT EXISTS sandboxes (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    provider TEXT NOT NULL,
+    options TEXT NOT NULL,
+    state TEXT NOT NULL,
+    workdir TEXT,
+    envd_url TEXT,
+    envd_token TEXT,
+    envd_pid INTEGER,
+    daemon INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL
+);
+";
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store> {
+        let conn = Connection::open(path)?;
+        restrict(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "busy_timeout", 5000)?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn insert_token(&self, t: &TokenRow) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO tokens (id, name, scope, hash, created_at, revoked_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![t.id, t.name, t.scope.as_str(), t.hash, t.created_at, t.revoked_at],
+        )?;
+        Ok(())
+    }
+
+    pub fn token(&self, id: &str) -> Result<Option<TokenRow>> {
+        Ok(self.conn().query_row("SELECT * FROM tokens WHERE id = ?1", [id], token_row).optional()?)
+    }
+
+    pub fn tokens_with_hash(&self, hash: &[u8]) -> Result<Vec<TokenRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT * FROM tokens WHERE hash = ?1")?;
+        let rows = stmt.query_map([hash], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    pub fn tokens(&self) -> Result<Vec<TokenRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT * FROM tokens ORDER BY created_at, id")?;
+        let rows = stmt.query_map([], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Marks a token revoked; false if there is no such live token.
+    pub fn revoke_token(&self, id: &str) -> Result<bool> {
+        let n = self
+            .conn()
+            .execute("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", params![id, now()])?;
+        Ok(n > 0)
+    }
+
+    pub fn any_admin(&self) -> Result<bool> {
+        Ok(self.conn().query_row(
+            "SELECT EXISTS(SELECT 1 FROM tokens WHERE scope = 'admin' AND revoked_at IS NULL)",
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    pub fn insert_sandbox(&self, s: &SandboxRow) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                s.id,
+                s.name,
+                s.provider,
+                s.options.to_string(),
+                s.state,
+                s.workdir,
+                s.envd_url,
+                s.envd_token,
+                s.envd_pid,
+                s.daemon,
+                s.created_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn update_sandbox(&self, s: &SandboxRow) -> Result<()> {
+        self.conn().execute(
+            "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7 WHERE id = ?1",
+            params![s.id, s.state, s.workdir, s.envd_url, s.envd_token, s.envd_pid, s.daemon],
+        )?;
+        Ok(())
+    }
+
+    pub fn delete_sandbox(&self, id: &str) -> Result<()> {
+        self.conn().execute("DELETE FROM sandboxes WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
+    /// A sandbox by id or name.
+    pub fn sandbox(&self, reference: &str) -> Result<Option<SandboxRow>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT * FROM sandboxes WHERE id = ?1 OR name = ?1", [reference], sandbox_row)
+            .optional()?)
+    }
+
+    pub fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT * FROM sandboxes ORDER BY created_at, name")?;
+        let rows = stmt.query_map([], sandbox_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+}
+
+fn token_row(r: &Row<'_>) -> rusqlite::Result<TokenRow> {
+    let scope: String = r.get("scope")?;
+    Ok(TokenRow {
+        id: r.get("id")?,
+        name: r.get("name")?,
+        scope: Scope::parse(&scope).unwrap_or(Scope::User),
+        hash: r.get("hash")?,
+        created_at: r.get("created_at")?,
+        revoked_at: r.get("revoked_at")?,
+    })
+}
+
+fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
+    let options: String = r.get("options")?;
+    Ok(SandboxRow {
+        id: r.get("id")?,
+        name: r.get("name")?,
+        provider: r.get("provider")?,
+        options: serde_json::from_str(&options).unwrap_or(serde_json::Value::Null),
+        state: r.get("state")?,
+        workdir: r.get("workdir")?,
+        envd_url: r.get("envd_url")?,
+        envd_token: r.get("envd_token")?,
+        envd_pid: r.get("envd_pid")?,
+        daemon: r.get("daemon")?,
+        created_at: r.get("created_at")?,
+    })
+}
+
+/// Owner-only permissions on a secret-bearing file.
+pub fn restrict(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}

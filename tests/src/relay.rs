@@ -1,0 +1,272 @@
+//! The relay harness: start the real `hangar-relay` on a fresh state directory and drive its
+//! REST and SSE API as curl would. Dropping it stops the relay and every daemon its local
+//! sandboxes started (they outlive the relay by design).
+use std::{
+    io::{BufRead, BufReader},
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::Value;
+
+use crate::{
+    all_procs, build_request, descendants, envd_bin, full_body, read_raw, send_http1, within, RawResponse, STEP,
+};
+
+pub const ADMIN: &str = "admin-secret-for-tests";
+
+pub fn relay_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("HANGAR_RELAY_BIN") {
+        return PathBuf::from(p);
+    }
+    envd_bin().with_file_name("hangar-relay")
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh state directory, removed (with its daemons) when the `StateDir` drops.
+pub struct StateDir(pub PathBuf);
+
+impl StateDir {
+    pub fn new() -> StateDir {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("hangar-relay-e2e-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        StateDir(p)
+    }
+
+    /// Pids of the daemons whose command line names this state directory.
+    pub fn daemons(&self) -> Vec<u32> {
+        let needle = self.0.to_string_lossy().into_owned();
+        all_procs()
+            .into_iter()
+            .filter(|p| {
+                std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                    .map(|c| {
+                        String::from_utf8_lossy(&c).contains(&needle)
+                            && String::from_utf8_lossy(&c).contains("hangar-envd")
+                    })
+                    .unwrap_or(false)
+            })
+            .map(|p| p.pid)
+            .collect()
+    }
+}
+
+impl Default for StateDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        for pid in self.daemons() {
+            for p in descendants(pid) {
+                // SAFETY: kill(2) on processes this test's relay started.
+                unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
+            }
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct Relay {
+    child: Child,
+    pub addr: SocketAddr,
+    stderr_path: PathBuf,
+}
+
+impl Relay {
+    /// Starts a relay on `state` with the admin token `ADMIN` and `env` added.
+    pub fn start(state: &Path, env: &[(&str, &str)]) -> Relay {
+        std::fs::create_dir_all(state.parent().unwrap_or(Path::new("/tmp"))).expect("temp dir");
+        let stderr_path = state.with_extension(format!("stderr-{}.log", COUNTER.fetch_add(1, Ordering::SeqCst)));
+        let stderr = std::fs::File::create(&stderr_path).expect("relay log file");
+        let mut cmd = Command::new(relay_bin());
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+            .arg(state)
+            .env("HANGAR_ADMIN_TOKEN", ADMIN)
+            .env("HANGAR_ENVD_BIN", envd_bin())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("starting {}: {e}", relay_bin().display()));
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let addr = loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(a) = line.strip_prefix("hangar-relay listening on http://") {
+                        break a.parse().expect("relay address");
+                    }
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!(
+                        "hangar-relay printed no address; stderr:\n{}",
+                        std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                    );
+                }
+            }
+        };
+        Relay { child, addr, stderr_path }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait for the exit.
+    pub fn stop(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("hangar-relay did not exit within 10 s of SIGTERM");
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Bytes>,
+    ) -> hyper::Request<crate::ReqBody> {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut headers: Vec<(&str, &str)> = vec![("content-type", "application/json")];
+        if let Some(a) = &auth {
+            headers.push(("authorization", a));
+        }
+        build_request(method, path, self.addr, false, &headers, full_body(body.unwrap_or_default()))
+    }
+
+    /// One request, the whole response.
+    pub async fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> RawResponse {
+        self.call_raw(method, path, token, body.map(|b| Bytes::from(b.to_string()))).await
+    }
+
+    pub async fn call_raw(&self, method: &str, path: &str, token: Option<&str>, body: Option<Bytes>) -> RawResponse {
+        let req = self.request(method, path, token, body);
+        let resp = within(STEP, &format!("{method} {path}"), send_http1(self.addr, req)).await;
+        within(STEP, &format!("reading {method} {path}"), read_raw(resp)).await
+    }
+
+    /// Opens an SSE stream.
+    pub async fn sse(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Sse {
+        let req = self.request(method, path, token, body.map(|b| Bytes::from(b.to_string())));
+        let resp = within(STEP, &format!("{method} {path}"), send_http1(self.addr, req)).await;
+        let status = resp.status().as_u16();
+        Sse { status, body: resp.into_body(), buf: BytesMut::new() }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One SSE event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub event: String,
+    pub id: Option<String>,
+    pub data: String,
+}
+
+impl SseEvent {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {:?}", self.data))
+    }
+}
+
+pub struct Sse {
+    pub status: u16,
+    body: Incoming,
+    buf: BytesMut,
+}
+
+impl Sse {
+    /// The next event (comments skipped), or `None` when the stream ends; fails after `limit`.
+    pub async fn next(&mut self, limit: Duration) -> Option<SseEvent> {
+        within(limit, "the next SSE event", async {
+            loop {
+                if let Some(ev) = self.parse_one() {
+                    if ev.event.is_empty() && ev.data.is_empty() {
+                        continue;
+                    }
+                    return Some(ev);
+                }
+                match self.body.frame().await {
+                    Some(Ok(f)) => {
+                        if let Ok(d) = f.into_data() {
+                            self.buf.extend_from_slice(&d);
+                        }
+                    }
+                    _ => return None,
+                }
+            }
+        })
+        .await
+    }
+
+    /// Every event until the stream ends.
+    pub async fn collect(&mut self, limit: Duration) -> Vec<SseEvent> {
+        let mut v = Vec::new();
+        while let Some(e) = self.next(limit).await {
+            v.push(e);
+        }
+        v
+    }
+
+    fn parse_one(&mut self) -> Option<SseEvent> {
+        let text = std::str::from_utf8(&self.buf).ok()?;
+        let end = text.find("\n\n")?;
+        let block = text[..end].to_string();
+        let _ = self.buf.split_to(end + 2);
+        let mut ev = SseEvent { event: String::new(), id: None, data: String::new() };
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                ev.event = v.trim_start().to_string();
+            } else if let Some(v) = line.strip_prefix("id:") {
+                ev.id = Some(v.trim_start().to_string());
+            } else if let Some(v) = line.strip_prefix("data:") {
+                if !ev.data.is_empty() {
+                    ev.data.push('\n');
+                }
+                ev.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+            }
+        }
+        Some(ev)
+    }
+}
