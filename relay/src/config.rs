@@ -33,6 +33,17 @@ pub struct Config {
     /// The hangar-envd binary local sandboxes run (default: beside this executable).
     #[arg(long, env = "HANGAR_ENVD_BIN")]
     pub envd_bin: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub limits: Limits,
+}
+
+/// The streaming document's limits.
+#[derive(Debug, Clone, Args)]
+pub struct Limits {
+    /// Running background processes per token (per sandbox).
+    #[arg(long, env = "HANGAR_BACKGROUND_MAX_PER_TOKEN", default_value_t = 16)]
+    pub background_per_token: usize,
 }
 
 fn default_state_dir() -> PathBuf {

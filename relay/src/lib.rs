@@ -10,6 +10,7 @@ pub mod envd;
 pub mod error;
 pub mod events;
 pub mod exec;
+pub mod processes;
 pub mod providers;
 pub mod sandboxes;
 pub mod store;
@@ -37,6 +38,8 @@ pub struct Relay {
     pub store: store::Store,
     pub key: auth::MacKey,
     pub sandboxes: sandboxes::Sandboxes,
+    pub processes: processes::Processes,
+    pub limits: config::Limits,
 }
 
 /// A relay bound to its port, with the admin secret to show if one was generated.
@@ -74,7 +77,13 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
 
     let local = providers::local::LocalProvider::new(dir.join("sandboxes"), config.envd_bin());
     let sandboxes = sandboxes::Sandboxes::new(vec![Box::new(local)]);
-    let relay = Arc::new(Relay { store, key, sandboxes });
+    let relay = Arc::new(Relay {
+        store,
+        key,
+        sandboxes,
+        processes: processes::Processes::default(),
+        limits: config.limits.clone(),
+    });
     relay.sandboxes.ensure_default(&relay.store).await.map_err(|e| StartError::DefaultSandbox(e.message))?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -9,6 +9,8 @@ async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HANGAR_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: logs redirected to files stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let Cli { command: Command::Serve(config) } = Cli::parse();
     let bound = match hangar_relay::bind(&config).await {

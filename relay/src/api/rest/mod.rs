@@ -1,6 +1,7 @@
 //! REST and Server-Sent Events under `/api`, with `Authorization: Bearer` on every route but
 //! `GET /health`.
 mod exec;
+mod processes;
 mod sandboxes;
 mod tokens;
 
@@ -37,6 +38,10 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sandboxes/{sandbox}/resume", post(sandboxes::resume))
         .route("/api/sandboxes/{sandbox}/exec", post(exec::exec))
         .route("/api/sandboxes/{sandbox}/exec/stream", post(exec::exec_stream))
+        .route("/api/sandboxes/{sandbox}/processes", post(processes::start).get(processes::list))
+        .route("/api/sandboxes/{sandbox}/processes/{id}", get(processes::read).delete(processes::kill))
+        .route("/api/sandboxes/{sandbox}/processes/{id}/stream", get(processes::stream))
+        .route("/api/sandboxes/{sandbox}/processes/{id}/input", post(processes::input))
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(relay.clone(), authenticate));
     Router::new()

@@ -1,0 +1,246 @@
+//! Background processes: `POST/GET /api/sandboxes/{ref}/processes`, `GET .../processes/{id}?since=`
+//! (buffered output, for polling), `GET .../processes/{id}/stream?since=` (SSE whose `id` is the
+//! byte offset to resume from, so `Last-Event-ID` resumes exactly), `POST .../processes/{id}/input`,
+//! `DELETE .../processes/{id}`.
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use axum::{
+    extract::{Path, Query, State},
+    http::{HeaderMap, StatusCode},
+    response::sse::{Event, KeepAlive, Sse},
+    Extension, Json,
+};
+use base64::Engine as _;
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+
+use super::{require_sandbox_scope, Body};
+use crate::{
+    auth::Caller,
+    envd::Envd,
+    error::ApiError,
+    processes::{self, At, Output},
+    store::SandboxRow,
+    Relay,
+};
+
+const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
+/// A poll returns once it has what was written when it asked, or after this much quiet.
+const POLL_QUIET: Duration = Duration::from_millis(250);
+
+/// A sandbox with its daemon, for one request.
+struct Target {
+    row: SandboxRow,
+    envd: Envd,
+}
+
+impl Target {
+    fn at<'a>(&'a self, relay: &'a Relay, caller: &'a Caller) -> At<'a> {
+        At { envd: &self.envd, key: &relay.key, caller, sandbox: &self.row }
+    }
+}
+
+async fn sandbox_daemon(relay: &Relay, caller: &Caller, reference: &str) -> Result<Target, ApiError> {
+    require_sandbox_scope(caller)?;
+    let mut row = relay.sandboxes.get(&relay.store, reference)?;
+    match relay.sandboxes.daemon(&relay.store, &mut row).await? {
+        Some(envd) => Ok(Target { row, envd }),
+        None => Err(ApiError::unavailable(format!(
+            "sandbox {:?} has no daemon: background processes need the daemon",
+            row.name
+        ))),
+    }
+}
+
+fn check_id(id: &str) -> Result<(), ApiError> {
+    if processes::valid_id(id) {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(format!("no process {id:?}")))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartBody {
+    command: String,
+    cwd: Option<String>,
+}
+
+pub async fn start(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+    Body(body): Body<StartBody>,
+) -> Result<(StatusCode, Json<processes::ProcessView>), ApiError> {
+    if body.command.trim().is_empty() {
+        return Err(ApiError::bad_request("command must not be empty"));
+    }
+    let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    let at = target.at(&relay, &caller);
+    let running = relay.processes.list(&at).await?.iter().filter(|p| p.state == "running").count();
+    let limit = relay.limits.background_per_token;
+    if running >= limit {
+        return Err(ApiError::too_many(format!(
+            "HANGAR_BACKGROUND_MAX_PER_TOKEN: this token already has {running} running background processes in this sandbox (limit {limit})"
+        )));
+    }
+    let view = relay.processes.start(&at, &body.command, body.cwd).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+pub async fn list(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    let list = relay.processes.list(&target.at(&relay, &caller)).await?;
+    Ok(Json(serde_json::json!({ "processes": list })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinceQuery {
+    since: Option<u64>,
+}
+
+/// The output written from `since` up to when the call came, without waiting for more.
+pub async fn read(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path((reference, id)): Path<(String, String)>,
+    Query(q): Query<SinceQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    check_id(&id)?;
+    let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    let at = target.at(&relay, &caller);
+    let view = relay.processes.get(&at, &id).await?;
+    let stream = relay.processes.attach(&at, &id, q.since).await?;
+    futures::pin_mut!(stream);
+    let (mut output, mut lost, mut next, mut target, mut start) =
+        (String::new(), 0u64, q.since.unwrap_or(0), None, None);
+    loop {
+        let item = match tokio::time::timeout(POLL_QUIET, stream.next()).await {
+            Ok(Some(i)) => i,
+            Ok(None) | Err(_) => break,
+        };
+        match item {
+            Output::Start { oldest, next: n } => {
+                start = Some(q.since.unwrap_or(oldest));
+                next = start.unwrap_or(oldest);
+                target = Some(n);
+            }
+            Output::Data { data, next: n, .. } => {
+                output.push_str(&data);
+                next = n;
+            }
+            Output::Gap { from, to } => {
+                lost += to - from;
+                next = to;
+            }
+            Output::End { total, .. } => {
+                next = total;
+                break;
+            }
+            Output::Broken(m) => return Err(ApiError::bad_gateway(format!("reading the process's output: {m}"))),
+        }
+        if target.is_some_and(|t| next >= t) {
+            break;
+        }
+    }
+    Ok(Json(serde_json::json!({
+        "process": view,
+        "since": start.unwrap_or(next),
+        "output": output,
+        "lost": lost,
+        "next": next,
+    })))
+}
+
+fn sse_event(item: &Output) -> Option<Event> {
+    let ev = match item {
+        Output::Start { .. } => return None,
+        Output::Data { data, stream, next } => Event::default()
+            .event("output")
+            .id(next.to_string())
+            .json_data(serde_json::json!({ "data": data, "stream": stream })),
+        Output::Gap { from, to } => Event::default()
+            .event("gap")
+            .id(to.to_string())
+            .json_data(serde_json::json!({ "from": from, "to": to, "lost": to - from })),
+        Output::End { exit_code, status, total } => Event::default().event("end").id(total.to_string()).json_data(
+            serde_json::json!({ "exit_code": exit_code, "status": status, "total": total, "reason": "done" }),
+        ),
+        Output::Broken(m) => {
+            Event::default().event("close").json_data(serde_json::json!({ "reason": "error", "message": m }))
+        }
+    };
+    ev.ok()
+}
+
+pub async fn stream(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path((reference, id)): Path<(String, String)>,
+    Query(q): Query<SinceQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    check_id(&id)?;
+    // A reconnecting EventSource says where it got to; that wins over the URL it first used.
+    let since = match headers.get("last-event-id").map(|v| v.to_str().map(|s| s.trim().parse::<u64>())) {
+        Some(Ok(Ok(n))) => Some(n),
+        Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be a byte offset")),
+        None => q.since,
+    };
+    let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    let at = target.at(&relay, &caller);
+    let output = relay.processes.attach(&at, &id, since).await?;
+    let events = output.filter_map(|item| async move { sse_event(&item).map(Ok) });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputBody {
+    #[serde(default)]
+    input: String,
+    #[serde(default)]
+    base64: bool,
+    #[serde(default)]
+    eof: bool,
+}
+
+pub async fn input(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path((reference, id)): Path<(String, String)>,
+    Body(body): Body<InputBody>,
+) -> Result<StatusCode, ApiError> {
+    check_id(&id)?;
+    let data = if body.base64 {
+        base64::engine::general_purpose::STANDARD
+            .decode(body.input.as_bytes())
+            .map_err(|e| ApiError::bad_request(format!("input is not base64: {e}")))?
+    } else {
+        body.input.into_bytes()
+    };
+    if data.is_empty() && !body.eof {
+        return Err(ApiError::bad_request("nothing to do: give input, eof, or both"));
+    }
+    let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    let at = target.at(&relay, &caller);
+    relay.processes.input(&at, &id, data, body.eof).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn kill(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path((reference, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    check_id(&id)?;
+    let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    relay.processes.kill(&target.at(&relay, &caller), &id).await?;
+    Ok(StatusCode::ACCEPTED)
+}

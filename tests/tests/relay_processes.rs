@@ -1,0 +1,309 @@
+//! Background processes through the relay: start, poll, stream with exact resume, input, kill of
+//! the whole group, ownership between tokens, adoption after a restart, limits and bad input.
+use std::time::Duration;
+
+use hangar_e2e::{
+    all_procs, build_request, envelope, full_body, is_running,
+    relay::{Relay, Sse, StateDir, ADMIN},
+    send_http1, wait_until, STEP,
+};
+use serde_json::{json, Value};
+
+async fn token(relay: &Relay, name: &str) -> String {
+    let r = relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": name, "scope": "user"}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    r.json()["secret"].as_str().unwrap().to_string()
+}
+
+async fn start(relay: &Relay, tok: &str, command: &str) -> Value {
+    let r = relay.call("POST", "/api/sandboxes/default/processes", Some(tok), Some(json!({"command": command}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    r.json()
+}
+
+fn pid_of(marker: &str) -> Vec<u32> {
+    all_procs()
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Reads output events until `end`: (text, last id, end payload).
+async fn drain(s: &mut Sse) -> (String, Option<String>, Option<Value>) {
+    let (mut text, mut last, mut end) = (String::new(), None, None);
+    while let Some(e) = s.next(STEP).await {
+        match e.event.as_str() {
+            "output" => {
+                text.push_str(e.json()["data"].as_str().unwrap());
+                last = e.id.clone();
+            }
+            "end" => {
+                end = Some(e.json());
+                last = e.id.clone();
+            }
+            other => panic!("unexpected event {other}: {e:?}"),
+        }
+    }
+    (text, last, end)
+}
+
+#[tokio::test]
+async fn start_stream_and_poll() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let p = start(&relay, ADMIN, "for i in 1 2 3 4 5; do echo line $i; sleep 0.05; done; echo bye >&2; exit 7").await;
+    let id = p["process_id"].as_str().unwrap().to_string();
+    assert!(p["pid"].as_u64().unwrap() > 0 && p["adopted"] == json!(false), "{p}");
+
+    let mut s = relay.sse("GET", &format!("/api/sandboxes/default/processes/{id}/stream"), Some(ADMIN), None).await;
+    assert_eq!(s.status, 200);
+    let (text, last, end) = drain(&mut s).await;
+    assert_eq!(text, "line 1\nline 2\nline 3\nline 4\nline 5\nbye\n");
+    let end = end.expect("an end event");
+    assert_eq!((end["exit_code"].clone(), end["total"].clone()), (json!(7), json!(text.len())), "{end}");
+    assert_eq!(last, Some(text.len().to_string()));
+
+    // Polling: everything, then only what is newer.
+    let all = relay.call("GET", &format!("/api/sandboxes/default/processes/{id}"), Some(ADMIN), None).await.json();
+    assert_eq!(
+        (all["output"].clone(), all["next"].clone(), all["lost"].clone()),
+        (json!(text), json!(text.len()), json!(0))
+    );
+    assert_eq!(
+        (all["process"]["state"].clone(), all["process"]["exit_code"].clone()),
+        (json!("exited"), json!(7)),
+        "{all}"
+    );
+    let tail =
+        relay.call("GET", &format!("/api/sandboxes/default/processes/{id}?since=21"), Some(ADMIN), None).await.json();
+    assert_eq!(tail["output"], json!(&text[21..]), "{tail}");
+
+    let list = relay.call("GET", "/api/sandboxes/default/processes", Some(ADMIN), None).await.json();
+    let mine: Vec<_> = list["processes"].as_array().unwrap().iter().filter(|x| x["process_id"] == json!(id)).collect();
+    assert_eq!(mine.len(), 1, "exited processes stay listed: {list}");
+    assert_eq!(mine[0]["state"], json!("exited"));
+}
+
+#[tokio::test]
+async fn last_event_id_resumes_with_exactly_the_missing_bytes() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let p = start(&relay, ADMIN, "for i in $(seq 1 60); do echo \"line-$i é€\"; sleep 0.02; done").await;
+    let id = p["process_id"].as_str().unwrap().to_string();
+    let path = format!("/api/sandboxes/default/processes/{id}/stream");
+    let mut s = relay.sse("GET", &path, Some(ADMIN), None).await;
+    let mut got = String::new();
+    let mut last = None;
+    while got.matches('\n').count() < 10 {
+        let e = s.next(STEP).await.expect("output");
+        assert_eq!(e.event, "output");
+        got.push_str(e.json()["data"].as_str().unwrap());
+        last = e.id.clone();
+    }
+    drop(s);
+    let last = last.unwrap();
+    assert_eq!(last.parse::<usize>().unwrap(), got.len(), "the id is the offset after the event's bytes");
+    // Reconnect as an EventSource would.
+    let req = build_request(
+        "GET",
+        &path,
+        relay.addr,
+        false,
+        &[("authorization", &format!("Bearer {ADMIN}")), ("last-event-id", &last)],
+        full_body(Default::default()),
+    );
+    let resp = send_http1(relay.addr, req).await;
+    assert_eq!(resp.status(), 200);
+    let body = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+    let mut rest = String::new();
+    for block in String::from_utf8_lossy(&body).split("\n\n") {
+        if block.contains("event: output") {
+            let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            rest.push_str(serde_json::from_str::<Value>(data).unwrap()["data"].as_str().unwrap());
+        }
+    }
+    let expected: String = (1..=60).map(|i| format!("line-{i} é€\n")).collect();
+    assert_eq!(format!("{got}{rest}"), expected, "nothing lost, nothing repeated");
+    let req = build_request(
+        "GET",
+        &path,
+        relay.addr,
+        false,
+        &[("authorization", &format!("Bearer {ADMIN}")), ("last-event-id", "not-an-offset")],
+        full_body(Default::default()),
+    );
+    assert_eq!(send_http1(relay.addr, req).await.status(), 400, "a malformed Last-Event-ID is refused");
+}
+
+#[tokio::test]
+async fn input_reaches_stdin_and_eof_closes_it() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let p = start(&relay, ADMIN, "cat").await;
+    let id = p["process_id"].as_str().unwrap().to_string();
+    let input = format!("/api/sandboxes/default/processes/{id}/input");
+    assert_eq!(relay.call("POST", &input, Some(ADMIN), Some(json!({"input": "hello\n"}))).await.status, 204);
+    assert_eq!(
+        relay
+            .call("POST", &input, Some(ADMIN), Some(json!({"input": "Ynl0ZXMK", "base64": true, "eof": true})))
+            .await
+            .status,
+        204
+    );
+    let mut s =
+        relay.sse("GET", &format!("/api/sandboxes/default/processes/{id}/stream?since=0"), Some(ADMIN), None).await;
+    let (text, _, end) = drain(&mut s).await;
+    assert_eq!(text, "hello\nbytes\n");
+    assert_eq!(end.unwrap()["exit_code"], json!(0));
+    let r = relay.call("POST", &input, Some(ADMIN), Some(json!({"input": "late"}))).await;
+    assert_eq!(r.status, 400, "stdin is closed: {r:?}");
+    for bad in [json!({"input": "%%%", "base64": true}), json!({}), json!({"input": "x", "extra": 1})] {
+        let r = relay.call("POST", &input, Some(ADMIN), Some(bad.clone())).await;
+        assert_eq!(r.status, 400, "{bad}: {r:?}");
+    }
+}
+
+#[tokio::test]
+async fn kill_reaches_the_whole_process_group() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let marker = format!("hangar-bg-kill-{}", std::process::id());
+    let p = start(&relay, ADMIN, &format!("(exec -a {marker} sleep 1000) & exec -a {marker} sleep 1000")).await;
+    let id = p["process_id"].as_str().unwrap().to_string();
+    wait_until(STEP, "both sleeps run", || pid_of(&marker).len() == 2).await;
+    let pids = pid_of(&marker);
+    let r = relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(ADMIN), None).await;
+    assert_eq!(r.status, 202, "{r:?}");
+    wait_until(STEP, "no survivor in the group", || pids.iter().all(|p| !is_running(*p))).await;
+    let v = relay.call("GET", &format!("/api/sandboxes/default/processes/{id}"), Some(ADMIN), None).await.json();
+    assert_eq!(v["process"]["status"], json!("signal: terminated"), "{v}");
+}
+
+#[tokio::test]
+async fn a_process_belongs_to_the_token_that_started_it() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let (a, b) = (token(&relay, "a").await, token(&relay, "b").await);
+    let p = start(&relay, &a, "sleep 30").await;
+    let id = p["process_id"].as_str().unwrap().to_string();
+    let base = format!("/api/sandboxes/default/processes/{id}");
+    let listed = |v: Value| v["processes"].as_array().unwrap().iter().any(|x| x["process_id"] == json!(id));
+    assert!(listed(relay.call("GET", "/api/sandboxes/default/processes", Some(&a), None).await.json()));
+    assert!(!listed(relay.call("GET", "/api/sandboxes/default/processes", Some(&b), None).await.json()));
+    for (method, path, body) in [
+        ("GET", base.clone(), None),
+        ("GET", format!("{base}/stream"), None),
+        ("POST", format!("{base}/input"), Some(json!({"input": "x"}))),
+        ("DELETE", base.clone(), None),
+    ] {
+        let r = relay.call(method, &path, Some(&b), body).await;
+        assert_eq!(r.status, 404, "{method} {path} as another token: {r:?}");
+    }
+    assert_eq!(relay.call("GET", &base, Some(&a), None).await.json()["process"]["state"], json!("running"));
+    assert_eq!(relay.call("DELETE", &base, Some(&a), None).await.status, 202);
+    for bad in ["p_000000000000", "nope", "p_ABCDEF012345"] {
+        let r = relay.call("GET", &format!("/api/sandboxes/default/processes/{bad}"), Some(&a), None).await;
+        assert_eq!(r.status, 404, "{bad}");
+    }
+}
+
+/// The sandbox can reach its own daemon (a local sandbox isolates nothing) and start processes
+/// with any tag it likes; without the relay's key it cannot make one that is a token's.
+#[tokio::test]
+async fn a_tag_made_up_inside_the_sandbox_is_never_adopted() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let sandbox = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
+    let dir = state.0.join("sandboxes").join(sandbox["id"].as_str().unwrap());
+    let token = std::fs::read_to_string(dir.join("envd.token")).unwrap();
+    let log = std::fs::read_to_string(dir.join("envd.log")).unwrap();
+    let addr: std::net::SocketAddr = log
+        .split("addr=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("no address in envd.log: {log}"));
+    let real = start(&relay, ADMIN, "sleep 30").await;
+    let real_id = real["process_id"].as_str().unwrap();
+    let listing = relay.call("GET", "/api/sandboxes/default/processes", Some(ADMIN), None).await.json();
+    assert_eq!(listing["processes"].as_array().unwrap().len(), 1);
+    // Forgeries: a made-up MAC, and the real id with another MAC.
+    for tag in ["hangar:p_0123456789ab:AAAAAAAAAAAAAAAAAAAAAA".to_string(), format!("hangar:{real_id}x:AAAA")] {
+        let msg = json!({"process": {"cmd": "/bin/sleep", "args": ["30"]}, "tag": tag}).to_string();
+        let req = build_request(
+            "POST",
+            "/process.Process/Start",
+            addr,
+            false,
+            &[("content-type", "application/connect+json"), ("x-access-token", token.trim())],
+            full_body(envelope(0, msg.as_bytes()).into()),
+        );
+        let resp = send_http1(addr, req).await;
+        assert_eq!(resp.status(), 200);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let listing = relay.call("GET", "/api/sandboxes/default/processes", Some(ADMIN), None).await.json();
+    let ids: Vec<_> = listing["processes"].as_array().unwrap().iter().map(|p| p["process_id"].clone()).collect();
+    assert_eq!(ids, vec![json!(real_id)], "only the relay's own process: {listing}");
+    let r = relay.call("GET", "/api/sandboxes/default/processes/p_0123456789ab", Some(ADMIN), None).await;
+    assert_eq!(r.status, 404);
+}
+
+#[tokio::test]
+async fn after_a_relay_restart_processes_are_adopted_by_their_token() {
+    let state = StateDir::new();
+    let mut relay = Relay::start(&state.0, &[]);
+    let a = token(&relay, "a").await;
+    let p = start(&relay, &a, "echo before; sleep 30").await;
+    let id = p["process_id"].as_str().unwrap().to_string();
+    relay.stop();
+    let relay = Relay::start(&state.0, &[]);
+    let list = relay.call("GET", "/api/sandboxes/default/processes", Some(&a), None).await.json();
+    let found: Vec<_> = list["processes"].as_array().unwrap().iter().filter(|x| x["process_id"] == json!(id)).collect();
+    assert_eq!(found.len(), 1, "{list}");
+    assert_eq!((found[0]["adopted"].clone(), found[0]["state"].clone()), (json!(true), json!("running")));
+    let v = relay.call("GET", &format!("/api/sandboxes/default/processes/{id}"), Some(&a), None).await.json();
+    assert_eq!(v["output"], json!("before\n"), "the daemon kept the output: {v}");
+    let other = token(&relay, "b").await;
+    let list = relay.call("GET", "/api/sandboxes/default/processes", Some(&other), None).await.json();
+    assert_eq!(list["processes"].as_array().unwrap().len(), 0, "{list}");
+    assert_eq!(
+        relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(&a), None).await.status,
+        202
+    );
+}
+
+#[tokio::test]
+async fn background_processes_per_token_are_limited() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_BACKGROUND_MAX_PER_TOKEN", "2")]);
+    let a = token(&relay, "a").await;
+    start(&relay, &a, "sleep 30").await;
+    let second = start(&relay, &a, "sleep 30").await;
+    let r =
+        relay.call("POST", "/api/sandboxes/default/processes", Some(&a), Some(json!({"command": "sleep 30"}))).await;
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (429, json!("resource_exhausted")), "{r:?}");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("HANGAR_BACKGROUND_MAX_PER_TOKEN"));
+    // Another token has its own allowance.
+    let b = token(&relay, "b").await;
+    start(&relay, &b, "sleep 30").await;
+    // A finished process frees its place.
+    let id = second["process_id"].as_str().unwrap();
+    relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(&a), None).await;
+    let mut started = false;
+    for _ in 0..50 {
+        let r = relay
+            .call("POST", "/api/sandboxes/default/processes", Some(&a), Some(json!({"command": "sleep 30"})))
+            .await;
+        if r.status == 201 {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(started, "a killed process no longer counts");
+}
