@@ -129,13 +129,13 @@ impl FileUploaded<'_> {
 
 pub struct FileTransferFailed<'a> {
     pub method: &'a str,
-    pub path: &'a str,
+    pub query: &'a str,
     pub status: u16,
     pub message: &'a str,
 }
 impl FileTransferFailed<'_> {
     pub fn emit(self) {
-        tracing::info!(target: TARGET, event = "file_transfer_failed", method = self.method, path = self.path,
+        tracing::info!(target: TARGET, event = "file_transfer_failed", method = self.method, query = self.query,
             status = self.status, message = self.message, "file transfer failed");
     }
 }
