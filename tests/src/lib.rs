@@ -4,6 +4,8 @@
 //!
 //! Every wait is bounded: a hang fails the test with a message instead of blocking CI.
 
+pub mod files;
+
 use std::{
     collections::{HashMap, HashSet},
     convert::Infallible,
