@@ -104,3 +104,38 @@ impl Initialized {
         tracing::info!(target: TARGET, event = "initialized", token_set = self.token_set, env_vars = self.env_vars, "init applied");
     }
 }
+
+pub struct CredentialsNotRestored {
+    pub fsuid: u32,
+    pub fsgid: u32,
+}
+impl CredentialsNotRestored {
+    pub fn emit(self) {
+        tracing::error!(target: TARGET, event = "credentials_not_restored", fsuid = self.fsuid, fsgid = self.fsgid,
+            "a thread could not switch back to the daemon's own file-system identity; aborting");
+    }
+}
+
+pub struct FileUploaded<'a> {
+    pub path: &'a str,
+    pub user: &'a str,
+    pub bytes: u64,
+}
+impl FileUploaded<'_> {
+    pub fn emit(self) {
+        tracing::debug!(target: TARGET, event = "file_uploaded", path = self.path, user = self.user, bytes = self.bytes, "file written");
+    }
+}
+
+pub struct FileTransferFailed<'a> {
+    pub method: &'a str,
+    pub query: &'a str,
+    pub status: u16,
+    pub message: &'a str,
+}
+impl FileTransferFailed<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "file_transfer_failed", method = self.method, query = self.query,
+            status = self.status, message = self.message, "file transfer failed");
+    }
+}

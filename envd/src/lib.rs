@@ -2,8 +2,8 @@
 //! gRPC on one port) plus hangar's extensions; see `docs/envd.md`.
 //!
 //! Layers, each knowing only the one below: `wire` (HTTP, Connect, gRPC) → `service` (RPC
-//! semantics on generated message types) → `process` (processes, output logs, reaping; no RPC
-//! or HTTP types).
+//! semantics on generated message types) → `process` (processes, output logs, reaping) and `fs`
+//! (file operations acting as a user), neither of which knows RPC or HTTP types.
 pub mod auth;
 pub mod config;
 pub mod error;

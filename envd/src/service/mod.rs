@@ -20,6 +20,7 @@ use futures::Stream;
 use tokio_stream::StreamExt as _;
 
 pub use ext::{DaemonService, ProcessesService};
+pub(crate) use files::user_path;
 pub use filesystem::FilesystemService;
 pub use process::ProcessService;
 pub use watch::FilesService;

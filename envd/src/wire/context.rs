@@ -49,17 +49,22 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, RpcError>
 /// The user named by `Authorization: Basic base64("<name>:")`; only the name matters. A daemon
 /// that is not root cannot switch and acts as itself whatever is named.
 fn resolve_user(h: &HeaderMap, settings: &Settings) -> Result<User, RpcError> {
-    let default = settings.get().user;
-    let Some(auth) = header(h, "authorization")? else { return Ok(default) };
+    let Some(auth) = header(h, "authorization")? else { return Ok(settings.get().user) };
     let Some(encoded) = auth.strip_prefix("Basic ").or_else(|| auth.strip_prefix("basic ")) else {
-        return Ok(default);
+        return Ok(settings.get().user);
     };
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
         .map_err(|_| RpcError::unauthenticated("Authorization: Basic is not valid base64"))?;
     let decoded =
         String::from_utf8(decoded).map_err(|_| RpcError::unauthenticated("Authorization: Basic is not UTF-8"))?;
-    let name = decoded.split(':').next().unwrap_or("");
+    user_named(decoded.split(':').next().unwrap_or(""), settings)
+}
+
+/// The user called `name`: the default one when the name is empty or the daemon cannot switch
+/// users; an unknown name is `unauthenticated`.
+pub(super) fn user_named(name: &str, settings: &Settings) -> Result<User, RpcError> {
+    let default = settings.get().user;
     if name.is_empty() || name == default.name || !users::can_switch_users() {
         return Ok(default);
     }
