@@ -20,7 +20,6 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use bytes::Bytes;
 use nix::sys::inotify::{AddWatchFlags as M, WatchDescriptor};
 
 use crate::{
@@ -57,7 +56,7 @@ pub struct Start {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// Bytes at `offset` of the file as it is now.
-    Data { offset: u64, data: Bytes },
+    Data { offset: u64, data: Vec<u8> },
     /// The file became shorter than `previous_offset`; reading goes on from 0.
     Truncated { previous_offset: u64, size: u64 },
     /// Another file is at the path now; reading goes on from 0 of it.
@@ -210,7 +209,7 @@ impl Follower {
         };
         let n = f.file.read_at(&mut self.buf, f.offset).map_err(|e| io_err("reading", &self.path, e))?;
         if n > 0 {
-            let ev = Event::Data { offset: f.offset, data: Bytes::copy_from_slice(&self.buf[..n]) };
+            let ev = Event::Data { offset: f.offset, data: self.buf[..n].to_vec() };
             f.offset += n as u64;
             return Ok(Some(ev));
         }

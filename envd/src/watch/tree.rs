@@ -105,6 +105,10 @@ impl Tree {
     /// Watches every directory under `start` (already watched as `start_wd`). With `report`,
     /// every entry found is reported as created: the directory is new to the watch, so its
     /// contents are too, even those created before its watch could be added.
+    ///
+    /// For a directory that appears under a running watch this runs on the watch's task: new
+    /// directories are usually small, and the scan must finish before later events are handled.
+    /// A huge tree moved in holds one runtime worker while it is walked.
     fn walk(
         &mut self,
         raw: &Raw,
