@@ -50,6 +50,21 @@ pub struct Config {
     #[arg(long, env = "HANGAR_ENVD_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024,
           value_parser = clap::value_parser!(u64).range(1024..=(256 * 1024 * 1024)))]
     pub max_message_bytes: u64,
+
+    /// Directory watches and follows that may run at once (each holds one inotify instance).
+    #[arg(long, env = "HANGAR_ENVD_MAX_WATCHES", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_watches: u32,
+
+    /// Seconds a polled watcher (E2B's CreateWatcher) lives without a GetWatcherEvents call.
+    #[arg(long, env = "HANGAR_ENVD_WATCHER_IDLE_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(1..=86400))]
+    pub watcher_idle_seconds: u32,
+
+    /// Changes each watch queues for a slow client before it drops them and reports the loss.
+    #[arg(long, env = "HANGAR_ENVD_WATCH_QUEUE_EVENTS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub watch_queue_events: u32,
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -62,5 +77,13 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 impl Config {
     pub fn exited_retention(&self) -> Duration {
         Duration::from_secs(u64::from(self.exited_retention_seconds))
+    }
+
+    pub fn watch_settings(&self) -> crate::watch::WatchSettings {
+        crate::watch::WatchSettings {
+            max_watches: self.max_watches,
+            queue_events: self.watch_queue_events as usize,
+            watcher_idle: Duration::from_secs(u64::from(self.watcher_idle_seconds)),
+        }
     }
 }

@@ -28,6 +28,7 @@ ctor! {
     permission_denied => PermissionDenied,
     resource_exhausted => ResourceExhausted,
     deadline_exceeded => DeadlineExceeded,
+    data_loss => DataLoss,
     unimplemented => Unimplemented,
     internal => Internal,
 }

@@ -1,6 +1,6 @@
 //! Every log line the daemon emits about its domain, from one typed place, so names and fields
 //! stay consistent. No event carries a credential.
-use std::net::SocketAddr;
+use std::{net::SocketAddr, path::Path};
 
 const TARGET: &str = "hangar_envd";
 
@@ -137,5 +137,78 @@ impl FileTransferFailed<'_> {
     pub fn emit(self) {
         tracing::info!(target: TARGET, event = "file_transfer_failed", method = self.method, query = self.query,
             status = self.status, message = self.message, "file transfer failed");
+    }
+}
+
+pub struct WatchStarted<'a> {
+    pub path: &'a Path,
+}
+impl WatchStarted<'_> {
+    pub fn emit(self) {
+        tracing::debug!(target: TARGET, event = "watch_started", path = %self.path.display(), "directory watch started");
+    }
+}
+
+pub struct WatchEnded<'a> {
+    pub path: &'a Path,
+}
+impl WatchEnded<'_> {
+    pub fn emit(self) {
+        tracing::debug!(target: TARGET, event = "watch_ended", path = %self.path.display(), "directory watch ended");
+    }
+}
+
+/// A watch's queue was full when changes came: `dropped` of them were lost (0: the kernel's
+/// queue overflowed, count unknown).
+pub struct WatchEventsLost<'a> {
+    pub path: &'a Path,
+    pub dropped: u64,
+}
+impl WatchEventsLost<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "watch_events_lost", path = %self.path.display(), dropped = self.dropped,
+            "a directory watch lost events");
+    }
+}
+
+pub struct WatchKernelOverflow<'a> {
+    pub path: &'a Path,
+}
+impl WatchKernelOverflow<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "watch_kernel_overflow", path = %self.path.display(),
+            "the kernel's inotify queue overflowed; watches rebuilt");
+    }
+}
+
+pub struct WatcherExpired<'a> {
+    pub id: &'a str,
+    pub idle_seconds: u64,
+}
+impl WatcherExpired<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "watcher_expired", id = self.id, idle_seconds = self.idle_seconds,
+            "polled watcher removed: nobody asked for its events");
+    }
+}
+
+pub struct FollowStarted<'a> {
+    pub path: &'a Path,
+    pub exists: bool,
+    pub offset: u64,
+}
+impl FollowStarted<'_> {
+    pub fn emit(self) {
+        tracing::debug!(target: TARGET, event = "follow_started", path = %self.path.display(), exists = self.exists,
+            offset = self.offset, "follow started");
+    }
+}
+
+pub struct FollowEnded<'a> {
+    pub path: &'a Path,
+}
+impl FollowEnded<'_> {
+    pub fn emit(self) {
+        tracing::debug!(target: TARGET, event = "follow_ended", path = %self.path.display(), "follow ended");
     }
 }

@@ -2,8 +2,9 @@
 //! gRPC on one port) plus hangar's extensions; see `docs/envd.md`.
 //!
 //! Layers, each knowing only the one below: `wire` (HTTP, Connect, gRPC) → `service` (RPC
-//! semantics on generated message types) → `process` (processes, output logs, reaping) and `fs`
-//! (file operations acting as a user), neither of which knows RPC or HTTP types.
+//! semantics on generated message types) → `process` (processes, output logs, reaping), `watch`
+//! (inotify directory watches), `follow` (log following) and `fs` (file operations acting as a
+//! user), none of which knows RPC or HTTP types.
 pub mod auth;
 pub mod config;
 pub mod error;
@@ -45,6 +46,7 @@ pub struct Daemon {
     server: wire::Server,
     reaper: Arc<Reaper>,
     table: Arc<Table>,
+    watches: Arc<watch::Registry>,
 }
 
 impl Daemon {
@@ -76,16 +78,18 @@ impl Daemon {
         }));
         let reaper = Arc::new(Reaper::default());
         let table = Table::new(reaper.clone(), config.ring_bytes, config.exited_retention());
+        let watches = watch::Registry::new(config.watch_settings());
         let core = Arc::new(Core {
             table: table.clone(),
             settings,
             max_message_bytes: config.max_message_bytes,
-            max_watches: 64,
+            max_watches: config.max_watches,
+            watches: watches.clone(),
         });
         let app = wire::app(core, Arc::new(auth::AccessToken::new(token)));
         let addr = SocketAddr::new(config.listen, config.port);
         let server = wire::Server::bind(addr, app).await.map_err(|source| StartError::Bind { addr, source })?;
-        Ok(Daemon { server, reaper, table })
+        Ok(Daemon { server, reaper, table, watches })
     }
 
     pub fn local_addr(&self) -> Option<SocketAddr> {
@@ -102,6 +106,7 @@ impl Daemon {
         }
         let reaper = tokio::spawn(self.reaper.run());
         let sweeper = tokio::spawn(self.table.run_sweeper());
+        let watcher_sweeper = tokio::spawn(self.watches.run_sweeper());
         let result = tokio::select! {
             r = self.server.serve() => r.map_err(|source| StartError::Bind { addr: SocketAddr::from(([0, 0, 0, 0], 0)), source }),
             _ = term.recv() => Ok(()),
@@ -109,6 +114,7 @@ impl Daemon {
         };
         reaper.abort();
         sweeper.abort();
+        watcher_sweeper.abort();
         result
     }
 }

@@ -31,6 +31,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
+pub mod watch;
+
 pub use hangar_proto::{ext, process as pb};
 
 use ext::{attach_event, daemon_client::DaemonClient, processes_client::ProcessesClient};

@@ -153,6 +153,8 @@ impl Daemon for DaemonService {
                 exited_retention_seconds: t.retention().as_secs() as u32,
                 max_watches: self.core.max_watches,
                 subscriber_queue_bytes: t.ring_bytes(),
+                watch_queue_events: self.core.watches.settings().queue_events as u32,
+                watcher_idle_seconds: self.core.watches.settings().watcher_idle.as_secs() as u32,
             }),
             capabilities: [
                 "process.attach",
@@ -160,6 +162,8 @@ impl Daemon for DaemonService {
                 "process.list_exited",
                 "process.group_signals",
                 "process.start_backpressure",
+                "files.follow",
+                "files.watch",
             ]
             .into_iter()
             .map(String::from)

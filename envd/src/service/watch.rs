@@ -1,24 +1,134 @@
 //! Directory watches (E2B's streaming `WatchDir` and polling trio, hangar's `Files/WatchDir`) and
-//! log following (hangar's `Files/Follow`).
-use std::sync::Arc;
+//! log following (hangar's `Files/Follow`): the RPC shapes over `crate::watch` and
+//! `crate::follow`.
+//!
+//! Lost events: hangar's `WatchDir` says so with an `overflow` event and goes on. E2B's messages
+//! have no way to say it, so rather than pretend nothing was lost, its `WatchDir` stream sends the
+//! events before the loss and then ends with `data_loss`, and a polled watcher answers the events
+//! before the loss, then `data_loss` on every later call until it is removed (as E2B's envd does
+//! with any watcher error). Either way the client knows to rescan and watch again.
+use std::{
+    pin::Pin,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
+use futures::Stream;
 use hangar_proto::{
-    ext::{files_server::Files, FollowRequest, FollowResponse, WatchResponse},
+    ext::{
+        files_server::Files, follow_event as fe, watch_event as we, FollowEvent, FollowRequest, FollowResponse,
+        WatchEvent, WatchResponse,
+    },
     filesystem::{
-        CreateWatcherRequest, CreateWatcherResponse, GetWatcherEventsRequest, GetWatcherEventsResponse,
-        RemoveWatcherRequest, RemoveWatcherResponse, WatchDirRequest, WatchDirResponse,
+        watch_dir_response as wdr, CreateWatcherRequest, CreateWatcherResponse, EventType, FilesystemEvent,
+        GetWatcherEventsRequest, GetWatcherEventsResponse, RemoveWatcherRequest, RemoveWatcherResponse,
+        WatchDirRequest, WatchDirResponse,
     },
 };
+use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
-use super::{Core, RpcStream};
+use super::{context, fail, resolve_path, CallContext, Core, RpcStream};
+use crate::{
+    error::RpcError,
+    events,
+    follow::{self, FollowError, FollowSpec, Follower},
+    watch::{Batch, Change, Ended, Item, Kind, Watch, WatchError, WatchSpec},
+};
 
-fn todo<T>() -> Result<T, Status> {
-    Err(Status::unimplemented("not implemented yet"))
+impl From<WatchError> for RpcError {
+    fn from(e: WatchError) -> Self {
+        let msg = e.to_string();
+        match e {
+            WatchError::NotFound(_) | WatchError::NoWatcher(_) => RpcError::not_found(msg),
+            // E2B's envd answers both with invalid_argument.
+            WatchError::NotADirectory(_) | WatchError::NetworkMount { .. } => RpcError::invalid_argument(msg),
+            WatchError::Full(_) | WatchError::KernelLimit { .. } => RpcError::resource_exhausted(msg),
+            WatchError::PermissionDenied { .. } => RpcError::permission_denied(msg),
+            WatchError::EventsLost { .. } => RpcError::data_loss(msg),
+            WatchError::Io { .. } => RpcError::internal(msg),
+        }
+    }
+}
+
+impl From<FollowError> for RpcError {
+    fn from(e: FollowError) -> Self {
+        let msg = e.to_string();
+        match e {
+            FollowError::IsADirectory(_) | FollowError::NotRegular(_) | FollowError::NetworkMount { .. } => {
+                RpcError::invalid_argument(msg)
+            }
+            FollowError::Full(_) | FollowError::KernelLimit { .. } => RpcError::resource_exhausted(msg),
+            FollowError::PermissionDenied { .. } => RpcError::permission_denied(msg),
+            FollowError::Io { .. } => RpcError::internal(msg),
+        }
+    }
+}
+
+fn absolute(core: &Core, ctx: &CallContext, path: &str) -> Result<std::path::PathBuf, RpcError> {
+    if path.is_empty() {
+        return Err(RpcError::invalid_argument("path is required"));
+    }
+    Ok(resolve_path(path, &ctx.user, core.settings.get().workdir.as_deref()))
+}
+
+fn watch_spec(core: &Core, ctx: &CallContext, r: WatchDirRequest) -> Result<WatchSpec, RpcError> {
+    Ok(WatchSpec {
+        root: absolute(core, ctx, &r.path)?,
+        recursive: r.recursive,
+        include_entry: r.include_entry,
+        allow_network_mounts: r.allow_network_mounts,
+    })
+}
+
+fn fs_event(c: Change) -> FilesystemEvent {
+    let kind = match c.kind {
+        Kind::Create => EventType::Create,
+        Kind::Write => EventType::Write,
+        Kind::Remove => EventType::Remove,
+        Kind::Rename => EventType::Rename,
+        Kind::Chmod => EventType::Chmod,
+    };
+    FilesystemEvent { name: c.name, r#type: kind as i32, entry: c.entry.map(|e| *e) }
+}
+
+/// What a watch stream sees between its messages.
+enum Tick {
+    Batch(Batch),
+    KeepAlive,
+    Deadline,
+}
+
+/// Drives a watch: its batches, keepalives after `keepalive` of silence, and `Deadline` (then
+/// nothing) at `deadline`. Ends after a batch that ends the watch. Dropping it drops the watch.
+fn ticks(watch: Watch, keepalive: Duration, deadline: Option<Instant>) -> Pin<Box<dyn Stream<Item = Tick> + Send>> {
+    Box::pin(async_stream::stream! {
+        let until = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(until);
+        loop {
+            tokio::select! {
+                b = watch.next() => {
+                    let end = b.end.is_some();
+                    yield Tick::Batch(b);
+                    if end { break; }
+                }
+                _ = tokio::time::sleep(keepalive) => yield Tick::KeepAlive,
+                _ = &mut until => { yield Tick::Deadline; break; }
+            }
+        }
+    })
+}
+
+fn deadline_passed() -> Status {
+    Status::deadline_exceeded("the call's deadline passed")
 }
 
 pub struct WatchOps {
-    #[allow(dead_code)]
     core: Arc<Core>,
 }
 
@@ -26,35 +136,97 @@ impl WatchOps {
     pub fn new(core: Arc<Core>) -> Self {
         Self { core }
     }
+
     pub async fn watch_dir(
         &self,
-        _req: Request<WatchDirRequest>,
+        req: Request<WatchDirRequest>,
     ) -> Result<Response<RpcStream<WatchDirResponse>>, Status> {
-        todo()
+        const M: &str = "filesystem.WatchDir";
+        let ctx = context(&req).map_err(|e| fail(M, e))?;
+        let spec = watch_spec(&self.core, &ctx, req.into_inner()).map_err(|e| fail(M, e))?;
+        let watch = self.core.watches.watch(spec).await.map_err(|e| fail(M, e))?;
+        let root = watch.root().to_path_buf();
+        let msg = |e: wdr::Event| WatchDirResponse { event: Some(e) };
+        let mut ticks = ticks(watch, ctx.keepalive, ctx.deadline);
+        Ok(Response::new(Box::pin(async_stream::stream! {
+            yield Ok(msg(wdr::Event::Start(wdr::StartEvent {})));
+            while let Some(tick) = ticks.next().await {
+                match tick {
+                    Tick::Batch(b) => {
+                        for item in b.items {
+                            match item {
+                                Item::Change { change, .. } => yield Ok(msg(wdr::Event::Filesystem(fs_event(change)))),
+                                Item::Overflow { dropped, .. } => {
+                                    events::WatchEventsLost { path: &root, dropped }.emit();
+                                    yield Err(fail(M, WatchError::EventsLost { dropped }));
+                                    return;
+                                }
+                            }
+                        }
+                        match b.end {
+                            Some(Ended::Failed(e)) => {
+                                yield Err(fail(M, e));
+                                return;
+                            }
+                            Some(Ended::Gone) => return,
+                            None => {}
+                        }
+                    }
+                    Tick::KeepAlive => yield Ok(msg(wdr::Event::Keepalive(wdr::KeepAlive {}))),
+                    Tick::Deadline => {
+                        yield Err(deadline_passed());
+                        return;
+                    }
+                }
+            }
+        })))
     }
+
     pub async fn create_watcher(
         &self,
-        _req: Request<CreateWatcherRequest>,
+        req: Request<CreateWatcherRequest>,
     ) -> Result<Response<CreateWatcherResponse>, Status> {
-        todo()
+        const M: &str = "filesystem.CreateWatcher";
+        let ctx = context(&req).map_err(|e| fail(M, e))?;
+        let r = req.into_inner();
+        let spec = watch_spec(
+            &self.core,
+            &ctx,
+            WatchDirRequest {
+                path: r.path,
+                recursive: r.recursive,
+                include_entry: r.include_entry,
+                allow_network_mounts: r.allow_network_mounts,
+            },
+        )
+        .map_err(|e| fail(M, e))?;
+        let watcher_id = self.core.watches.create_watcher(spec).await.map_err(|e| fail(M, e))?;
+        Ok(Response::new(CreateWatcherResponse { watcher_id }))
     }
+
     pub async fn get_watcher_events(
         &self,
-        _req: Request<GetWatcherEventsRequest>,
+        req: Request<GetWatcherEventsRequest>,
     ) -> Result<Response<GetWatcherEventsResponse>, Status> {
-        todo()
+        const M: &str = "filesystem.GetWatcherEvents";
+        let id = req.into_inner().watcher_id;
+        let changes = self.core.watches.watcher_events(&id).map_err(|e| fail(M, e))?;
+        Ok(Response::new(GetWatcherEventsResponse { events: changes.into_iter().map(fs_event).collect() }))
     }
+
     pub async fn remove_watcher(
         &self,
-        _req: Request<RemoveWatcherRequest>,
+        req: Request<RemoveWatcherRequest>,
     ) -> Result<Response<RemoveWatcherResponse>, Status> {
-        todo()
+        const M: &str = "filesystem.RemoveWatcher";
+        let id = req.into_inner().watcher_id;
+        self.core.watches.remove_watcher(&id).map_err(|e| fail(M, e))?;
+        Ok(Response::new(RemoveWatcherResponse {}))
     }
 }
 
 /// hangar's `Files` service.
 pub struct FilesService {
-    #[allow(dead_code)]
     core: Arc<Core>,
 }
 
@@ -64,15 +236,116 @@ impl FilesService {
     }
 }
 
+fn watch_msg(seq: u64, e: we::Event) -> WatchResponse {
+    WatchResponse { event: Some(WatchEvent { seq, event: Some(e) }) }
+}
+
+fn follow_msg(e: fe::Event) -> FollowResponse {
+    FollowResponse { event: Some(FollowEvent { event: Some(e) }) }
+}
+
+fn follow_event(e: follow::Event) -> fe::Event {
+    match e {
+        follow::Event::Data { offset, data } => fe::Event::Data(fe::Data { offset, data }),
+        follow::Event::Truncated { previous_offset, size } => {
+            fe::Event::Truncated(fe::Truncated { previous_offset, size })
+        }
+        follow::Event::Replaced { previous_offset } => fe::Event::Replaced(fe::Replaced { previous_offset }),
+        follow::Event::Removed { previous_offset } => fe::Event::Removed(fe::Removed { previous_offset }),
+        follow::Event::Created => fe::Event::Created(fe::Created {}),
+    }
+}
+
 #[tonic::async_trait]
 impl Files for FilesService {
     type FollowStream = RpcStream<FollowResponse>;
     type WatchDirStream = RpcStream<WatchResponse>;
 
-    async fn follow(&self, _req: Request<FollowRequest>) -> Result<Response<Self::FollowStream>, Status> {
-        todo()
+    async fn follow(&self, req: Request<FollowRequest>) -> Result<Response<Self::FollowStream>, Status> {
+        const M: &str = "hangar.envd.v1.Files.Follow";
+        let ctx = context(&req).map_err(|e| fail(M, e))?;
+        let r = req.into_inner();
+        let path = absolute(&self.core, &ctx, &r.path).map_err(|e| fail(M, e))?;
+        let slot = self.core.watches.slots().acquire().map_err(|e| fail(M, FollowError::from(e)))?;
+        let spec = FollowSpec { path, offset: r.offset, allow_network_mounts: r.allow_network_mounts };
+        let (mut follower, start) = Follower::start(spec, slot).map_err(|e| fail(M, e))?;
+        let first = follow_msg(fe::Event::Start(fe::Start {
+            path: start.path.to_string_lossy().into_owned(),
+            exists: start.exists,
+            offset: start.offset,
+            size: start.size,
+        }));
+        let (keepalive, deadline) = (ctx.keepalive, ctx.deadline);
+        Ok(Response::new(Box::pin(async_stream::stream! {
+            yield Ok(first);
+            let until = async move {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(until);
+            loop {
+                tokio::select! {
+                    ev = follower.next() => match ev {
+                        Ok(ev) => yield Ok(follow_msg(follow_event(ev))),
+                        Err(e) => {
+                            yield Err(fail(M, e));
+                            return;
+                        }
+                    },
+                    _ = tokio::time::sleep(keepalive) => yield Ok(follow_msg(fe::Event::Keepalive(fe::KeepAlive {}))),
+                    _ = &mut until => {
+                        yield Err(deadline_passed());
+                        return;
+                    }
+                }
+            }
+        })))
     }
-    async fn watch_dir(&self, _req: Request<WatchDirRequest>) -> Result<Response<Self::WatchDirStream>, Status> {
-        todo()
+
+    async fn watch_dir(&self, req: Request<WatchDirRequest>) -> Result<Response<Self::WatchDirStream>, Status> {
+        const M: &str = "hangar.envd.v1.Files.WatchDir";
+        let ctx = context(&req).map_err(|e| fail(M, e))?;
+        let spec = watch_spec(&self.core, &ctx, req.into_inner()).map_err(|e| fail(M, e))?;
+        let watch = self.core.watches.watch(spec).await.map_err(|e| fail(M, e))?;
+        let root = watch.root().to_path_buf();
+        let mut ticks = ticks(watch, ctx.keepalive, ctx.deadline);
+        Ok(Response::new(Box::pin(async_stream::stream! {
+            yield Ok(watch_msg(0, we::Event::Start(we::Start {})));
+            let mut last = 0;
+            while let Some(tick) = ticks.next().await {
+                match tick {
+                    Tick::Batch(b) => {
+                        for item in b.items {
+                            match item {
+                                Item::Change { seq, change } => {
+                                    last = seq;
+                                    yield Ok(watch_msg(seq, we::Event::Filesystem(fs_event(change))));
+                                }
+                                Item::Overflow { seq, dropped } => {
+                                    last = seq;
+                                    events::WatchEventsLost { path: &root, dropped }.emit();
+                                    yield Ok(watch_msg(seq, we::Event::Overflow(we::Overflow { dropped })));
+                                }
+                            }
+                        }
+                        match b.end {
+                            Some(Ended::Failed(e)) => {
+                                yield Err(fail(M, e));
+                                return;
+                            }
+                            Some(Ended::Gone) => return,
+                            None => {}
+                        }
+                    }
+                    Tick::KeepAlive => yield Ok(watch_msg(last, we::Event::Keepalive(we::KeepAlive {}))),
+                    Tick::Deadline => {
+                        yield Err(deadline_passed());
+                        return;
+                    }
+                }
+            }
+        })))
     }
 }
