@@ -366,3 +366,48 @@ async fn follow_on_overlayfs_through_copy_up() {
     w.until(STEP, "create new.log, write lower.log", |s| has(s, "new.log", "create") && has(s, "lower.log", "write"))
         .await;
 }
+
+/// A follow reads, and a watch lists, only what the calling user may: acting as `nobody`, a
+/// root-only file cannot be followed nor a root-only directory watched.
+#[tokio::test]
+async fn follows_and_watches_act_as_the_calling_user() {
+    assert!(is_root(), "the daemon must run as root to act as other users (CI runs as root)");
+    use std::os::unix::fs::PermissionsExt;
+    let envd = Envd::start(&[]);
+    let dir = Scratch::new("follow-as-user");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = dir.join("secret.log");
+    std::fs::write(&secret, b"root only\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let open = dir.join("open.log");
+    std::fs::write(&open, b"").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let private = dir.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    fn as_nobody<T>(mut r: tonic::Request<T>) -> tonic::Request<T> {
+        r.metadata_mut().insert("authorization", basic_user("nobody").parse().unwrap());
+        r
+    }
+    let mut files = envd.files().await;
+    let st = FollowLog::open_req(&mut files, as_nobody(tonic::Request::new(follow_req(&secret, Some(0)))))
+        .await
+        .err()
+        .expect("nobody may not read a 0600 root file");
+    assert_eq!(code(&st), "permission_denied", "{st:?}");
+    let mut log = FollowLog::open_req(&mut files, as_nobody(tonic::Request::new(follow_req(&open, Some(0)))))
+        .await
+        .expect("a readable file follows");
+    append(&open, b"visible\n");
+    log.until(STEP, "the appended line", |l| received(l) >= 8).await;
+
+    let mut fs = envd.filesystem().await;
+    let st = E2bWatch::open_req(&mut fs, as_nobody(tonic::Request::new(watch_req(&private, false, false))))
+        .await
+        .err()
+        .expect("nobody may not watch a 0700 root directory");
+    assert_eq!(code(&st), "permission_denied", "{st:?}");
+    // As root (the daemon's own user) both work.
+    FollowLog::open(&mut files, follow_req(&secret, Some(0))).await.expect("root follows");
+}

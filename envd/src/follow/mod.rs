@@ -24,6 +24,7 @@ use nix::sys::inotify::{AddWatchFlags as M, WatchDescriptor};
 
 use crate::{
     events,
+    fs::creds::{self, Identity},
     watch::{
         inotify::{self, Inotify},
         network_fs, Slot, SlotsFull,
@@ -41,6 +42,8 @@ pub struct FollowSpec {
     /// Where to start in the file as it is now; `None`: its end.
     pub offset: Option<u64>,
     pub allow_network_mounts: bool,
+    /// Whom the file is opened as: a follow reads only what its caller may read.
+    pub who: Option<Identity>,
 }
 
 /// Where a follow starts.
@@ -137,6 +140,7 @@ pub struct Follower {
     dir_stale: bool,
     file: Option<OpenFile>,
     buf: Box<[u8]>,
+    who: Option<Identity>,
     _slot: Slot,
 }
 
@@ -155,6 +159,7 @@ impl Follower {
             dir_stale: false,
             file: None,
             buf: vec![0; CHUNK].into_boxed_slice(),
+            who: spec.who,
             _slot: slot,
         };
         // The directory is watched before the file is looked for, so a file created right after
@@ -295,11 +300,11 @@ impl Follower {
 
     fn open(&mut self) -> Result<Opened, FollowError> {
         // O_NONBLOCK: opening a FIFO must not wait for a writer.
-        let file = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(&self.path)
-        {
+        let opened = creds::as_identity(self.who.as_ref(), || {
+            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(&self.path)
+        })
+        .map_err(|e| io_err("switching user to open", &self.path, e))?;
+        let file = match opened {
             Ok(f) => f,
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(Opened::Missing),
             Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Ok(Opened::NotRegular { dir: false }),

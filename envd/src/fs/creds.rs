@@ -57,6 +57,17 @@ where
     }
 }
 
+/// Runs `f` on the calling thread acting as `who` (or as the daemon when `None`), switching
+/// back before returning. Only for short synchronous work with no await inside (opening a file
+/// for a follow): the identity belongs to the thread for exactly the call.
+pub fn as_identity<T>(who: Option<&Identity>, f: impl FnOnce() -> T) -> io::Result<T> {
+    let _guard = match who {
+        Some(id) => Some(Switched::to(id)?),
+        None => None,
+    };
+    Ok(f())
+}
+
 /// The thread's own credentials, put back on drop.
 struct Switched {
     fsuid: libc::uid_t,

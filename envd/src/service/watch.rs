@@ -33,6 +33,7 @@ use crate::{
     error::RpcError,
     events,
     follow::{self, FollowError, FollowSpec, Follower},
+    fs::creds,
     watch::{Batch, Change, Ended, Item, Kind, Watch, WatchError, WatchSpec},
 };
 
@@ -73,8 +74,19 @@ fn absolute(core: &Core, ctx: &CallContext, path: &str) -> Result<std::path::Pat
 }
 
 fn watch_spec(core: &Core, ctx: &CallContext, r: WatchDirRequest) -> Result<WatchSpec, RpcError> {
+    let root = absolute(core, ctx, &r.path)?;
+    // A caller watches only a directory it may list. (The kernel's watches themselves are the
+    // daemon's: inotify checks permission once, when a watch is added.)
+    let listable =
+        creds::as_identity(creds::Identity::for_user(&ctx.user).as_ref(), || std::fs::read_dir(&root).map(drop))
+            .and_then(|r| r);
+    if let Err(e) = listable {
+        if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+            return Err(RpcError::permission_denied(format!("{} may not list {}", ctx.user.name, root.display())));
+        }
+    }
     Ok(WatchSpec {
-        root: absolute(core, ctx, &r.path)?,
+        root,
         recursive: r.recursive,
         include_entry: r.include_entry,
         allow_network_mounts: r.allow_network_mounts,
@@ -267,7 +279,12 @@ impl Files for FilesService {
         let r = req.into_inner();
         let path = absolute(&self.core, &ctx, &r.path).map_err(|e| fail(M, e))?;
         let slot = self.core.watches.slots().acquire().map_err(|e| fail(M, FollowError::from(e)))?;
-        let spec = FollowSpec { path, offset: r.offset, allow_network_mounts: r.allow_network_mounts };
+        let spec = FollowSpec {
+            path,
+            offset: r.offset,
+            allow_network_mounts: r.allow_network_mounts,
+            who: creds::Identity::for_user(&ctx.user),
+        };
         let (mut follower, start) = Follower::start(spec, slot).map_err(|e| fail(M, e))?;
         let first = follow_msg(fe::Event::Start(fe::Start {
             path: start.path.to_string_lossy().into_owned(),
