@@ -129,10 +129,11 @@ def test_read_errors(sandbox, work):
         sandbox.files.read(str(work))
 
 
-def test_get_info_file_dir_symlink(sandbox, work):
+def test_get_info_file_dir_symlink(sandbox, work, e2b_user):
     sandbox.files.write(str(work / "info.txt"), "test")
     os.chmod(work / "info.txt", 0o644)
-    me = pwd.getpwuid(os.geteuid()).pw_name
+    # The daemon acts as `user` by default, so what the SDK writes is theirs.
+    me = e2b_user.pw_name
 
     info = sandbox.files.get_info(str(work / "info.txt"))
     assert info.name == "info.txt"
@@ -219,10 +220,13 @@ def test_rename(sandbox, work):
         sandbox.files.rename(str(work / "old.txt"), str(work / "again.txt"))
 
 
-def test_remove(sandbox, work):
+def test_remove(sandbox, work, e2b_user):
     (work / "dir/inner").mkdir(parents=True)
     (work / "dir/inner/f").write_text("x")
     (work / "file").write_text("x")
+    # Made by the test (root); the daemon removes as `user`, who must own the tree.
+    for p in [work / "dir", work / "dir/inner", work / "dir/inner/f", work / "file"]:
+        os.chown(p, e2b_user.pw_uid, e2b_user.pw_gid)
     sandbox.files.remove(str(work / "dir"))
     sandbox.files.remove(str(work / "file"))
     assert not (work / "dir").exists()
@@ -293,4 +297,4 @@ def test_permissions_are_the_users(sandbox, e2b_user, work):
         sandbox.files.remove(str(closed / "secret"), user="user")
     assert (closed / "secret").exists()
     # root may
-    assert sandbox.files.read(str(closed / "secret")) == "root only"
+    assert sandbox.files.read(str(closed / "secret"), user="root") == "root only"
