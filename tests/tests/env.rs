@@ -135,8 +135,7 @@ async fn cwd_request_default_and_home() {
 
 #[tokio::test]
 async fn user_from_basic_auth() {
-    if !is_root() {
-        eprintln!("skipped: the daemon must run as root to switch users");
+    if skip_without(is_root(), "root, to switch users") {
         return;
     }
     let envd = Envd::start(&[]);
@@ -169,8 +168,7 @@ async fn user_from_basic_auth() {
 
 #[tokio::test]
 async fn unknown_user_is_unauthenticated() {
-    if !is_root() {
-        eprintln!("skipped: the daemon must run as root to switch users");
+    if skip_without(is_root(), "root, to switch users") {
         return;
     }
     let envd = Envd::start(&[]);
@@ -197,8 +195,7 @@ async fn unknown_user_is_unauthenticated() {
 
 #[tokio::test]
 async fn default_user_flag_and_init() {
-    if !is_root() {
-        eprintln!("skipped: the daemon must run as root to switch users");
+    if skip_without(is_root(), "root, to switch users") {
         return;
     }
     let envd = Envd::start(&["--default-user", "nobody"]);

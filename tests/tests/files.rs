@@ -283,8 +283,7 @@ async fn list_dir_depth_order_and_entries() {
 
 #[tokio::test]
 async fn operations_act_as_the_calling_user() {
-    if !is_root() {
-        eprintln!("skipped: needs root to switch users");
+    if skip_without(is_root(), "root, to switch users") {
         return;
     }
     let (uid, gid) = ensure_user("user");
@@ -390,8 +389,7 @@ async fn operations_act_as_the_calling_user() {
 
 #[tokio::test]
 async fn files_user_param_and_authorization() {
-    if !is_root() {
-        eprintln!("skipped: needs root to switch users");
+    if skip_without(is_root(), "root, to switch users") {
         return;
     }
     let (uid, _) = ensure_user("user");
@@ -648,16 +646,14 @@ async fn upload_metadata_round_trip() {
 
 #[tokio::test]
 async fn upload_to_a_full_disk_is_507() {
-    if !is_root() {
-        eprintln!("skipped: needs root to mount a tmpfs");
+    if skip_without(is_root(), "root, to mount a tmpfs") {
         return;
     }
     let dir = Scratch::new("full");
     let mnt = dir.at("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs", &mnt]).status();
-    if !matches!(mounted, Ok(s) if s.success()) {
-        eprintln!("skipped: cannot mount a tmpfs here ({mounted:?})");
+    if skip_without(matches!(mounted, Ok(s) if s.success()), "a tmpfs mount") {
         return;
     }
     struct Unmount(String);
