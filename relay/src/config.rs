@@ -44,6 +44,44 @@ pub struct Limits {
     /// Running background processes per token (per sandbox).
     #[arg(long, env = "HANGAR_BACKGROUND_MAX_PER_TOKEN", default_value_t = 16)]
     pub background_per_token: usize,
+
+    /// Open streams per token: streamed execs, attaches, watch and event streams.
+    #[arg(long, env = "HANGAR_STREAM_MAX_PER_TOKEN", default_value_t = 16)]
+    pub streams_per_token: usize,
+
+    /// Open streams in all.
+    #[arg(long, env = "HANGAR_STREAM_MAX_TOTAL", default_value_t = 512)]
+    pub streams_total: usize,
+
+    /// Bytes per second per stream; each message also counts 64 bytes.
+    #[arg(long, env = "HANGAR_STREAM_BYTES_PER_SECOND", default_value_t = 1024 * 1024)]
+    pub bytes_per_second: u64,
+
+    /// Bytes per stream; past it nothing more is sent.
+    #[arg(long, env = "HANGAR_STREAM_MAX_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_bytes: u64,
+
+    /// Hours an attach, watch or event stream may stay open.
+    #[arg(long, env = "HANGAR_STREAM_MAX_HOURS", default_value_t = 12.0)]
+    pub max_hours: f64,
+
+    /// Directory watches per token.
+    #[arg(long, env = "HANGAR_WATCH_MAX_PER_TOKEN", default_value_t = 8)]
+    pub watches_per_token: usize,
+
+    /// How often open streams check that their token is still valid.
+    #[arg(long, env = "HANGAR_STREAM_RECHECK_SECONDS", default_value_t = 5.0)]
+    pub recheck_seconds: f64,
+}
+
+impl Limits {
+    pub fn lifetime(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64((self.max_hours * 3600.0).clamp(1.0, 10.0 * 365.0 * 24.0 * 3600.0))
+    }
+
+    pub fn recheck(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.recheck_seconds.clamp(0.05, 3600.0))
+    }
 }
 
 fn default_state_dir() -> PathBuf {

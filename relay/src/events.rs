@@ -73,3 +73,23 @@ impl AuthRefused<'_> {
         tracing::warn!(target: TARGET, event = "auth_refused", path = self.path, "request without a valid token");
     }
 }
+
+pub struct StreamClosed<'a> {
+    pub kind: &'a str,
+    pub reason: &'a str,
+    pub bytes: u64,
+}
+impl StreamClosed<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "stream_closed", kind = self.kind, reason = self.reason, bytes = self.bytes, "stream closed");
+    }
+}
+
+pub struct ShuttingDown {
+    pub streams: usize,
+}
+impl ShuttingDown {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "shutting_down", streams = self.streams, "shutting down: streams closed, new ones refused");
+    }
+}

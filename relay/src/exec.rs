@@ -1,6 +1,12 @@
 //! Commands run to completion: through the sandbox's daemon (output streamed as it prints) or,
 //! without one, through the provider's exec (output in one piece at the end).
-use std::time::Duration;
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use futures::Stream;
 use hangar_proto::{
@@ -108,16 +114,18 @@ impl Utf8Stream {
 }
 
 /// Kills the command's process group if the stream is dropped before its end: a streamed command
-/// whose client goes away is killed.
+/// whose client goes away, or whose token is revoked, is killed. `spare` (set by whoever cuts
+/// the stream off for a shutdown, pause or destroy) lets it run on.
 struct KillOnDrop {
     envd: Envd,
     pid: Option<u32>,
     armed: bool,
+    spare: Arc<AtomicBool>,
 }
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        if let (true, Some(pid)) = (self.armed, self.pid) {
+        if let (true, false, Some(pid)) = (self.armed, self.spare.load(Ordering::SeqCst), self.pid) {
             let envd = self.envd.clone();
             tokio::spawn(async move {
                 let req = SignalRequest {
@@ -131,8 +139,13 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Runs `req` through the daemon: output events as they arrive, then the result.
-pub fn through_daemon(envd: Envd, req: ExecRequest) -> impl Stream<Item = ExecEvent> + Send + 'static {
+/// Runs `req` through the daemon: output events as they arrive, then the result. Dropping the
+/// stream before the result kills the command unless `spare` is set.
+pub fn through_daemon(
+    envd: Envd,
+    req: ExecRequest,
+    spare: Arc<AtomicBool>,
+) -> impl Stream<Item = ExecEvent> + Send + 'static {
     async_stream::stream! {
         let mut start = tonic::Request::new(StartRequest {
             process: Some(ProcessConfig {
@@ -147,7 +160,7 @@ pub fn through_daemon(envd: Envd, req: ExecRequest) -> impl Stream<Item = ExecEv
         });
         // The daemon kills the process group at this deadline.
         start.set_timeout(req.timeout);
-        let mut guard = KillOnDrop { envd: envd.clone(), pid: None, armed: true };
+        let mut guard = KillOnDrop { envd: envd.clone(), pid: None, armed: true, spare };
         let (mut out, mut err) = (Tail::default(), Tail::default());
         let (mut out_text, mut err_text) = (Utf8Stream::default(), Utf8Stream::default());
         let mut stream = match envd.process().start(start).await {

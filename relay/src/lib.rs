@@ -12,8 +12,10 @@ pub mod events;
 pub mod exec;
 pub mod processes;
 pub mod providers;
+pub mod revocation;
 pub mod sandboxes;
 pub mod store;
+pub mod streams;
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -40,6 +42,7 @@ pub struct Relay {
     pub sandboxes: sandboxes::Sandboxes,
     pub processes: processes::Processes,
     pub limits: config::Limits,
+    pub streams: Arc<streams::Streams>,
 }
 
 /// A relay bound to its port, with the admin secret to show if one was generated.
@@ -83,6 +86,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         sandboxes,
         processes: processes::Processes::default(),
         limits: config.limits.clone(),
+        streams: streams::Streams::new(config.limits.clone()),
     });
     relay.sandboxes.ensure_default(&relay.store).await.map_err(|e| StartError::DefaultSandbox(e.message))?;
 
@@ -92,7 +96,9 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     Ok(Bound { listener, relay, generated_admin_secret })
 }
 
-/// Serves until SIGTERM or SIGINT.
+/// Serves until SIGTERM or SIGINT. Then every open stream ends at once with `shutdown`, new
+/// streams are refused, and the process exits once responses have flushed (10 s at the most).
+/// Sandboxes and their processes keep running.
 pub async fn serve(bound: Bound) -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
@@ -100,10 +106,27 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     if let Ok(addr) = bound.listener.local_addr() {
         events::Listening { addr }.emit();
     }
-    let app = api::rest::router(bound.relay);
-    tokio::select! {
-        r = axum::serve(bound.listener, app) => r,
-        _ = term.recv() => Ok(()),
-        _ = int.recv() => Ok(()),
-    }
+    let relay = bound.relay;
+    let recheck = tokio::spawn(revocation::recheck(relay.clone()));
+    let app = api::rest::router(relay.clone());
+    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
+    let streams = relay.streams.clone();
+    let server = axum::serve(bound.listener, app).with_graceful_shutdown(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let closed = streams.shutdown();
+        events::ShuttingDown { streams: closed }.emit();
+        let _ = stopping_tx.send(());
+    });
+    let result = tokio::select! {
+        r = server => r,
+        _ = async {
+            let _ = stopping.await;
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        } => Ok(()),
+    };
+    recheck.abort();
+    result
 }

@@ -22,7 +22,7 @@ use tonic::Code;
 
 use crate::{
     auth::{self, Caller, MacKey},
-    envd::Envd,
+    envd::{daemon_error, Envd},
     error::ApiError,
     store::SandboxRow,
 };
@@ -48,17 +48,6 @@ fn owned_id<'t>(key: &MacKey, caller: &Caller, sandbox: &SandboxRow, tag: &'t st
 
 fn by_tag(tag: String) -> Option<ProcessSelector> {
     Some(ProcessSelector { selector: Some(process_selector::Selector::Tag(tag)) })
-}
-
-fn daemon_error(what: &str, s: tonic::Status) -> ApiError {
-    match s.code() {
-        Code::NotFound => ApiError::not_found(format!("no such process ({what})")),
-        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
-            ApiError::bad_request(format!("{what}: {}", s.message()))
-        }
-        Code::ResourceExhausted => ApiError::too_many(format!("{what}: {}", s.message())),
-        _ => ApiError::bad_gateway(format!("{what}: the sandbox's daemon answered {}", s.message())),
-    }
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -94,11 +94,17 @@ impl Sandboxes {
         store.sandbox(reference)?.ok_or_else(|| ApiError::not_found(format!("no sandbox {reference:?}")))
     }
 
+    /// Refuses work in a paused sandbox.
+    pub fn runnable(&self, row: &SandboxRow) -> Result<(), ApiError> {
+        if row.state == "paused" {
+            return Err(ApiError::unavailable(format!("sandbox {:?} is paused: resume it first", row.name)));
+        }
+        Ok(())
+    }
+
     /// The sandbox's daemon, started again where the provider can; `None` without one.
     pub async fn daemon(&self, store: &Store, row: &mut SandboxRow) -> Result<Option<Envd>, ApiError> {
-        if row.state == "paused" {
-            return Err(ApiError::unavailable(format!("sandbox {:?} is paused", row.name)));
-        }
+        self.runnable(row)?;
         let p = self.provider(&row.provider)?;
         let _g = self.starting.lock().await;
         // Another request may have restarted it while this one waited.

@@ -5,14 +5,14 @@
 use std::time::Duration;
 
 use hangar_proto::{
-    ext::{daemon_client::DaemonClient, processes_client::ProcessesClient, InfoRequest},
+    ext::{daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest},
     process::process_client::ProcessClient,
 };
 use tonic::{
     metadata::MetadataValue,
     service::interceptor::InterceptedService,
     transport::{Channel, Endpoint},
-    Request, Status,
+    Code, Request, Status,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +65,10 @@ impl Envd {
         ProcessesClient::with_interceptor(self.channel.clone(), self.auth.clone())
     }
 
+    pub fn files(&self) -> FilesClient<Authed> {
+        FilesClient::with_interceptor(self.channel.clone(), self.auth.clone())
+    }
+
     /// Whether the daemon answers (with this token) within `timeout`.
     pub async fn alive(&self, timeout: Duration) -> Result<(), EnvdError> {
         let mut client = DaemonClient::with_interceptor(self.channel.clone(), self.auth.clone());
@@ -75,5 +79,19 @@ impl Envd {
             Ok(Err(s)) => Err(EnvdError::Unreachable(s.message().to_string())),
             Err(_) => Err(EnvdError::Unreachable("timed out".into())),
         }
+    }
+}
+
+/// A daemon's refusal as the relay's error; `what` says what was being done.
+pub fn daemon_error(what: &str, s: Status) -> crate::error::ApiError {
+    use crate::error::ApiError;
+    match s.code() {
+        Code::NotFound => ApiError::not_found(format!("{what}: {}", s.message())),
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+            ApiError::bad_request(format!("{what}: {}", s.message()))
+        }
+        Code::PermissionDenied => ApiError::forbidden(format!("{what}: {}", s.message())),
+        Code::ResourceExhausted => ApiError::too_many(format!("{what}: {}", s.message())),
+        _ => ApiError::bad_gateway(format!("{what}: the sandbox's daemon answered {}", s.message())),
     }
 }

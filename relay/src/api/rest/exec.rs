@@ -1,6 +1,10 @@
 //! `POST /api/sandboxes/{ref}/exec` (the result at the end) and `.../exec/stream` (SSE: `stdout`
 //! and `stderr` events as it prints, then one `result`).
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{
+    convert::Infallible,
+    sync::{atomic::AtomicBool, Arc},
+    time::Duration,
+};
 
 use axum::{
     extract::{Path, State},
@@ -15,7 +19,8 @@ use crate::{
     auth::Caller,
     error::ApiError,
     events,
-    exec::{self, ExecEvent, ExecRequest, ExecResult},
+    exec::{self, ExecEvent, ExecRequest, ExecResult, Tail},
+    streams::{Kind, Reason},
     Relay,
 };
 
@@ -23,7 +28,7 @@ use crate::{
 const MAX_TIMEOUT_SECONDS: u64 = 24 * 3600;
 const DEFAULT_TIMEOUT_SECONDS: u64 = 600;
 /// A comment this often keeps proxies from timing the connection out.
-const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
+pub const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,10 +59,12 @@ pub async fn exec(
     require_sandbox_scope(&caller)?;
     let req = request(body)?;
     let mut row = relay.sandboxes.get(&relay.store, &reference)?;
+    relay.sandboxes.runnable(&row)?;
     let result = match relay.sandboxes.daemon(&relay.store, &mut row).await {
         Ok(Some(envd)) => {
             let mut result = None;
-            let events = exec::through_daemon(envd, req);
+            // An unstreamed exec is not cut off by its client: it runs to its end or timeout.
+            let events = exec::through_daemon(envd, req, Arc::new(AtomicBool::new(true)));
             futures::pin_mut!(events);
             while let Some(ev) = events.next().await {
                 if let ExecEvent::Result(r) = ev {
@@ -93,11 +100,14 @@ pub async fn exec_stream(
     require_sandbox_scope(&caller)?;
     let req = request(body)?;
     let mut row = relay.sandboxes.get(&relay.store, &reference)?;
+    relay.sandboxes.runnable(&row)?;
+    let mut stream = relay.streams.open(&caller, &row.id, Kind::Exec)?;
     let daemon = relay.sandboxes.daemon(&relay.store, &mut row).await.ok().flatten();
     let name = row.name.clone();
-    let stream = async_stream::stream! {
+    let spare = Arc::new(AtomicBool::new(false));
+    let out = async_stream::stream! {
         let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> = match daemon {
-            Some(envd) => Box::pin(exec::through_daemon(envd, req)),
+            Some(envd) => Box::pin(exec::through_daemon(envd, req, spare.clone())),
             None => {
                 let r = relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await;
                 let r = match r {
@@ -116,12 +126,52 @@ pub async fn exec_stream(
             }
         };
         futures::pin_mut!(events);
-        while let Some(ev) = events.next().await {
-            if let ExecEvent::Result(r) = &ev {
-                events::ExecFinished { sandbox: &name, streamed: r.streamed, exit_code: r.exit_code, closed: r.closed }.emit();
+        // What the client was sent, for a result when the stream is cut off.
+        let (mut out, mut err) = (Tail::default(), Tail::default());
+        let mut capped = false;
+        loop {
+            // A close is checked first: when a sandbox is destroyed its daemon's stream breaks
+            // too, and the reason to report is the destroy.
+            let ev = tokio::select! {
+                biased;
+                reason = stream.closed() => {
+                    // A shutdown, pause or destroyed sandbox spares the command; revocation kills it.
+                    if matches!(reason, Reason::Shutdown | Reason::Paused | Reason::Destroyed) {
+                        spare.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    stream.end(reason);
+                    let r = ExecResult {
+                        exit_code: -1, stdout: out.text(), stderr: err.text(), streamed: true,
+                        closed: Some(reason.as_str()), error: None,
+                    };
+                    events::ExecFinished { sandbox: &name, streamed: true, exit_code: -1, closed: r.closed }.emit();
+                    yield Ok(sse(&ExecEvent::Result(r)));
+                    return;
+                }
+                ev = events.next() => ev,
+            };
+            let Some(ev) = ev else { stream.end(Reason::Error); return; };
+            match &ev {
+                ExecEvent::Stdout(t) | ExecEvent::Stderr(t) => {
+                    if capped { continue; }
+                    if stream.send(t.len() as u64).await.is_err() {
+                        // Past HANGAR_STREAM_MAX_BYTES nothing more is sent; the result still has
+                        // the end of the output.
+                        capped = true;
+                        continue;
+                    }
+                    match &ev { ExecEvent::Stdout(_) => out.push(t.as_bytes()), _ => err.push(t.as_bytes()) }
+                }
+                ExecEvent::Result(r) => {
+                    let r = if capped && r.closed.is_none() { ExecResult { closed: Some(Reason::MaxBytes.as_str()), ..r.clone() } } else { r.clone() };
+                    stream.end(if r.closed == Some("error") { Reason::Error } else if capped { Reason::MaxBytes } else { Reason::Done });
+                    events::ExecFinished { sandbox: &name, streamed: r.streamed, exit_code: r.exit_code, closed: r.closed }.emit();
+                    yield Ok(sse(&ExecEvent::Result(r)));
+                    return;
+                }
             }
             yield Ok(sse(&ev));
         }
     };
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
+    Ok(Sse::new(out).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
 }

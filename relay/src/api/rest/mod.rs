@@ -4,6 +4,7 @@ mod exec;
 mod processes;
 mod sandboxes;
 mod tokens;
+mod watch;
 
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 pub fn router(relay: Arc<Relay>) -> Router {
     let api = Router::new()
+        .route("/metrics", get(metrics))
         .route("/api/tokens", post(tokens::create).get(tokens::list))
         .route("/api/tokens/{id}", axum::routing::delete(tokens::revoke))
         .route("/api/sandboxes", post(sandboxes::create).get(sandboxes::list))
@@ -42,6 +44,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sandboxes/{sandbox}/processes/{id}", get(processes::read).delete(processes::kill))
         .route("/api/sandboxes/{sandbox}/processes/{id}/stream", get(processes::stream))
         .route("/api/sandboxes/{sandbox}/processes/{id}/input", post(processes::input))
+        .route("/api/sandboxes/{sandbox}/watch", get(watch::watch))
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(middleware::from_fn_with_state(relay.clone(), authenticate));
     Router::new()
@@ -49,6 +52,11 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .merge(api)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(relay)
+}
+
+/// Prometheus text: the `hangar_stream*` families. Any valid token may read it.
+async fn metrics(State(relay): State<Arc<Relay>>) -> Response {
+    ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], relay.streams.metrics.render()).into_response()
 }
 
 async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, next: Next) -> Response {

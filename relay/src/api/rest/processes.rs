@@ -21,10 +21,11 @@ use crate::{
     error::ApiError,
     processes::{self, At, Output},
     store::SandboxRow,
+    streams::{Kind, Reason},
     Relay,
 };
 
-const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
+use super::exec::SSE_KEEPALIVE;
 /// A poll returns once it has what was written when it asked, or after this much quiet.
 const POLL_QUIET: Duration = Duration::from_millis(250);
 
@@ -172,9 +173,7 @@ fn sse_event(item: &Output) -> Option<Event> {
         Output::End { exit_code, status, total } => Event::default().event("end").id(total.to_string()).json_data(
             serde_json::json!({ "exit_code": exit_code, "status": status, "total": total, "reason": "done" }),
         ),
-        Output::Broken(m) => {
-            Event::default().event("close").json_data(serde_json::json!({ "reason": "error", "message": m }))
-        }
+        Output::Broken(m) => return Some(close_event(Reason::Error, Some(m))),
     };
     ev.ok()
 }
@@ -194,10 +193,52 @@ pub async fn stream(
         None => q.since,
     };
     let target = sandbox_daemon(&relay, &caller, &reference).await?;
-    let at = target.at(&relay, &caller);
-    let output = relay.processes.attach(&at, &id, since).await?;
-    let events = output.filter_map(|item| async move { sse_event(&item).map(Ok) });
+    let mut admitted = relay.streams.open(&caller, &target.row.id, Kind::Process)?;
+    let output = relay.processes.attach(&target.at(&relay, &caller), &id, since).await?;
+    let events = async_stream::stream! {
+        futures::pin_mut!(output);
+        loop {
+            // A close first: a destroyed sandbox's daemon stream breaks too, and why is the destroy.
+            let item = tokio::select! {
+                biased;
+                reason = admitted.closed() => {
+                    admitted.end(reason);
+                    yield Ok(close_event(reason, None));
+                    return;
+                }
+                item = output.next() => item,
+            };
+            let Some(item) = item else { admitted.end(Reason::Error); return; };
+            if let Output::Data { data, .. } = &item {
+                if admitted.send(data.len() as u64).await.is_err() {
+                    admitted.end(Reason::MaxBytes);
+                    yield Ok(close_event(Reason::MaxBytes, None));
+                    return;
+                }
+            }
+            match &item {
+                Output::End { .. } => admitted.end(Reason::Done),
+                Output::Broken(_) => admitted.end(Reason::Error),
+                _ => {}
+            }
+            let last = matches!(item, Output::End { .. } | Output::Broken(_));
+            if let Some(ev) = sse_event(&item) {
+                yield Ok(ev);
+            }
+            if last {
+                return;
+            }
+        }
+    };
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
+}
+
+/// The SSE event that says why a stream ended early.
+pub fn close_event(reason: Reason, message: Option<&str>) -> Event {
+    Event::default()
+        .event("close")
+        .json_data(serde_json::json!({ "reason": reason.as_str(), "message": message }))
+        .unwrap_or_else(|_| Event::default().event("close"))
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,7 @@ use axum::{
 use serde::Deserialize;
 
 use super::{require_sandbox_scope, Body};
-use crate::{auth::Caller, error::ApiError, store::SandboxRow, Relay};
+use crate::{auth::Caller, error::ApiError, store::SandboxRow, streams::Reason, Relay};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +59,7 @@ pub async fn destroy(
 ) -> Result<StatusCode, ApiError> {
     require_sandbox_scope(&caller)?;
     let row = relay.sandboxes.get(&relay.store, &reference)?;
+    relay.streams.close_sandbox(&row.id, Reason::Destroyed);
     relay.sandboxes.destroy(&relay.store, &row).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -71,6 +72,9 @@ async fn set_paused(
 ) -> Result<Json<SandboxRow>, ApiError> {
     require_sandbox_scope(&caller)?;
     let mut row = relay.sandboxes.get(&relay.store, &reference)?;
+    if paused {
+        relay.streams.close_sandbox(&row.id, Reason::Paused);
+    }
     relay.sandboxes.set_paused(&relay.store, &mut row, paused).await?;
     Ok(Json(row))
 }

@@ -56,5 +56,6 @@ pub async fn revoke(
         return Err(ApiError::not_found(format!("no live token {id:?}")));
     }
     events::TokenRevoked { id: &id }.emit();
+    crate::revocation::revoked(&relay, &id).await;
     Ok(StatusCode::NO_CONTENT)
 }

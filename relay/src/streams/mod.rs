@@ -1,0 +1,347 @@
+//! Every stream the relay serves goes through here: admission against the limits, pacing, byte
+//! caps, lifetime, and closing with a reason (its client left, its token was revoked, its sandbox
+//! was paused or destroyed, the relay shut down, a limit was hit). One place counts them for the
+//! metrics and opens the `stream <kind>` span.
+//!
+//! Invariant: a slow or vanished client never blocks another: each stream is paced and capped on
+//! its own, and closing is a broadcast the stream observes, never a wait.
+pub mod metrics;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc, Mutex, MutexGuard,
+    },
+    time::{Duration, Instant},
+};
+
+use tokio::sync::watch;
+
+use crate::{auth::Caller, config::Limits, error::ApiError};
+pub use metrics::Metrics;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Exec,
+    Process,
+    Watch,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Exec => "exec",
+            Kind::Process => "process",
+            Kind::Watch => "watch",
+        }
+    }
+}
+
+/// Why a stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// What it streamed ended.
+    Done,
+    /// Its client went away.
+    Client,
+    Shutdown,
+    Destroyed,
+    Paused,
+    Revoked,
+    /// Open longer than `HANGAR_STREAM_MAX_HOURS`.
+    Lifetime,
+    /// `HANGAR_STREAM_MAX_BYTES` reached.
+    MaxBytes,
+    Error,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Done => "done",
+            Reason::Client => "client",
+            Reason::Shutdown => "shutdown",
+            Reason::Destroyed => "destroyed",
+            Reason::Paused => "paused",
+            Reason::Revoked => "revoked",
+            Reason::Lifetime => "lifetime",
+            Reason::MaxBytes => "max_bytes",
+            Reason::Error => "error",
+        }
+    }
+}
+
+/// Each message costs this many bytes more, so output a byte at a time can't flood a client.
+pub const MESSAGE_OVERHEAD: u64 = 64;
+
+struct Entry {
+    token: String,
+    sandbox: String,
+    kind: Kind,
+    close: watch::Sender<Option<Reason>>,
+}
+
+pub struct Streams {
+    limits: Limits,
+    entries: Mutex<HashMap<u64, Entry>>,
+    next_id: AtomicU64,
+    shutting_down: AtomicBool,
+    pub metrics: Metrics,
+}
+
+impl Streams {
+    pub fn new(limits: Limits) -> Arc<Streams> {
+        Arc::new(Streams {
+            limits,
+            entries: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            shutting_down: AtomicBool::new(false),
+            metrics: Metrics::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Admits a new stream or says which limit refuses it.
+    pub fn open(self: &Arc<Self>, caller: &Caller, sandbox: &str, kind: Kind) -> Result<Stream, ApiError> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(ApiError::unavailable("the relay is shutting down: no new streams"));
+        }
+        let mut entries = self.lock();
+        let (mut total, mut mine, mut my_watches) = (0, 0, 0);
+        for e in entries.values() {
+            total += 1;
+            if e.token == caller.token_id {
+                mine += 1;
+                if e.kind == Kind::Watch {
+                    my_watches += 1;
+                }
+            }
+        }
+        let l = &self.limits;
+        if total >= l.streams_total {
+            return Err(ApiError::too_many(format!(
+                "HANGAR_STREAM_MAX_TOTAL: {total} streams are open (limit {})",
+                l.streams_total
+            )));
+        }
+        if mine >= l.streams_per_token {
+            return Err(ApiError::too_many(format!(
+                "HANGAR_STREAM_MAX_PER_TOKEN: this token has {mine} open streams (limit {})",
+                l.streams_per_token
+            )));
+        }
+        if kind == Kind::Watch && my_watches >= l.watches_per_token {
+            return Err(ApiError::too_many(format!(
+                "HANGAR_WATCH_MAX_PER_TOKEN: this token has {my_watches} open watches (limit {})",
+                l.watches_per_token
+            )));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (close, closed) = watch::channel(None);
+        entries.insert(id, Entry { token: caller.token_id.clone(), sandbox: sandbox.to_string(), kind, close });
+        drop(entries);
+        self.metrics.open.with_label_values(&[kind.as_str()]).inc();
+        let span = match kind {
+            Kind::Exec => {
+                tracing::info_span!("stream exec", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
+            Kind::Process => {
+                tracing::info_span!("stream process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
+            Kind::Watch => {
+                tracing::info_span!("stream watch", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
+        };
+        Ok(Stream {
+            id,
+            kind,
+            streams: self.clone(),
+            closed,
+            started: Instant::now(),
+            bytes: 0,
+            first_output: false,
+            pace: Pace::new(self.limits.bytes_per_second),
+            reason: None,
+            span,
+        })
+    }
+
+    fn close_where(&self, reason: Reason, pred: impl Fn(&Entry) -> bool) -> usize {
+        let entries = self.lock();
+        let mut n = 0;
+        for e in entries.values().filter(|e| pred(e)) {
+            e.close.send_if_modified(|r| {
+                if r.is_none() {
+                    *r = Some(reason);
+                    true
+                } else {
+                    false
+                }
+            });
+            n += 1;
+        }
+        n
+    }
+
+    /// Ends a token's streams (revocation).
+    pub fn close_token(&self, token_id: &str, reason: Reason) -> usize {
+        self.close_where(reason, |e| e.token == token_id)
+    }
+
+    /// Ends a sandbox's streams (paused, destroyed).
+    pub fn close_sandbox(&self, sandbox_id: &str, reason: Reason) -> usize {
+        self.close_where(reason, |e| e.sandbox == sandbox_id)
+    }
+
+    /// Ends every stream and refuses new ones.
+    pub fn shutdown(&self) -> usize {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        self.close_where(Reason::Shutdown, |_| true)
+    }
+
+    /// The tokens with open streams, for the revocation recheck.
+    pub fn tokens(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.lock().values().map(|e| e.token.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// A token bucket: `rate` bytes a second, a second's worth of burst.
+struct Pace {
+    rate: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Pace {
+    fn new(rate: u64) -> Pace {
+        Pace { rate: rate.max(1) as f64, tokens: rate.max(1) as f64, at: Instant::now() }
+    }
+
+    /// How long to wait before `n` more bytes may go.
+    fn take(&mut self, n: u64) -> Duration {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.rate).min(self.rate);
+        self.at = now;
+        self.tokens -= n as f64;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.rate)
+        }
+    }
+}
+
+/// One admitted stream. Dropping it counts it closed (with `Client` if nothing else was said).
+pub struct Stream {
+    id: u64,
+    kind: Kind,
+    streams: Arc<Streams>,
+    closed: watch::Receiver<Option<Reason>>,
+    started: Instant,
+    bytes: u64,
+    first_output: bool,
+    pace: Pace,
+    reason: Option<Reason>,
+    span: tracing::Span,
+}
+
+impl Stream {
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Resolves when something outside the stream ends it: revocation, pause, destroy, shutdown,
+    /// or its lifetime (for `Process` and `Watch` streams).
+    pub async fn closed(&mut self) -> Reason {
+        let lifetime = match self.kind {
+            Kind::Exec => None,
+            _ => Some(self.started + self.streams.limits.lifetime()),
+        };
+        let until = async move {
+            match lifetime {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(until);
+        loop {
+            if let Some(r) = *self.closed.borrow_and_update() {
+                return r;
+            }
+            tokio::select! {
+                changed = self.closed.changed() => if changed.is_err() { return Reason::Error; },
+                _ = &mut until => return Reason::Lifetime,
+            }
+        }
+    }
+
+    /// Accounts for a message of `n` bytes about to be sent: waits as the pace requires, and says
+    /// `Err(MaxBytes)` once the stream's byte cap would be passed (the message is then not sent).
+    pub async fn send(&mut self, n: u64) -> Result<(), Reason> {
+        if self.bytes + n > self.streams.limits.max_bytes {
+            return Err(Reason::MaxBytes);
+        }
+        if !self.first_output {
+            self.first_output = true;
+            self.streams
+                .metrics
+                .first_output
+                .with_label_values(&[self.kind.as_str()])
+                .observe(self.started.elapsed().as_secs_f64());
+        }
+        let wait = self.pace.take(n + MESSAGE_OVERHEAD);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        self.bytes += n;
+        self.streams.metrics.bytes.with_label_values(&[self.kind.as_str()]).inc_by(n);
+        Ok(())
+    }
+
+    /// Records why the stream ends (the first reason given wins).
+    pub fn end(&mut self, reason: Reason) {
+        self.reason.get_or_insert(reason);
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let reason = self.reason.unwrap_or(Reason::Client);
+        self.streams.lock().remove(&self.id);
+        let m = &self.streams.metrics;
+        m.open.with_label_values(&[self.kind.as_str()]).dec();
+        m.closed.with_label_values(&[self.kind.as_str(), reason.as_str()]).inc();
+        self.span.record("bytes", self.bytes);
+        self.span.record("reason", reason.as_str());
+        crate::events::StreamClosed { kind: self.kind.as_str(), reason: reason.as_str(), bytes: self.bytes }.emit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pace_allows_a_second_of_burst_then_waits() {
+        let mut p = Pace::new(1000);
+        assert_eq!(p.take(1000), Duration::ZERO);
+        let w = p.take(500);
+        assert!(w > Duration::from_millis(400) && w <= Duration::from_millis(500), "{w:?}");
+    }
+}

@@ -1,0 +1,319 @@
+//! The relay's streams: directory watches, the limits, and every reason a stream ends (revoked,
+//! paused, destroyed, shutdown, lifetime, max bytes), with the metrics that count them.
+use std::time::{Duration, Instant};
+
+use hangar_e2e::{
+    all_procs, is_running,
+    relay::{Relay, Sse, StateDir, ADMIN},
+    wait_until, STEP,
+};
+use serde_json::{json, Value};
+
+async fn token(relay: &Relay, name: &str) -> String {
+    let r = relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": name, "scope": "user"}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    r.json()["secret"].as_str().unwrap().to_string()
+}
+
+fn pids_with(marker: &str) -> Vec<u32> {
+    all_procs()
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .map(|p| p.pid)
+        .collect()
+}
+
+fn marker(tag: &str) -> String {
+    format!("hangar-{tag}-{}-{}", std::process::id(), hangar_e2e::relay::StateDir::new().0.display().to_string().len())
+}
+
+async fn exec_stream(relay: &Relay, tok: &str, command: &str) -> Sse {
+    let s = relay.sse("POST", "/api/sandboxes/default/exec/stream", Some(tok), Some(json!({"command": command}))).await;
+    assert_eq!(s.status, 200);
+    s
+}
+
+/// Reads to the end; returns the last event.
+async fn last_event(s: &mut Sse) -> hangar_e2e::relay::SseEvent {
+    let all = s.collect(STEP).await;
+    all.last().cloned().expect("at least one event")
+}
+
+async fn workdir(relay: &Relay) -> std::path::PathBuf {
+    let v = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
+    std::path::PathBuf::from(v["workdir"].as_str().unwrap())
+}
+
+#[tokio::test]
+async fn a_watch_streams_changes_with_sequence_ids() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let work = workdir(&relay).await;
+    std::fs::create_dir_all(work.join("src")).unwrap();
+    let mut s = relay.sse("GET", "/api/sandboxes/default/watch?path=src&recursive=true", Some(ADMIN), None).await;
+    assert_eq!(s.status, 200);
+    let mut seen: Vec<Value> = Vec::new();
+    // One step at a time, each seen before the next, so the test does not race the new
+    // directory's own watch.
+    async fn until(s: &mut Sse, seen: &mut Vec<Value>, name: &str, kind: &str) {
+        while !seen.iter().any(|e| e["name"] == json!(name) && e["type"] == json!(kind)) {
+            let e = s.next(STEP).await.unwrap_or_else(|| panic!("the stream ended before {kind} {name}"));
+            assert_eq!(e.event, "change", "{e:?}");
+            let v = e.json();
+            assert_eq!(e.id, Some(v["seq"].to_string()), "the SSE id is the sequence number");
+            assert!(v["ts"].as_str().unwrap().ends_with('Z'), "{v}");
+            seen.push(v);
+        }
+    }
+    std::fs::create_dir(work.join("src/deep")).unwrap();
+    until(&mut s, &mut seen, "deep", "create").await;
+    std::fs::write(work.join("src/deep/a.rs"), b"fn main() {}").unwrap();
+    until(&mut s, &mut seen, "deep/a.rs", "write").await;
+    std::fs::remove_file(work.join("src/deep/a.rs")).unwrap();
+    until(&mut s, &mut seen, "deep/a.rs", "remove").await;
+    let has = |name: &str, kind: &str| seen.iter().any(|e| e["name"] == json!(name) && e["type"] == json!(kind));
+    assert!(has("deep", "create") && has("deep/a.rs", "create") && has("deep/a.rs", "write"), "{seen:?}");
+    let seqs: Vec<u64> = seen.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+}
+
+#[tokio::test]
+async fn a_watch_stays_inside_a_local_sandbox() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let work = workdir(&relay).await;
+    std::os::unix::fs::symlink("/etc", work.join("out")).unwrap();
+    for bad in ["..", "../..", "/etc", "out", "a/../../..", ""] {
+        let r = relay.call("GET", &format!("/api/sandboxes/default/watch?path={bad}"), Some(ADMIN), None).await;
+        assert_eq!((r.status, r.json()["error"]["code"].clone()), (400, json!("invalid_argument")), "{bad:?}: {r:?}");
+    }
+    let r = relay.call("GET", "/api/sandboxes/default/watch?path=missing", Some(ADMIN), None).await;
+    assert_eq!(r.status, 404, "{r:?}");
+    let r = relay.call("GET", "/api/sandboxes/default/watch", Some(ADMIN), None).await;
+    assert_eq!(r.status, 400, "{r:?}");
+}
+
+#[tokio::test]
+async fn limits_answer_429_and_name_the_limit() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_PER_TOKEN", "2"), ("HANGAR_WATCH_MAX_PER_TOKEN", "1")]);
+    let a = token(&relay, "a").await;
+    let _w = relay.sse("GET", "/api/sandboxes/default/watch?path=.", Some(&a), None).await;
+    let r = relay.call("GET", "/api/sandboxes/default/watch?path=.", Some(&a), None).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("HANGAR_WATCH_MAX_PER_TOKEN"));
+    let _e = exec_stream(&relay, &a, "sleep 30").await;
+    let r = relay.call("POST", "/api/sandboxes/default/exec/stream", Some(&a), Some(json!({"command": "true"}))).await;
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (429, json!("resource_exhausted")), "{r:?}");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("HANGAR_STREAM_MAX_PER_TOKEN"));
+    // Another token has its own allowance; a closed stream frees its place.
+    let b = token(&relay, "b").await;
+    let mut other = exec_stream(&relay, &b, "echo ok").await;
+    assert_eq!(last_event(&mut other).await.event, "result");
+    drop(_e);
+    let mut ok = false;
+    for _ in 0..50 {
+        let r = relay.call("POST", "/api/sandboxes/default/exec", Some(&a), Some(json!({"command": "true"}))).await;
+        let s =
+            relay.sse("POST", "/api/sandboxes/default/exec/stream", Some(&a), Some(json!({"command": "true"}))).await;
+        assert_eq!(r.status, 200);
+        if s.status == 200 {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok, "the dropped stream's place is free again");
+
+    let state2 = StateDir::new();
+    let relay2 = Relay::start(&state2.0, &[("HANGAR_STREAM_MAX_TOTAL", "1")]);
+    let _one = exec_stream(&relay2, ADMIN, "sleep 30").await;
+    let c = token(&relay2, "c").await;
+    let r = relay2.call("POST", "/api/sandboxes/default/exec/stream", Some(&c), Some(json!({"command": "true"}))).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("HANGAR_STREAM_MAX_TOTAL"));
+}
+
+#[tokio::test]
+async fn revoking_a_token_ends_its_streams_and_kills_what_it_started() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let tok =
+        relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": "doomed", "scope": "user"}))).await.json();
+    let (id, secret) = (tok["id"].as_str().unwrap().to_string(), tok["secret"].as_str().unwrap().to_string());
+    let m = marker("revoke");
+    let mut ex = exec_stream(&relay, &secret, &format!("echo go; exec -a {m}-exec sleep 300")).await;
+    assert_eq!(ex.next(STEP).await.unwrap().event, "stdout");
+    let p = relay
+        .call(
+            "POST",
+            "/api/sandboxes/default/processes",
+            Some(&secret),
+            Some(json!({"command": format!("exec -a {m}-bg sleep 300")})),
+        )
+        .await
+        .json();
+    let pid = p["process_id"].as_str().unwrap().to_string();
+    let mut attach =
+        relay.sse("GET", &format!("/api/sandboxes/default/processes/{pid}/stream"), Some(&secret), None).await;
+    assert_eq!(attach.status, 200);
+    wait_until(STEP, "both commands run", || {
+        !pids_with(&format!("{m}-exec")).is_empty() && !pids_with(&format!("{m}-bg")).is_empty()
+    })
+    .await;
+    let running: Vec<u32> = pids_with(&m);
+
+    assert_eq!(relay.call("DELETE", &format!("/api/tokens/{id}"), Some(ADMIN), None).await.status, 204);
+    let result = last_event(&mut ex).await;
+    assert_eq!((result.event.as_str(), result.json()["closed"].clone()), ("result", json!("revoked")), "{result:?}");
+    let close = last_event(&mut attach).await;
+    assert_eq!((close.event.as_str(), close.json()["reason"].clone()), ("close", json!("revoked")), "{close:?}");
+    wait_until(Duration::from_secs(10), "the streamed command and the background process are killed", || {
+        running.iter().all(|p| !is_running(*p))
+    })
+    .await;
+    let metrics = relay.call("GET", "/metrics", Some(ADMIN), None).await;
+    let text = String::from_utf8_lossy(&metrics.body).into_owned();
+    assert!(text.contains(r#"hangar_streams{kind="exec",reason="revoked"} 1"#), "{text}");
+    assert!(text.contains(r#"hangar_streams{kind="process",reason="revoked"} 1"#), "{text}");
+}
+
+#[tokio::test]
+async fn pause_and_destroy_end_streams_with_their_reasons() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    relay.call("POST", "/api/sandboxes", Some(ADMIN), Some(json!({"name": "doomed"}))).await;
+    let m = marker("pause");
+    let mut ex = exec_stream(&relay, ADMIN, &format!("echo go; exec -a {m} sleep 300")).await;
+    assert_eq!(ex.next(STEP).await.unwrap().event, "stdout");
+    assert_eq!(relay.call("POST", "/api/sandboxes/default/pause", Some(ADMIN), None).await.status, 200);
+    let result = last_event(&mut ex).await;
+    assert_eq!(result.json()["closed"], json!("paused"), "{result:?}");
+    for path in ["exec/stream", "exec", "processes"] {
+        let r = relay
+            .call("POST", &format!("/api/sandboxes/default/{path}"), Some(ADMIN), Some(json!({"command": "true"})))
+            .await;
+        assert_eq!(
+            (r.status, r.json()["error"]["code"].clone()),
+            (503, json!("unavailable")),
+            "a paused sandbox runs nothing: {path}: {r:?}"
+        );
+    }
+    assert_eq!(relay.call("POST", "/api/sandboxes/default/resume", Some(ADMIN), None).await.status, 200);
+    assert!(!pids_with(&m).is_empty(), "a command cut off by a pause is not killed");
+
+    let p = relay
+        .call("POST", "/api/sandboxes/doomed/processes", Some(ADMIN), Some(json!({"command": "sleep 300"})))
+        .await
+        .json();
+    let pid = p["process_id"].as_str().unwrap();
+    let mut attach =
+        relay.sse("GET", &format!("/api/sandboxes/doomed/processes/{pid}/stream"), Some(ADMIN), None).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(relay.call("DELETE", "/api/sandboxes/doomed", Some(ADMIN), None).await.status, 204);
+    let close = last_event(&mut attach).await;
+    assert_eq!((close.event.as_str(), close.json()["reason"].clone()), ("close", json!("destroyed")), "{close:?}");
+    for p in pids_with(&m) {
+        unsafe { libc::kill(p as i32, libc::SIGKILL) };
+    }
+}
+
+#[tokio::test]
+async fn shutdown_ends_streams_at_once_and_spares_the_commands() {
+    let state = StateDir::new();
+    let mut relay = Relay::start(&state.0, &[]);
+    let m = marker("shutdown");
+    let mut ex = exec_stream(&relay, ADMIN, &format!("echo go; exec -a {m} sleep 300")).await;
+    assert_eq!(ex.next(STEP).await.unwrap().event, "stdout");
+    let p = relay
+        .call("POST", "/api/sandboxes/default/processes", Some(ADMIN), Some(json!({"command": "sleep 300"})))
+        .await
+        .json();
+    let pid = p["process_id"].as_str().unwrap();
+    let mut attach =
+        relay.sse("GET", &format!("/api/sandboxes/default/processes/{pid}/stream"), Some(ADMIN), None).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    relay.stop();
+    assert!(t.elapsed() < Duration::from_secs(5), "the relay does not wait for streams: {:?}", t.elapsed());
+    let result = last_event(&mut ex).await;
+    assert_eq!(result.json()["closed"], json!("shutdown"), "{result:?}");
+    let close = last_event(&mut attach).await;
+    assert_eq!(close.json()["reason"], json!("shutdown"), "{close:?}");
+    let alive = pids_with(&m);
+    assert!(!alive.is_empty(), "a streamed command cut off by shutdown runs on");
+    for p in alive {
+        unsafe { libc::kill(p as i32, libc::SIGKILL) };
+    }
+}
+
+#[tokio::test]
+async fn a_stream_past_its_byte_cap_sends_nothing_more_but_the_result() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_BYTES", "1000")]);
+    let mut s = exec_stream(&relay, ADMIN, "for i in $(seq 1 500); do echo line-$i; done").await;
+    let all = s.collect(STEP).await;
+    let sent: usize =
+        all.iter().filter(|e| e.event == "stdout").map(|e| e.json()["data"].as_str().unwrap().len()).sum();
+    assert!(sent <= 1000, "{sent} bytes sent");
+    let result = all.last().unwrap().json();
+    assert_eq!(result["closed"], json!("max_bytes"), "{result}");
+    assert!(result["stdout"].as_str().unwrap().ends_with("line-500\n"), "the result has the end of the output");
+    assert_eq!(result["exit_code"], json!(0));
+}
+
+#[tokio::test]
+async fn a_stream_is_paced_to_its_bytes_per_second() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_STREAM_BYTES_PER_SECOND", "4000")]);
+    let t = Instant::now();
+    // 12,000 bytes at 4,000 a second with a second of burst: at least two seconds.
+    let mut s = exec_stream(&relay, ADMIN, "head -c 12000 /dev/zero | tr '\\0' x").await;
+    let all = s.collect(Duration::from_secs(30)).await;
+    let sent: usize =
+        all.iter().filter(|e| e.event == "stdout").map(|e| e.json()["data"].as_str().unwrap().len()).sum();
+    assert_eq!(sent, 12000);
+    assert!(t.elapsed() >= Duration::from_millis(1900), "not paced: {:?}", t.elapsed());
+}
+
+#[tokio::test]
+async fn attach_streams_close_at_their_lifetime() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_HOURS", "0.0003")]);
+    let p = relay
+        .call("POST", "/api/sandboxes/default/processes", Some(ADMIN), Some(json!({"command": "sleep 30"})))
+        .await
+        .json();
+    let pid = p["process_id"].as_str().unwrap();
+    let mut attach =
+        relay.sse("GET", &format!("/api/sandboxes/default/processes/{pid}/stream"), Some(ADMIN), None).await;
+    let close = last_event(&mut attach).await;
+    assert_eq!((close.event.as_str(), close.json()["reason"].clone()), ("close", json!("lifetime")), "{close:?}");
+}
+
+#[tokio::test]
+async fn metrics_count_streams_in_prometheus_text() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    assert_eq!(relay.call("GET", "/metrics", None, None).await.status, 401);
+    let mut s = exec_stream(&relay, ADMIN, "echo hello").await;
+    last_event(&mut s).await;
+    drop(s);
+    let _open = exec_stream(&relay, ADMIN, "sleep 30").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = relay.call("GET", "/metrics", Some(ADMIN), None).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    for needle in [
+        r#"hangar_streams_open{kind="exec"} 1"#,
+        r#"hangar_streams{kind="exec",reason="done"} 1"#,
+        r#"hangar_stream_bytes{kind="exec"} 6"#,
+        r#"hangar_stream_first_output_seconds_count{kind="exec"} 1"#,
+    ] {
+        assert!(text.contains(needle), "{needle} in:\n{text}");
+    }
+}
