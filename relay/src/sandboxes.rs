@@ -1,5 +1,8 @@
 //! Sandboxes: lookups by id or name, lifecycle through their provider, and their daemons.
-use std::time::Duration;
+use std::{
+    path::{Component, Path, PathBuf},
+    time::Duration,
+};
 
 use crate::{
     auth,
@@ -11,6 +14,21 @@ use crate::{
 };
 
 pub const DEFAULT_SANDBOX: &str = "default";
+
+/// Removes `.` and `..` without touching the file system.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
 
 pub struct Sandboxes {
     providers: Vec<Box<dyn Provider>>,
@@ -94,6 +112,27 @@ impl Sandboxes {
         store.sandbox(reference)?.ok_or_else(|| ApiError::not_found(format!("no sandbox {reference:?}")))
     }
 
+    /// A path a client names (a watch's directory, a command's `cwd`). In a local sandbox it must stay inside the sandbox's directory: relative
+    /// paths are taken from its working directory, and neither `..` nor a symlink may lead out.
+    pub fn resolve_path(&self, row: &SandboxRow, path: &str) -> Result<String, ApiError> {
+        if path.is_empty() {
+            return Err(ApiError::bad_request(
+                "path is required: absolute, or relative to the sandbox's working directory",
+            ));
+        }
+        if row.provider != "local" {
+            return Ok(path.to_string());
+        }
+        let work = PathBuf::from(row.workdir.clone().unwrap_or_default());
+        let base = work.canonicalize().unwrap_or(work.clone());
+        let joined = normalize(&base.join(path));
+        let real = joined.canonicalize().unwrap_or(joined.clone());
+        if !joined.starts_with(&base) || !real.starts_with(&base) {
+            return Err(ApiError::bad_request(format!("path {path:?} leads outside the sandbox's directory")));
+        }
+        Ok(joined.to_string_lossy().into_owned())
+    }
+
     /// Refuses work in a paused sandbox.
     pub fn runnable(&self, row: &SandboxRow) -> Result<(), ApiError> {
         if row.state == "paused" {
@@ -158,5 +197,16 @@ impl Sandboxes {
             self.create(store, DEFAULT_SANDBOX, "local", serde_json::json!({})).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_dot_is_resolved_lexically() {
+        assert_eq!(normalize(Path::new("/a/b/../../../etc")), PathBuf::from("/etc"));
+        assert_eq!(normalize(Path::new("/a/./b/c/..")), PathBuf::from("/a/b"));
     }
 }

@@ -176,7 +176,20 @@ async fn exec_returns_the_result_at_the_end() {
     assert_eq!(lines[0], lines[1]);
     assert!(lines[0].starts_with(state.0.to_str().unwrap()), "{out}");
 
-    for bad in [json!({"command": ""}), json!({"command": "true", "timeout": 0}), json!({"cmd": "true"})] {
+    // cwd: relative to the sandbox's directory, and never out of it.
+    std::fs::create_dir_all(std::path::Path::new(lines[0]).join("sub")).unwrap();
+    let v = relay
+        .call("POST", "/api/sandboxes/default/exec", Some(&user), Some(json!({"command": "pwd", "cwd": "sub"})))
+        .await
+        .json();
+    assert_eq!(v["stdout"], json!(format!("{}/sub\n", lines[0])), "{v}");
+    for bad in [
+        json!({"command": ""}),
+        json!({"command": "true", "timeout": 0}),
+        json!({"cmd": "true"}),
+        json!({"command": "pwd", "cwd": ".."}),
+        json!({"command": "pwd", "cwd": "/etc"}),
+    ] {
         let r = relay.call("POST", "/api/sandboxes/default/exec", Some(&user), Some(bad.clone())).await;
         assert_eq!(r.status, 400, "{bad}: {r:?}");
     }

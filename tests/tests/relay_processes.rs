@@ -161,6 +161,10 @@ async fn input_reaches_stdin_and_eof_closes_it() {
     assert_eq!(end.unwrap()["exit_code"], json!(0));
     let r = relay.call("POST", &input, Some(ADMIN), Some(json!({"input": "late"}))).await;
     assert_eq!(r.status, 400, "stdin is closed: {r:?}");
+    let r = relay
+        .call("POST", "/api/sandboxes/default/processes", Some(ADMIN), Some(json!({"command": "pwd", "cwd": "../.."})))
+        .await;
+    assert_eq!(r.status, 400, "a cwd out of the sandbox: {r:?}");
     for bad in [json!({"input": "%%%", "base64": true}), json!({}), json!({"input": "x", "extra": 1})] {
         let r = relay.call("POST", &input, Some(ADMIN), Some(bad.clone())).await;
         assert_eq!(r.status, 400, "{bad}: {r:?}");
@@ -220,13 +224,16 @@ async fn a_tag_made_up_inside_the_sandbox_is_never_adopted() {
     let sandbox = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
     let dir = state.0.join("sandboxes").join(sandbox["id"].as_str().unwrap());
     let token = std::fs::read_to_string(dir.join("envd.token")).unwrap();
-    let log = std::fs::read_to_string(dir.join("envd.log")).unwrap();
-    let addr: std::net::SocketAddr = log
-        .split("addr=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.trim_matches('"').parse().ok())
-        .unwrap_or_else(|| panic!("no address in envd.log: {log}"));
+    // The daemon logs its address just after printing it to the relay: wait for the line.
+    let addr: std::net::SocketAddr = hangar_e2e::eventually(STEP, "the daemon's address in envd.log", || {
+        std::fs::read_to_string(dir.join("envd.log"))
+            .ok()?
+            .split("addr=")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.trim_matches('"').parse().ok())
+    })
+    .await;
     let real = start(&relay, ADMIN, "sleep 30").await;
     let real_id = real["process_id"].as_str().unwrap();
     let listing = relay.call("GET", "/api/sandboxes/default/processes", Some(ADMIN), None).await.json();

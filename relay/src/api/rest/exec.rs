@@ -57,9 +57,10 @@ pub async fn exec(
     Body(body): Body<ExecBody>,
 ) -> Result<Json<ExecResult>, ApiError> {
     require_sandbox_scope(&caller)?;
-    let req = request(body)?;
+    let mut req = request(body)?;
     let mut row = relay.sandboxes.get(&relay.store, &reference)?;
     relay.sandboxes.runnable(&row)?;
+    req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_path(&row, &c)).transpose()?;
     let result = match relay.sandboxes.daemon(&relay.store, &mut row).await {
         Ok(Some(envd)) => {
             let mut result = None;
@@ -98,9 +99,10 @@ pub async fn exec_stream(
     Body(body): Body<ExecBody>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     require_sandbox_scope(&caller)?;
-    let req = request(body)?;
+    let mut req = request(body)?;
     let mut row = relay.sandboxes.get(&relay.store, &reference)?;
     relay.sandboxes.runnable(&row)?;
+    req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_path(&row, &c)).transpose()?;
     let mut stream = relay.streams.open(&caller, &row.id, Kind::Exec)?;
     let daemon = relay.sandboxes.daemon(&relay.store, &mut row).await.ok().flatten();
     let name = row.name.clone();

@@ -78,6 +78,7 @@ pub async fn start(
         return Err(ApiError::bad_request("command must not be empty"));
     }
     let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    let cwd = body.cwd.map(|c| relay.sandboxes.resolve_path(&target.row, &c)).transpose()?;
     let at = target.at(&relay, &caller);
     let running = relay.processes.list(&at).await?.iter().filter(|p| p.state == "running").count();
     let limit = relay.limits.background_per_token;
@@ -86,7 +87,7 @@ pub async fn start(
             "HANGAR_BACKGROUND_MAX_PER_TOKEN: this token already has {running} running background processes in this sandbox (limit {limit})"
         )));
     }
-    let view = relay.processes.start(&at, &body.command, body.cwd).await?;
+    let view = relay.processes.start(&at, &body.command, cwd).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 

@@ -1,11 +1,6 @@
 //! `GET /api/sandboxes/{ref}/watch?path=&recursive=`: a directory's changes as Server-Sent
 //! Events, `{seq, ts, name, type}` with `id` = seq, through the daemon's inotify watch.
-use std::{
-    convert::Infallible,
-    path::{Component, Path as FsPath, PathBuf},
-    sync::Arc,
-    time::SystemTime,
-};
+use std::{convert::Infallible, sync::Arc, time::SystemTime};
 
 use axum::{
     extract::{Path, Query, State},
@@ -21,7 +16,6 @@ use crate::{
     auth::Caller,
     envd::daemon_error,
     error::ApiError,
-    store::SandboxRow,
     streams::{Kind, Reason},
     Relay,
 };
@@ -32,42 +26,6 @@ pub struct WatchQuery {
     path: Option<String>,
     #[serde(default)]
     recursive: bool,
-}
-
-/// Removes `.` and `..` without touching the file system.
-fn normalize(p: &FsPath) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-/// The path to watch. In a local sandbox it must stay inside the sandbox's directory: relative
-/// paths are taken from its working directory, and neither `..` nor a symlink may lead out.
-fn resolve(row: &SandboxRow, path: &str) -> Result<String, ApiError> {
-    if path.is_empty() {
-        return Err(ApiError::bad_request(
-            "path is required: absolute, or relative to the sandbox's working directory",
-        ));
-    }
-    if row.provider != "local" {
-        return Ok(path.to_string());
-    }
-    let work = PathBuf::from(row.workdir.clone().unwrap_or_default());
-    let base = work.canonicalize().unwrap_or(work.clone());
-    let joined = normalize(&base.join(path));
-    let real = joined.canonicalize().unwrap_or(joined.clone());
-    if !joined.starts_with(&base) || !real.starts_with(&base) {
-        return Err(ApiError::bad_request(format!("path {path:?} leads outside the sandbox's directory")));
-    }
-    Ok(joined.to_string_lossy().into_owned())
 }
 
 fn now_rfc3339() -> String {
@@ -82,7 +40,7 @@ pub async fn watch(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     require_sandbox_scope(&caller)?;
     let mut row = relay.sandboxes.get(&relay.store, &reference)?;
-    let path = resolve(&row, q.path.as_deref().unwrap_or(""))?;
+    let path = relay.sandboxes.resolve_path(&row, q.path.as_deref().unwrap_or(""))?;
     let Some(envd) = relay.sandboxes.daemon(&relay.store, &mut row).await? else {
         return Err(ApiError::unavailable(format!(
             "sandbox {:?} has no daemon: watching a directory needs the daemon",
@@ -140,15 +98,4 @@ pub async fn watch(
         }
     };
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dot_dot_is_resolved_lexically() {
-        assert_eq!(normalize(FsPath::new("/a/b/../../../etc")), PathBuf::from("/etc"));
-        assert_eq!(normalize(FsPath::new("/a/./b/c/..")), PathBuf::from("/a/b"));
-    }
 }
