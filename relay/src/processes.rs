@@ -118,17 +118,22 @@ impl Processes {
         }
     }
 
-    /// The caller's processes in the sandbox, running and recently exited.
-    pub async fn list(&self, at: &At<'_>) -> Result<Vec<ProcessView>, ApiError> {
-        let all = at
+    /// Everything the daemon lists, running and recently exited, whoever started it.
+    async fn all(at: &At<'_>) -> Result<Vec<ProcessStatus>, ApiError> {
+        Ok(at
             .envd
             .processes()
             .list(ExtList { running_only: false })
             .await
             .map_err(|s| daemon_error("listing processes", s))?
             .into_inner()
-            .processes;
-        Ok(all
+            .processes)
+    }
+
+    /// The caller's processes in the sandbox, running and recently exited.
+    pub async fn list(&self, at: &At<'_>) -> Result<Vec<ProcessView>, ApiError> {
+        Ok(Self::all(at)
+            .await?
             .iter()
             .filter_map(|p| {
                 let id = owned_id(at.key, at.caller, at.sandbox, p.tag.as_deref()?)?;
@@ -139,15 +144,9 @@ impl Processes {
 
     pub async fn get(&self, at: &At<'_>, id: &str) -> Result<ProcessView, ApiError> {
         let wanted = at.tag(id);
-        let all = at
-            .envd
-            .processes()
-            .list(ExtList { running_only: false })
-            .await
-            .map_err(|s| daemon_error("listing processes", s))?
-            .into_inner()
-            .processes;
-        all.iter()
+        Self::all(at)
+            .await?
+            .iter()
             .filter(|p| p.tag.as_deref() == Some(wanted.as_str()))
             .max_by_key(|p| (p.state == ProcessState::Running as i32, p.started_at.map(|t| (t.seconds, t.nanos))))
             .map(|p| self.view(at.sandbox, id, p))

@@ -124,6 +124,14 @@ pub(crate) fn resolve_path(p: &str, user: &User, workdir: Option<&Path>) -> Path
     }
 }
 
+/// Resolves at the call's deadline, or never without one.
+pub(crate) async fn until_deadline(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What a process stream sees between its events.
 pub(crate) enum Pumped {
     Event(Event),
@@ -139,12 +147,7 @@ pub(crate) fn pump(
     deadline: Option<Instant>,
 ) -> impl Stream<Item = Pumped> + Send + 'static {
     async_stream::stream! {
-        let until = async move {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d.into()).await,
-                None => std::future::pending().await,
-            }
-        };
+        let until = until_deadline(deadline);
         tokio::pin!(until);
         loop {
             tokio::select! {

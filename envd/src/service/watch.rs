@@ -28,7 +28,7 @@ use hangar_proto::{
 use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
-use super::{context, fail, resolve_path, CallContext, Core, RpcStream};
+use super::{context, fail, resolve_path, until_deadline, CallContext, Core, RpcStream};
 use crate::{
     error::RpcError,
     events,
@@ -115,12 +115,7 @@ enum Tick {
 /// nothing) at `deadline`. Ends after a batch that ends the watch. Dropping it drops the watch.
 fn ticks(watch: Watch, keepalive: Duration, deadline: Option<Instant>) -> Pin<Box<dyn Stream<Item = Tick> + Send>> {
     Box::pin(async_stream::stream! {
-        let until = async move {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d.into()).await,
-                None => std::future::pending().await,
-            }
-        };
+        let until = until_deadline(deadline);
         tokio::pin!(until);
         loop {
             tokio::select! {
@@ -295,12 +290,7 @@ impl Files for FilesService {
         let (keepalive, deadline) = (ctx.keepalive, ctx.deadline);
         Ok(Response::new(Box::pin(async_stream::stream! {
             yield Ok(first);
-            let until = async move {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.into()).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let until = until_deadline(deadline);
             tokio::pin!(until);
             loop {
                 tokio::select! {
