@@ -237,7 +237,8 @@ async fn env_flag_sets_globals() {
     let v = envd.http("GET", "/envs", &[], "").await.json();
     assert_eq!((v["G1"].clone(), v["HOME"].clone()), (json!("from-flag"), json!("/tmp")), "{v}");
     let (out, o) =
-        run_connect(&envd, "printf '%s|%s|%s' \"$G1\" \"$HOME\" \"$OVER\"", json!({"OVER": "request"}), None, &[]).await;
+        run_connect(&envd, "printf '%s|%s|%s' \"$G1\" \"$HOME\" \"$OVER\"", json!({"OVER": "request"}), None, &[])
+            .await;
     o.assert_clean_end();
     assert_eq!(out, "from-flag|/tmp|request");
 }
