@@ -93,7 +93,12 @@ pub async fn exec_stream(
     require_sandbox_scope(&caller)?;
     let req = request(body)?;
     let mut row = relay.sandboxes.get(&relay.store, &reference)?;
-    let daemon = relay.sandboxes.daemon(&relay.store, &mut row).await.ok().flatten();
+    let daemon = match relay.sandboxes.daemon(&relay.store, &mut row).await {
+        Ok(d) => d,
+        // A paused sandbox runs nothing: 503 before any stream starts, as for an unstreamed exec.
+        Err(e) if e.status == axum::http::StatusCode::SERVICE_UNAVAILABLE => return Err(e),
+        Err(_) => None,
+    };
     let name = row.name.clone();
     let stream = async_stream::stream! {
         let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> = match daemon {
