@@ -257,10 +257,20 @@ impl Bounded {
 /// Runs the command after moving to its directory: `cwd` (absolute, `~`, `~/...`, or relative
 /// to the sandbox's workdir), else the sandbox's workdir, else the user's home, as the daemon
 /// resolves them. Arguments: $1 cwd, $2 workdir, $3 command.
-const EXEC_SCRIPT: &str = r#"base=${2:-$HOME}; d=${1:-$base}
+/// The daemon's token is no business of the command's (the daemon does not pass it on either).
+const EXEC_SCRIPT: &str = r#"unset HANGAR_ENVD_ACCESS_TOKEN
+base=${2:-$HOME}; d=${1:-$base}
 case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$base/$d ;; esac
 cd -- "$d" || exit 1
 exec bash -lc "$3""#;
+
+/// Makes the sandbox's workdir ($1) when the image lacks it, owned by the sandbox's user ($2,
+/// when there is one), so commands can write there. Run as root.
+const WORKDIR_SCRIPT: &str = r#"[ -d "$1" ] && exit 0
+mkdir -p -- "$1" || exit 1
+[ -z "$2" ] && exit 0
+case $2 in *:*) owner=$2 ;; *) owner=$2: ;; esac
+chown -- "$owner" "$1""#;
 
 /// Kills, with SIGKILL, every process whose environment carries the exec's mark ($1).
 const KILL_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
@@ -358,6 +368,26 @@ impl DockerProvider {
             Err(e) if status(&e) == Some(404) => Ok(()),
             Err(e) => Err(engine("removing the container", e)),
         }
+    }
+
+    async fn make_workdir(&self, sandbox: &SandboxRow, dir: &str, owner: Option<String>) -> Result<(), ProviderError> {
+        let cmd = vec![
+            "bash".to_string(),
+            "-c".into(),
+            WORKDIR_SCRIPT.into(),
+            "hangar-workdir".into(),
+            dir.to_string(),
+            owner.unwrap_or_default(),
+        ];
+        let out = self.run_exec(sandbox, cmd, Some("0".into()), Duration::from_secs(30)).await?;
+        if out.exit_code != 0 {
+            return Err(ProviderError::Engine(format!(
+                "making the workdir {dir:?} (exit code {}): {}",
+                out.exit_code,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
     }
 
     /// Runs `cmd` in the container through the Engine's exec API, collecting its output until it
@@ -544,7 +574,6 @@ impl Provider for DockerProvider {
             image: Some(opts.image.clone()),
             env: Some(env),
             cmd,
-            working_dir: opts.workdir.clone(),
             labels: Some(labels),
             host_config: Some(HostConfig {
                 memory: opts.memory_mb.map(|m| (m as i64) * 1024 * 1024),
@@ -563,6 +592,15 @@ impl Provider for DockerProvider {
         // From here on a failure removes the container again.
         let started = async {
             docker.start_container(&name, None).await.map_err(|e| engine("starting the container", e))?;
+            if let Some(w) = &opts.workdir {
+                let owner = opts
+                    .user
+                    .clone()
+                    .or_else(|| env_of(&image_env, ENV_USER).map(str::to_string))
+                    .or_else(|| image_config.user.clone())
+                    .filter(|u| !u.is_empty());
+                self.make_workdir(sandbox, w, owner).await?;
+            }
             let info = self.inspect(sandbox).await?;
             sandbox.envd_token = Some(token.clone());
             sandbox.workdir = workdir.clone();
