@@ -358,6 +358,58 @@ async fn missing_images_and_bad_options_are_the_clients_errors() {
 }
 
 #[tokio::test]
+async fn an_image_whose_daemon_never_answers_is_refused_with_its_log() {
+    if !docker::available("an_image_whose_daemon_never_answers_is_refused_with_its_log") {
+        return;
+    }
+    // Labelled as running the daemon, but its entrypoint fails.
+    let tag = format!("hangar-test:broken-{}", std::process::id());
+    let dockerfile = format!(
+        "FROM {PLAIN_IMAGE}\nLABEL hangar.envd=true\nENTRYPOINT [\"/bin/bash\", \"-c\", \"echo envd-broke-here >&2; exit 3\"]\n"
+    );
+    let mut build = std::process::Command::new("docker")
+        .args(["build", "-q", "-t", &tag, "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("docker build");
+    use std::io::Write as _;
+    build.stdin.take().expect("stdin").write_all(dockerfile.as_bytes()).expect("the Dockerfile");
+    assert!(build.wait().expect("docker build").success(), "building {tag}");
+    struct RemoveImage(String);
+    impl Drop for RemoveImage {
+        fn drop(&mut self) {
+            let _ = docker::docker(&["rmi", "-f", &self.0]);
+        }
+    }
+    let _image = RemoveImage(tag.clone());
+
+    let mut containers = Containers::new();
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let name = containers.name("broken");
+    let started = Instant::now();
+    let r = relay
+        .call(
+            "POST",
+            "/api/sandboxes",
+            Some(ADMIN),
+            Some(json!({"name": name, "provider": "docker", "options": {"image": tag}})),
+        )
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "an exited container is not waited for: {:?}",
+        started.elapsed()
+    );
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (502, json!("sandbox_error")), "{r:?}");
+    let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(message.contains("exited with code 3") && message.contains("envd-broke-here"), "{message}");
+    assert!(Containers::of_name(&name).is_empty(), "the failed container is removed");
+    assert_eq!(relay.call("GET", &format!("/api/sandboxes/{name}"), Some(ADMIN), None).await.status, 404);
+}
+
+#[tokio::test]
 async fn a_stopped_container_starts_again_and_a_removed_one_is_reported() {
     if !docker::available("a_stopped_container_starts_again_and_a_removed_one_is_reported") {
         return;

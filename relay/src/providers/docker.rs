@@ -19,7 +19,9 @@ use bollard::{
     errors::Error as DockerError,
     exec::{StartExecOptions, StartExecResults},
     models::{ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ExecConfig, HostConfig},
-    query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder},
+    query_parameters::{
+        CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    },
     Docker,
 };
 use futures::StreamExt;
@@ -57,6 +59,9 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long to wait for an exec's exit code once its output has ended.
 const EXIT_CODE_WAIT: Duration = Duration::from_secs(5);
+
+/// How much of a failed container's log an error message quotes.
+const LOG_TAIL_BYTES: usize = 1024;
 
 const MAX_ENV: usize = 256;
 const MAX_ENV_BYTES: usize = 64 * 1024;
@@ -349,13 +354,23 @@ impl DockerProvider {
         let url =
             if ip.contains(':') { format!("http://[{ip}]:{ENVD_PORT}") } else { format!("http://{ip}:{ENVD_PORT}") };
         let envd = Envd::new(&url, token).ok()?;
-        let deadline = tokio::time::Instant::now() + limit;
+        let start = tokio::time::Instant::now();
+        let (deadline, mut next_check) = (start + limit, start + Duration::from_secs(1));
         loop {
             if envd.alive(HEALTH_TIMEOUT).await.is_ok() {
                 return Some((url, envd));
             }
-            if tokio::time::Instant::now() >= deadline {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
                 return None;
+            }
+            // A container that exited will not answer: stop waiting.
+            if now >= next_check {
+                next_check = now + Duration::from_secs(1);
+                match self.inspect(sandbox).await {
+                    Ok(i) if state_of(&i) == Some(ContainerStateStatusEnum::RUNNING) => {}
+                    _ => return None,
+                }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -367,6 +382,36 @@ impl DockerProvider {
             Ok(()) => Ok(()),
             Err(e) if status(&e) == Some(404) => Ok(()),
             Err(e) => Err(engine("removing the container", e)),
+        }
+    }
+
+    /// The container's state and the end of its log, for an error message. The log is the
+    /// sandbox's text: passed on as data, at most `LOG_TAIL_BYTES`.
+    async fn why_not_running(&self, docker: &Docker, name: &str) -> String {
+        let state = match docker.inspect_container(name, None).await {
+            Ok(info) => match info.state {
+                Some(s) if s.running == Some(true) => "; the container is running".to_string(),
+                Some(s) => format!("; the container exited with code {}", s.exit_code.unwrap_or(-1)),
+                None => String::new(),
+            },
+            Err(_) => String::new(),
+        };
+        let opts = LogsOptionsBuilder::default().stdout(true).stderr(true).tail("20").build();
+        let mut log = Bounded::default();
+        let mut lines = docker.logs(name, Some(opts));
+        let read = async {
+            while let Some(Ok(chunk)) = lines.next().await {
+                log.push(chunk.as_ref());
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+        let tail = &log.0[log.0.len().saturating_sub(LOG_TAIL_BYTES)..];
+        let text = String::from_utf8_lossy(tail);
+        let text = text.trim();
+        if text.is_empty() {
+            state
+        } else {
+            format!("{state}; its log ends: {text}")
         }
     }
 
@@ -615,8 +660,9 @@ impl Provider for DockerProvider {
                 None if daemon => {
                     return Err(ProviderError::DaemonStart(format!(
                         "image {:?} is labelled {LABEL_ENVD}=true but nothing answered on port {ENVD_PORT} \
-                         within {START_TIMEOUT:?} (the container exited or its entrypoint is not hangar-envd)",
-                        opts.image
+                         within {START_TIMEOUT:?}{}",
+                        opts.image,
+                        self.why_not_running(docker, &name).await
                     )))
                 }
                 None => {
