@@ -362,20 +362,21 @@ async fn an_image_whose_daemon_never_answers_is_refused_with_its_log() {
     if !docker::available("an_image_whose_daemon_never_answers_is_refused_with_its_log") {
         return;
     }
-    // Labelled as running the daemon, but its entrypoint fails.
+    // Labelled as running the daemon, but its entrypoint fails. Made with `docker commit`, which
+    // needs no builder.
     let tag = format!("hangar-test:broken-{}", std::process::id());
-    let dockerfile = format!(
-        "FROM {PLAIN_IMAGE}\nLABEL hangar.envd=true\nENTRYPOINT [\"/bin/bash\", \"-c\", \"echo envd-broke-here >&2; exit 3\"]\n"
-    );
-    let mut build = std::process::Command::new("docker")
-        .args(["build", "-q", "-t", &tag, "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("docker build");
-    use std::io::Write as _;
-    build.stdin.take().expect("stdin").write_all(dockerfile.as_bytes()).expect("the Dockerfile");
-    assert!(build.wait().expect("docker build").success(), "building {tag}");
+    let base = docker_ok(&["create", PLAIN_IMAGE]);
+    let committed = docker::docker(&[
+        "commit",
+        "--change",
+        "LABEL hangar.envd=true",
+        "--change",
+        r#"ENTRYPOINT ["/bin/bash", "-c", "echo envd-broke-here >&2; exit 3"]"#,
+        &base,
+        &tag,
+    ]);
+    docker_ok(&["rm", &base]);
+    assert!(committed.status.success(), "docker commit: {}", String::from_utf8_lossy(&committed.stderr));
     struct RemoveImage(String);
     impl Drop for RemoveImage {
         fn drop(&mut self) {
