@@ -229,9 +229,12 @@ fn gone(sandbox: &SandboxRow) -> ProviderError {
 fn container_ip(info: &ContainerInspectResponse) -> Option<String> {
     let networks = info.network_settings.as_ref()?.networks.as_ref()?;
     // The default bridge first, then any other network in a stable order.
-    let mut names: Vec<&String> = networks.keys().collect();
-    names.sort_by_key(|n| (n.as_str() != "bridge", n.as_str()));
-    names.into_iter().find_map(|n| networks[n].ip_address.clone().filter(|ip| !ip.is_empty()))
+    let mut found: Vec<(&String, &String)> = networks
+        .iter()
+        .filter_map(|(name, endpoint)| endpoint.ip_address.as_ref().filter(|ip| !ip.is_empty()).map(|ip| (name, ip)))
+        .collect();
+    found.sort_by_key(|(name, _)| (name.as_str() != "bridge", name.as_str()));
+    found.first().map(|(_, ip)| ip.to_string())
 }
 
 fn env_of<'a>(env: &'a [String], key: &str) -> Option<&'a str> {
