@@ -330,6 +330,22 @@ async fn missing_images_and_bad_options_are_the_clients_errors() {
     assert!(Containers::of_name(&name).is_empty(), "no container made");
     assert_eq!(relay.call("GET", &format!("/api/sandboxes/{name}"), Some(ADMIN), None).await.status, 404);
 
+    // A user the image does not know, with the daemon or without.
+    for image in [ENVD_IMAGE, PLAIN_IMAGE] {
+        let name = containers.name("ghost");
+        let r = relay
+            .call(
+                "POST",
+                "/api/sandboxes",
+                Some(ADMIN),
+                Some(json!({"name": name, "provider": "docker", "options": {"image": image, "user": "ghost"}})),
+            )
+            .await;
+        let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert_eq!((r.status, message.contains("ghost")), (400, true), "{image}: {r:?}");
+        assert!(Containers::of_name(&name).is_empty(), "{image}: no container left");
+    }
+
     for options in [
         json!({}),
         json!({"image": ""}),

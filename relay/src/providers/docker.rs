@@ -20,7 +20,8 @@ use bollard::{
     exec::{StartExecOptions, StartExecResults},
     models::{ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ExecConfig, HostConfig},
     query_parameters::{
-        CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+        CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, LogsOptionsBuilder,
+        RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
     },
     Docker,
 };
@@ -62,6 +63,9 @@ const EXIT_CODE_WAIT: Duration = Duration::from_secs(5);
 
 /// How much of a failed container's log an error message quotes.
 const LOG_TAIL_BYTES: usize = 1024;
+
+/// The largest archive of `/etc/passwd` read to check a user.
+const MAX_PASSWD_ARCHIVE: usize = 1024 * 1024;
 
 const MAX_ENV: usize = 256;
 const MAX_ENV_BYTES: usize = 64 * 1024;
@@ -249,6 +253,18 @@ fn state_of(info: &ContainerInspectResponse) -> Option<ContainerStateStatusEnum>
     info.state.as_ref().and_then(|s| s.status)
 }
 
+/// The content of the first entry of a tar archive (the Engine's archive of one path), when it
+/// is a regular file.
+fn first_file(tar: &[u8]) -> Option<&[u8]> {
+    let header = tar.get(..512)?;
+    if !matches!(header.get(156), Some(b'0' | 0)) {
+        return None;
+    }
+    let size = std::str::from_utf8(header.get(124..136)?).ok()?.trim_matches(|c: char| c == '\0' || c == ' ');
+    let size = usize::from_str_radix(size, 8).ok()?;
+    tar.get(512..512usize.checked_add(size)?)
+}
+
 /// The last bytes of an output: enough for the relay's result tail.
 #[derive(Default)]
 struct Bounded(Vec<u8>);
@@ -415,6 +431,33 @@ impl DockerProvider {
             state
         } else {
             format!("{state}; its log ends: {text}")
+        }
+    }
+
+    /// A `user` the image does not know is the client's error, found before the container starts
+    /// (its daemon would exit on it; `docker exec` would fail at each command): the user must be
+    /// in the image's `/etc/passwd`. An image whose passwd cannot be read plainly (a symlink, a
+    /// huge file) is not checked.
+    async fn check_user(&self, docker: &Docker, name: &str, user: &str) -> Result<(), ProviderError> {
+        let opts = DownloadFromContainerOptionsBuilder::default().path("/etc/passwd").build();
+        let mut archive = docker.download_from_container(name, Some(opts));
+        let mut tar = Vec::new();
+        while let Some(chunk) = archive.next().await {
+            match chunk {
+                Ok(b) if tar.len() + b.len() <= MAX_PASSWD_ARCHIVE => tar.extend_from_slice(&b),
+                Ok(_) => return Ok(()),
+                Err(e) if status(&e) == Some(404) => {
+                    return Err(bad(format!("user {user:?}: the image has no /etc/passwd")));
+                }
+                Err(e) => return Err(engine("reading the image's /etc/passwd", e)),
+            }
+        }
+        let Some(passwd) = first_file(&tar) else { return Ok(()) };
+        let known = String::from_utf8_lossy(passwd).lines().any(|l| l.split(':').next() == Some(user));
+        if known {
+            Ok(())
+        } else {
+            Err(bad(format!("user {user:?} is not in the image's /etc/passwd")))
         }
     }
 
@@ -639,6 +682,9 @@ impl Provider for DockerProvider {
         }
         // From here on a failure removes the container again.
         let started = async {
+            if let Some(u) = &opts.user {
+                self.check_user(docker, &name, u).await?;
+            }
             docker.start_container(&name, None).await.map_err(|e| engine("starting the container", e))?;
             if let Some(w) = &opts.workdir {
                 let owner = opts
@@ -663,7 +709,7 @@ impl Provider for DockerProvider {
                 None if daemon => {
                     return Err(ProviderError::DaemonStart(format!(
                         "image {:?} is labelled {LABEL_ENVD}=true but nothing answered on port {ENVD_PORT} \
-                         within {START_TIMEOUT:?}{}",
+                         (waited up to {START_TIMEOUT:?}){}",
                         opts.image,
                         self.why_not_running(docker, &name).await
                     )))
@@ -840,6 +886,22 @@ mod tests {
         ] {
             assert!(matches!(Options::parse(&bad), Err(ProviderError::BadOptions(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_first_file_of_a_tar() {
+        let mut tar = vec![0u8; 1024];
+        tar[..6].copy_from_slice(b"passwd");
+        tar[124..136].copy_from_slice(b"00000000005\0");
+        tar[156] = b'0';
+        tar[512..517].copy_from_slice(b"root:");
+        assert_eq!(first_file(&tar), Some(&b"root:"[..]));
+        tar[156] = b'2';
+        assert_eq!(first_file(&tar), None, "a symlink is not read");
+        tar[156] = b'0';
+        tar[124..136].copy_from_slice(b"77777777777\0");
+        assert_eq!(first_file(&tar), None, "a size past the end");
+        assert_eq!(first_file(&tar[..100]), None);
     }
 
     #[test]
