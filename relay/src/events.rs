@@ -93,3 +93,68 @@ impl ShuttingDown {
         tracing::info!(target: TARGET, event = "shutting_down", streams = self.streams, "shutting down: streams closed, new ones refused");
     }
 }
+
+pub struct DockerConnected<'a> {
+    pub api_version: &'a str,
+}
+impl DockerConnected<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "docker_connected", api_version = self.api_version, "connected to Docker");
+    }
+}
+
+pub struct DockerUnavailable<'a> {
+    pub error: &'a str,
+}
+impl DockerUnavailable<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "docker_unavailable", error = self.error,
+            "Docker is not reachable; docker sandboxes fail until it is");
+    }
+}
+
+pub struct ContainerStarted<'a> {
+    pub sandbox: &'a str,
+    pub container: &'a str,
+    pub image: &'a str,
+    pub daemon: bool,
+}
+impl ContainerStarted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "container_started", sandbox = self.sandbox, container = self.container,
+            image = self.image, daemon = self.daemon, "sandbox container started");
+    }
+}
+
+pub struct SandboxRestarted<'a> {
+    pub sandbox: &'a str,
+}
+impl SandboxRestarted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "sandbox_restarted", sandbox = self.sandbox,
+            "stopped sandbox container started again");
+    }
+}
+
+pub struct ContainerRemoved<'a> {
+    pub sandbox: &'a str,
+    pub container: &'a str,
+}
+impl ContainerRemoved<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "container_removed", sandbox = self.sandbox, container = self.container,
+            "sandbox container removed");
+    }
+}
+
+pub struct FallbackExecKilled<'a> {
+    pub sandbox: &'a str,
+    /// `timeout` or `client`.
+    pub reason: &'a str,
+}
+impl FallbackExecKilled<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "fallback_exec_killed", sandbox = self.sandbox, reason = self.reason,
+            "provider exec killed");
+    }
+}

@@ -79,7 +79,10 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     }
 
     let local = providers::local::LocalProvider::new(dir.join("sandboxes"), config.envd_bin());
-    let sandboxes = sandboxes::Sandboxes::new(vec![Box::new(local)]);
+    // Docker is reached lazily: the relay starts without it, and says in its log whether it is there.
+    let docker = providers::docker::DockerProvider::new();
+    docker.connect_in_background();
+    let sandboxes = sandboxes::Sandboxes::new(vec![Box::new(local), Box::new(docker)]);
     let relay = Arc::new(Relay {
         store,
         key,

@@ -40,8 +40,14 @@ impl From<ProviderError> for ApiError {
     fn from(e: ProviderError) -> Self {
         match e {
             ProviderError::BadOptions(m) => ApiError::bad_request(m),
-            ProviderError::Unsupported(..) => ApiError::bad_request(e.to_string()),
-            ProviderError::Io { .. } | ProviderError::DaemonStart(_) => ApiError::bad_gateway(e.to_string()),
+            // The request names an image that is not there: the client's to fix, like a bad
+            // option (404 stays "no such sandbox or route").
+            ProviderError::Unsupported(..) | ProviderError::ImageNotFound(_) => ApiError::bad_request(e.to_string()),
+            ProviderError::Io { .. }
+            | ProviderError::DaemonStart(_)
+            | ProviderError::Unreachable(_)
+            | ProviderError::Engine(_)
+            | ProviderError::Gone(_) => ApiError::bad_gateway(e.to_string()),
         }
     }
 }
@@ -168,6 +174,9 @@ impl Sandboxes {
         cwd: Option<&str>,
         timeout: Duration,
     ) -> Result<ExecOutput, ApiError> {
+        if row.state == "paused" {
+            return Err(ApiError::unavailable(format!("sandbox {:?} is paused", row.name)));
+        }
         Ok(self.provider(&row.provider)?.exec(row, command, cwd, timeout).await?)
     }
 

@@ -4,6 +4,7 @@
 //!
 //! Every wait is bounded: a hang fails the test with a message instead of blocking CI.
 
+pub mod docker;
 pub mod files;
 pub mod relay;
 

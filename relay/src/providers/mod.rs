@@ -1,8 +1,10 @@
-//! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback)
-//! now; Docker, Kubernetes and remote envds (E2B) implement the same trait.
+//! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback) and
+//! `docker` (a container from a local image, its hangar-envd reached at the container's IP);
+//! Kubernetes and remote envds (E2B) implement the same trait.
 //!
 //! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
 //! what runs inside.
+pub mod docker;
 pub mod local;
 
 use std::time::Duration;
@@ -19,6 +21,18 @@ pub enum ProviderError {
     DaemonStart(String),
     #[error("{0} is not supported by the {1} provider")]
     Unsupported(&'static str, &'static str),
+    /// The image a sandbox names is not on the provider's host (hangar never pulls).
+    #[error("image {0:?} is not on the Docker host (hangar never pulls images: build or load it there first)")]
+    ImageNotFound(String),
+    /// The provider's backend (the Docker Engine) does not answer.
+    #[error("{0}")]
+    Unreachable(String),
+    /// The backend answered with an error.
+    #[error("{0}")]
+    Engine(String),
+    /// What the sandbox was made of (its container) no longer exists.
+    #[error("{0}")]
+    Gone(String),
 }
 
 /// What a provider's own exec (no daemon) returns.

@@ -1,0 +1,914 @@
+//! The `docker` provider: each sandbox is a container made from a LOCAL image through the Docker
+//! Engine API (bollard). hangar never pulls: an image missing on the Docker host is the client's
+//! mistake (`ProviderError::ImageNotFound`, a 400).
+//!
+//! - The container is `hangar-<sandbox id>`, labelled `hangar.sandbox=<id>` and
+//!   `hangar.sandbox.name=<name>`, and gets its own envd access token in
+//!   `HANGAR_ENVD_ACCESS_TOKEN` (kept in the sandbox row's `envd_token`).
+//! - Its daemon, when the image has one (the image label `hangar.envd=true` says so, and creation
+//!   then waits for it), is reached at the container's IP on port 49983. A container without a
+//!   daemon is normal: exec falls back to the Engine's exec API.
+//! - Pause and resume are the Engine's (cgroup freezer): everything in the container stops.
+//!
+//! Invariant: the Docker socket is reached lazily. The relay starts without Docker; a docker
+//! sandbox then fails with `ProviderError::Unreachable`, and the next call tries again.
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use bollard::{
+    container::LogOutput,
+    errors::Error as DockerError,
+    exec::{StartExecOptions, StartExecResults},
+    models::{ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ExecConfig, HostConfig},
+    query_parameters::{
+        CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, LogsOptionsBuilder,
+        RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    },
+    Docker,
+};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use super::{ExecOutput, Provider, ProviderError};
+use crate::{auth, envd::Envd, events, exec::RESULT_TAIL_BYTES, store::SandboxRow};
+
+/// E2B's envd port, where hangar-envd listens inside a container.
+pub const ENVD_PORT: u16 = 49983;
+/// The label naming the sandbox a container belongs to.
+pub const LABEL_SANDBOX: &str = "hangar.sandbox";
+/// The label with the sandbox's name.
+pub const LABEL_SANDBOX_NAME: &str = "hangar.sandbox.name";
+/// The image label saying hangar-envd is the entrypoint (value `true`).
+pub const LABEL_ENVD: &str = "hangar.envd";
+
+/// Options a docker sandbox takes.
+const OPTIONS: &str = "image, env, workdir, user, memory_mb, cpus";
+/// Environment variables the provider sets for the daemon; a client cannot set these.
+const RESERVED_ENV_PREFIX: &str = "HANGAR_ENVD_";
+const ENV_TOKEN: &str = "HANGAR_ENVD_ACCESS_TOKEN";
+const ENV_USER: &str = "HANGAR_ENVD_DEFAULT_USER";
+const ENV_WORKDIR: &str = "HANGAR_ENVD_DEFAULT_WORKDIR";
+/// Marks a fallback exec's processes, so a timeout can find and kill all of them.
+const ENV_EXEC_MARK: &str = "HANGAR_EXEC";
+
+/// How long one Engine request may take.
+const ENGINE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `docker stop` waits after SIGTERM before SIGKILL when a sandbox is destroyed.
+const STOP_SECONDS: i32 = 2;
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a (re)started container's daemon gets to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long to wait for an exec's exit code once its output has ended.
+const EXIT_CODE_WAIT: Duration = Duration::from_secs(5);
+
+/// How much of a failed container's log an error message quotes.
+const LOG_TAIL_BYTES: usize = 1024;
+
+/// The largest archive of `/etc/passwd` read to check a user.
+const MAX_PASSWD_ARCHIVE: usize = 1024 * 1024;
+
+const MAX_ENV: usize = 256;
+const MAX_ENV_BYTES: usize = 64 * 1024;
+
+/// A docker sandbox's options, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub image: String,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<String>,
+    pub user: Option<String>,
+    pub memory_mb: Option<u64>,
+    pub cpus: Option<f64>,
+}
+
+fn bad(m: impl Into<String>) -> ProviderError {
+    ProviderError::BadOptions(m.into())
+}
+
+fn valid_env_key(k: &str) -> bool {
+    let mut b = k.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+        && k.len() <= 256
+}
+
+fn valid_user(u: &str) -> bool {
+    let mut b = u.bytes();
+    !u.is_empty()
+        && u.len() <= 32
+        && matches!(b.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+        && b.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-' || c == b'.')
+}
+
+fn valid_image(i: &str) -> bool {
+    !i.is_empty() && i.len() <= 512 && i.bytes().all(|c| c.is_ascii_graphic()) && !i.starts_with('-')
+}
+
+impl Options {
+    pub fn parse(options: &Value) -> Result<Options, ProviderError> {
+        let empty = serde_json::Map::new();
+        let map = match options {
+            Value::Object(m) => m,
+            Value::Null => &empty,
+            _ => return Err(bad("options must be an object")),
+        };
+        if let Some(k) = map.keys().find(|k| !OPTIONS.split(", ").any(|o| o == k.as_str())) {
+            return Err(bad(format!("unknown option {k:?}; the docker provider takes {OPTIONS}")));
+        }
+        let image = match map.get("image") {
+            Some(Value::String(s)) if valid_image(s) => s.clone(),
+            Some(_) => return Err(bad("image: an image reference such as \"hangar-envd:latest\"")),
+            None => return Err(bad("the docker provider needs an image (options.image)")),
+        };
+        let mut env = Vec::new();
+        match map.get("env") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(vars)) => {
+                if vars.len() > MAX_ENV {
+                    return Err(bad(format!("env: at most {MAX_ENV} variables")));
+                }
+                let mut total = 0;
+                for (k, v) in vars {
+                    if !valid_env_key(k) {
+                        return Err(bad(format!("env: {k:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")));
+                    }
+                    if k.starts_with(RESERVED_ENV_PREFIX) || k == ENV_EXEC_MARK {
+                        return Err(bad(format!("env: {k} is set by hangar")));
+                    }
+                    let Value::String(v) = v else {
+                        return Err(bad(format!("env: the value of {k} must be a string")));
+                    };
+                    if v.contains('\0') {
+                        return Err(bad(format!("env: the value of {k} contains a NUL byte")));
+                    }
+                    total += k.len() + v.len() + 2;
+                    env.push((k.clone(), v.clone()));
+                }
+                if total > MAX_ENV_BYTES {
+                    return Err(bad(format!("env: at most {MAX_ENV_BYTES} bytes in all")));
+                }
+            }
+            Some(_) => return Err(bad("env: an object of names to string values")),
+        }
+        let workdir = match map.get("workdir") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(w)) if w.starts_with('/') && w.len() <= 4096 && !w.contains('\0') => Some(w.clone()),
+            Some(_) => return Err(bad("workdir: an absolute path")),
+        };
+        let user = match map.get("user") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(u)) if valid_user(u) => Some(u.clone()),
+            Some(_) => return Err(bad("user: a user name of the image's /etc/passwd, such as \"user\"")),
+        };
+        let memory_mb = match map.get("memory_mb") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(m) if (6..=1 << 24).contains(&m) => Some(m),
+                _ => return Err(bad("memory_mb: a whole number of MiB, 6 or more")),
+            },
+        };
+        let cpus = match map.get("cpus") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_f64() {
+                Some(c) if (0.01..=1024.0).contains(&c) => Some(c),
+                _ => return Err(bad("cpus: a number of CPUs from 0.01 to 1024")),
+            },
+        };
+        Ok(Options { image, env, workdir, user, memory_mb, cpus })
+    }
+}
+
+/// The container of a sandbox. Sandbox ids are relay-made (`sbx_<hex>`), never client text.
+pub fn container_name(sandbox: &SandboxRow) -> String {
+    format!("hangar-{}", sandbox.id)
+}
+
+/// What Docker answered, for an error message.
+fn answer(e: &DockerError) -> String {
+    match e {
+        DockerError::DockerResponseServerError { message, .. } => message.trim().to_string(),
+        e => e.to_string(),
+    }
+}
+
+fn status(e: &DockerError) -> Option<u16> {
+    match e {
+        DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// An Engine error in the provider's terms: Docker not answering is `Unreachable`, an error it
+/// answered with is `Engine`.
+fn engine(context: &str, e: DockerError) -> ProviderError {
+    match e {
+        DockerError::DockerResponseServerError { status_code, message } => {
+            ProviderError::Engine(format!("{context}: Docker answered {status_code}: {}", message.trim()))
+        }
+        DockerError::SocketNotFoundError(path) => {
+            ProviderError::Unreachable(format!("{context}: Docker is not reachable: no socket at {path} (DOCKER_HOST)"))
+        }
+        DockerError::RequestTimeoutError => ProviderError::Unreachable(format!(
+            "{context}: Docker is not reachable: no answer within {ENGINE_TIMEOUT:?}"
+        )),
+        e @ (DockerError::IOError { .. }
+        | DockerError::HyperResponseError { .. }
+        | DockerError::HyperLegacyError { .. }
+        | DockerError::HttpClientError { .. }) => {
+            ProviderError::Unreachable(format!("{context}: Docker is not reachable: {e}"))
+        }
+        e => ProviderError::Engine(format!("{context}: {e}")),
+    }
+}
+
+fn gone(sandbox: &SandboxRow) -> ProviderError {
+    ProviderError::Gone(format!(
+        "sandbox {:?}: its container {} is gone (removed outside hangar); destroy the sandbox",
+        sandbox.name,
+        container_name(sandbox)
+    ))
+}
+
+/// The container's first IP address on any network.
+fn container_ip(info: &ContainerInspectResponse) -> Option<String> {
+    let networks = info.network_settings.as_ref()?.networks.as_ref()?;
+    // The default bridge first, then any other network in a stable order.
+    let mut found: Vec<(&String, &String)> = networks
+        .iter()
+        .filter_map(|(name, endpoint)| endpoint.ip_address.as_ref().filter(|ip| !ip.is_empty()).map(|ip| (name, ip)))
+        .collect();
+    found.sort_by_key(|(name, _)| (name.as_str() != "bridge", name.as_str()));
+    found.first().map(|(_, ip)| ip.to_string())
+}
+
+fn env_of<'a>(env: &'a [String], key: &str) -> Option<&'a str> {
+    env.iter().rev().find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+fn has_daemon(labels: Option<&HashMap<String, String>>) -> bool {
+    labels.and_then(|l| l.get(LABEL_ENVD)).is_some_and(|v| v == "true")
+}
+
+fn state_of(info: &ContainerInspectResponse) -> Option<ContainerStateStatusEnum> {
+    info.state.as_ref().and_then(|s| s.status)
+}
+
+/// The content of the first entry of a tar archive (the Engine's archive of one path), when it
+/// is a regular file.
+fn first_file(tar: &[u8]) -> Option<&[u8]> {
+    let header = tar.get(..512)?;
+    if !matches!(header.get(156), Some(b'0' | 0)) {
+        return None;
+    }
+    let size = std::str::from_utf8(header.get(124..136)?).ok()?.trim_matches(|c: char| c == '\0' || c == ' ');
+    let size = usize::from_str_radix(size, 8).ok()?;
+    tar.get(512..512usize.checked_add(size)?)
+}
+
+/// The last bytes of an output: enough for the relay's result tail.
+#[derive(Default)]
+struct Bounded(Vec<u8>);
+
+impl Bounded {
+    fn push(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+        if self.0.len() > 2 * RESULT_TAIL_BYTES {
+            self.0.drain(..self.0.len() - RESULT_TAIL_BYTES);
+        }
+    }
+}
+
+/// Runs the command after moving to its directory: `cwd` (absolute, `~`, `~/...`, or relative
+/// to the sandbox's workdir), else the sandbox's workdir, else the user's home, as the daemon
+/// resolves them. Arguments: $1 cwd, $2 workdir, $3 command.
+/// The daemon's token is no business of the command's (the daemon does not pass it on either).
+const EXEC_SCRIPT: &str = r#"unset HANGAR_ENVD_ACCESS_TOKEN
+base=${2:-$HOME}; d=${1:-$base}
+case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$base/$d ;; esac
+cd -- "$d" || exit 1
+exec bash -lc "$3""#;
+
+/// Makes the sandbox's workdir ($1) when the image lacks it, owned by the sandbox's user ($2,
+/// when there is one), so commands can write there. Run as root.
+const WORKDIR_SCRIPT: &str = r#"[ -d "$1" ] && exit 0
+mkdir -p -- "$1" || exit 1
+[ -z "$2" ] && exit 0
+case $2 in *:*) owner=$2 ;; *) owner=$2: ;; esac
+chown -- "$owner" "$1""#;
+
+/// Kills, with SIGKILL, every process whose environment carries the exec's mark ($1).
+const KILL_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
+  while IFS= read -r -d '' kv; do
+    if [[ $kv == "HANGAR_EXEC=$1" ]]; then kill -KILL "${d#/proc/}" 2>/dev/null; break; fi
+  done 2>/dev/null < "$d/environ"
+done"#;
+
+pub struct DockerProvider {
+    client: Arc<OnceCell<Docker>>,
+}
+
+impl Default for DockerProvider {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+async fn connect() -> Result<Docker, ProviderError> {
+    let docker = Docker::connect_with_local_defaults()
+        .map_err(|e| engine("connecting to Docker", e))?
+        .with_timeout(ENGINE_TIMEOUT);
+    // The Engine may be older than bollard's API version: speak the older one.
+    let docker = tokio::time::timeout(Duration::from_secs(10), docker.negotiate_version())
+        .await
+        .map_err(|_| {
+            ProviderError::Unreachable("connecting to Docker: Docker is not reachable: no answer within 10 s".into())
+        })?
+        .map_err(|e| engine("connecting to Docker", e))?;
+    let version = docker.client_version();
+    events::DockerConnected { api_version: &format!("{}.{}", version.major_version, version.minor_version) }.emit();
+    Ok(docker)
+}
+
+impl DockerProvider {
+    /// A provider that connects to Docker (`DOCKER_HOST=unix://...`, else
+    /// `/var/run/docker.sock`) on first use.
+    pub fn new() -> Self {
+        Self { client: Arc::new(OnceCell::new()) }
+    }
+
+    /// Tries to connect in the background, so the relay's log says at start whether Docker is
+    /// there. A failure is only logged: calls try again.
+    pub fn connect_in_background(&self) {
+        let client = self.client.clone();
+        tokio::spawn(async move {
+            if let Err(e) = client.get_or_try_init(connect).await {
+                events::DockerUnavailable { error: &e.to_string() }.emit();
+            }
+        });
+    }
+
+    async fn docker(&self) -> Result<&Docker, ProviderError> {
+        self.client.get_or_try_init(connect).await
+    }
+
+    async fn inspect(&self, sandbox: &SandboxRow) -> Result<ContainerInspectResponse, ProviderError> {
+        let docker = self.docker().await?;
+        match docker.inspect_container(&container_name(sandbox), None).await {
+            Ok(i) => Ok(i),
+            Err(e) if status(&e) == Some(404) => Err(gone(sandbox)),
+            Err(e) => Err(engine("inspecting the container", e)),
+        }
+    }
+
+    /// Asks the daemon at the container's address until it answers or `limit` passes (at least
+    /// once).
+    async fn find_daemon(
+        &self,
+        sandbox: &SandboxRow,
+        info: &ContainerInspectResponse,
+        limit: Duration,
+    ) -> Option<(String, Envd)> {
+        let ip = container_ip(info)?;
+        let token = sandbox.envd_token.as_deref()?;
+        let url =
+            if ip.contains(':') { format!("http://[{ip}]:{ENVD_PORT}") } else { format!("http://{ip}:{ENVD_PORT}") };
+        let envd = Envd::new(&url, token).ok()?;
+        let start = tokio::time::Instant::now();
+        let (deadline, mut next_check) = (start + limit, start + Duration::from_secs(1));
+        loop {
+            if envd.alive(HEALTH_TIMEOUT).await.is_ok() {
+                return Some((url, envd));
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            // A container that exited will not answer: stop waiting.
+            if now >= next_check {
+                next_check = now + Duration::from_secs(1);
+                match self.inspect(sandbox).await {
+                    Ok(i) if state_of(&i) == Some(ContainerStateStatusEnum::RUNNING) => {}
+                    _ => return None,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn remove(&self, docker: &Docker, name: &str) -> Result<(), ProviderError> {
+        let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        match docker.remove_container(name, Some(opts)).await {
+            Ok(()) => Ok(()),
+            Err(e) if status(&e) == Some(404) => Ok(()),
+            Err(e) => Err(engine("removing the container", e)),
+        }
+    }
+
+    /// The container's state and the end of its log, for an error message. The log is the
+    /// sandbox's text: passed on as data, at most `LOG_TAIL_BYTES`.
+    async fn why_not_running(&self, docker: &Docker, name: &str) -> String {
+        let state = match docker.inspect_container(name, None).await {
+            Ok(info) => match info.state {
+                Some(s) if s.running == Some(true) => "; the container is running".to_string(),
+                Some(s) => format!("; the container exited with code {}", s.exit_code.unwrap_or(-1)),
+                None => String::new(),
+            },
+            Err(_) => String::new(),
+        };
+        let opts = LogsOptionsBuilder::default().stdout(true).stderr(true).tail("20").build();
+        let mut log = Bounded::default();
+        let mut lines = docker.logs(name, Some(opts));
+        let read = async {
+            while let Some(Ok(chunk)) = lines.next().await {
+                log.push(chunk.as_ref());
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+        let tail = &log.0[log.0.len().saturating_sub(LOG_TAIL_BYTES)..];
+        let text = String::from_utf8_lossy(tail);
+        let text = text.trim();
+        if text.is_empty() {
+            state
+        } else {
+            format!("{state}; its log ends: {text}")
+        }
+    }
+
+    /// A `user` the image does not know is the client's error, found before the container starts
+    /// (its daemon would exit on it; `docker exec` would fail at each command): the user must be
+    /// in the image's `/etc/passwd`. An image whose passwd cannot be read plainly (a symlink, a
+    /// huge file) is not checked.
+    async fn check_user(&self, docker: &Docker, name: &str, user: &str) -> Result<(), ProviderError> {
+        let opts = DownloadFromContainerOptionsBuilder::default().path("/etc/passwd").build();
+        let mut archive = docker.download_from_container(name, Some(opts));
+        let mut tar = Vec::new();
+        while let Some(chunk) = archive.next().await {
+            match chunk {
+                Ok(b) if tar.len() + b.len() <= MAX_PASSWD_ARCHIVE => tar.extend_from_slice(&b),
+                Ok(_) => return Ok(()),
+                Err(e) if status(&e) == Some(404) => {
+                    return Err(bad(format!("user {user:?}: the image has no /etc/passwd")));
+                }
+                Err(e) => return Err(engine("reading the image's /etc/passwd", e)),
+            }
+        }
+        let Some(passwd) = first_file(&tar) else { return Ok(()) };
+        let known = String::from_utf8_lossy(passwd).lines().any(|l| l.split(':').next() == Some(user));
+        if known {
+            Ok(())
+        } else {
+            Err(bad(format!("user {user:?} is not in the image's /etc/passwd")))
+        }
+    }
+
+    async fn make_workdir(&self, sandbox: &SandboxRow, dir: &str, owner: Option<String>) -> Result<(), ProviderError> {
+        let cmd = vec![
+            "bash".to_string(),
+            "-c".into(),
+            WORKDIR_SCRIPT.into(),
+            "hangar-workdir".into(),
+            dir.to_string(),
+            owner.unwrap_or_default(),
+        ];
+        let out = self.run_exec(sandbox, cmd, Some("0".into()), Duration::from_secs(30)).await?;
+        if out.exit_code != 0 {
+            return Err(ProviderError::Engine(format!(
+                "making the workdir {dir:?} (exit code {}): {}",
+                out.exit_code,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `cmd` in the container through the Engine's exec API, collecting its output until it
+    /// ends or `timeout` passes; then every process of the exec is killed.
+    async fn run_exec(
+        &self,
+        sandbox: &SandboxRow,
+        cmd: Vec<String>,
+        user: Option<String>,
+        timeout: Duration,
+    ) -> Result<ExecOutput, ProviderError> {
+        let docker = self.docker().await?;
+        let name = container_name(sandbox);
+        let mark = auth::random_hex(12);
+        let config = ExecConfig {
+            attach_stdin: Some(false),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            env: Some(vec![format!("{ENV_EXEC_MARK}={mark}")]),
+            cmd: Some(cmd),
+            user: user.clone(),
+            ..Default::default()
+        };
+        let created = match docker.create_exec(&name, config).await {
+            Ok(c) => c,
+            Err(e) if status(&e) == Some(404) => return Err(gone(sandbox)),
+            Err(e) => return Err(engine("starting the command", e)),
+        };
+        // Whatever happens from here (a timeout, the caller going away), the exec's processes
+        // die with it unless it ends by itself.
+        let mut guard = KillOnDrop {
+            client: self.client.clone(),
+            sandbox: sandbox.name.clone(),
+            container: name.clone(),
+            user,
+            mark,
+            armed: true,
+        };
+        let started = docker
+            .start_exec(&created.id, Some(StartExecOptions { detach: false, tty: false, output_capacity: None }))
+            .await
+            .map_err(|e| engine("starting the command", e))?;
+        let StartExecResults::Attached { mut output, .. } = started else {
+            return Err(ProviderError::Engine("starting the command: Docker did not attach its output".into()));
+        };
+        let (mut stdout, mut stderr) = (Bounded::default(), Bounded::default());
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut timed_out = false;
+        loop {
+            match tokio::time::timeout_at(deadline, output.next()).await {
+                Ok(Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message }))) => stdout.push(&message),
+                Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
+                Ok(Some(Ok(LogOutput::StdIn { .. }))) => {}
+                Ok(Some(Err(e))) => return Err(engine("reading the command's output", e)),
+                Ok(None) => break,
+                Err(_) => {
+                    timed_out = true;
+                    break;
+                }
+            }
+        }
+        drop(output);
+        if timed_out {
+            guard.kill().await;
+            events::FallbackExecKilled { sandbox: &sandbox.name, reason: "timeout" }.emit();
+            return Ok(ExecOutput { exit_code: -1, stdout: stdout.0, stderr: stderr.0, timed_out: true });
+        }
+        guard.armed = false;
+        // The output ends a moment before the Engine records the exit code.
+        let until = tokio::time::Instant::now() + EXIT_CODE_WAIT;
+        let exit_code = loop {
+            let info = docker.inspect_exec(&created.id).await.map_err(|e| engine("inspecting the command", e))?;
+            match (info.running, info.exit_code) {
+                (Some(false), Some(code)) => break i32::try_from(code).unwrap_or(-1),
+                _ if tokio::time::Instant::now() >= until => break -1,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        Ok(ExecOutput { exit_code, stdout: stdout.0, stderr: stderr.0, timed_out: false })
+    }
+}
+
+/// Kills a fallback exec's processes (found by their environment mark, from a second exec) when
+/// its run ends early: at its timeout, or when the caller goes away. The second exec runs as the
+/// command's user: root in a container lacks CAP_SYS_PTRACE, so it could not read another
+/// user's `/proc/<pid>/environ`.
+struct KillOnDrop {
+    client: Arc<OnceCell<Docker>>,
+    sandbox: String,
+    container: String,
+    user: Option<String>,
+    mark: String,
+    armed: bool,
+}
+
+impl KillOnDrop {
+    fn killer(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (client, container, mark, user) =
+            (self.client.clone(), self.container.clone(), self.mark.clone(), self.user.clone());
+        async move {
+            let Some(docker) = client.get() else { return };
+            let config = ExecConfig {
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                cmd: Some(vec!["bash".into(), "-c".into(), KILL_SCRIPT.into(), "hangar-kill".into(), mark]),
+                user,
+                ..Default::default()
+            };
+            let Ok(created) = docker.create_exec(&container, config).await else { return };
+            if let Ok(StartExecResults::Attached { mut output, .. }) = docker.start_exec(&created.id, None).await {
+                let _ = tokio::time::timeout(Duration::from_secs(10), async { while output.next().await.is_some() {} })
+                    .await;
+            }
+        }
+    }
+
+    async fn kill(&mut self) {
+        self.armed = false;
+        self.killer().await;
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            events::FallbackExecKilled { sandbox: &self.sandbox, reason: "client" }.emit();
+            tokio::spawn(self.killer());
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Provider for DockerProvider {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn create(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError> {
+        let opts = Options::parse(&sandbox.options)?;
+        let docker = self.docker().await?;
+        // Never pull: the image must be on the Docker host.
+        let image = match docker.inspect_image(&opts.image).await {
+            Ok(i) => i,
+            Err(e) if status(&e) == Some(404) => return Err(ProviderError::ImageNotFound(opts.image)),
+            Err(e) if status(&e) == Some(400) => return Err(bad(format!("image {:?}: {}", opts.image, answer(&e)))),
+            Err(e) => return Err(engine(&format!("inspecting image {:?}", opts.image), e)),
+        };
+        let image_config = image.config.unwrap_or_default();
+        let image_env = image_config.env.clone().unwrap_or_default();
+        let daemon = has_daemon(image_config.labels.as_ref());
+        let workdir = opts
+            .workdir
+            .clone()
+            .or_else(|| env_of(&image_env, ENV_WORKDIR).map(str::to_string))
+            .or_else(|| image_config.working_dir.clone())
+            .filter(|w| !w.is_empty());
+
+        let token = auth::random_hex(32);
+        let mut env = vec![format!("{ENV_TOKEN}={token}")];
+        if let Some(u) = &opts.user {
+            env.push(format!("{ENV_USER}={u}"));
+        }
+        if let Some(w) = &workdir {
+            env.push(format!("{ENV_WORKDIR}={w}"));
+        }
+        env.extend(opts.env.iter().map(|(k, v)| format!("{k}={v}")));
+        // The daemon gives its processes only PATH and its global variables: pass the sandbox's
+        // variables to it as globals, after the image's own arguments.
+        let cmd = (daemon && !opts.env.is_empty()).then(|| {
+            let mut cmd = image_config.cmd.clone().unwrap_or_default();
+            for (k, v) in &opts.env {
+                cmd.push("--env".into());
+                cmd.push(format!("{k}={v}"));
+            }
+            cmd
+        });
+        let name = container_name(sandbox);
+        let labels = HashMap::from([
+            (LABEL_SANDBOX.to_string(), sandbox.id.clone()),
+            (LABEL_SANDBOX_NAME.to_string(), sandbox.name.clone()),
+        ]);
+        let body = ContainerCreateBody {
+            image: Some(opts.image.clone()),
+            env: Some(env),
+            cmd,
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                memory: opts.memory_mb.map(|m| (m as i64) * 1024 * 1024),
+                nano_cpus: opts.cpus.map(|c| (c * 1e9) as i64),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let create = CreateContainerOptionsBuilder::default().name(&name).build();
+        match docker.create_container(Some(create), body).await {
+            Ok(_) => {}
+            Err(e) if status(&e) == Some(404) => return Err(ProviderError::ImageNotFound(opts.image)),
+            Err(e) if status(&e) == Some(400) => return Err(bad(format!("creating the container: {}", answer(&e)))),
+            Err(e) => return Err(engine("creating the container", e)),
+        }
+        // From here on a failure removes the container again.
+        let started = async {
+            if let Some(u) = &opts.user {
+                self.check_user(docker, &name, u).await?;
+            }
+            docker.start_container(&name, None).await.map_err(|e| engine("starting the container", e))?;
+            if let Some(w) = &opts.workdir {
+                let owner = opts
+                    .user
+                    .clone()
+                    .or_else(|| env_of(&image_env, ENV_USER).map(str::to_string))
+                    .or_else(|| image_config.user.clone())
+                    .filter(|u| !u.is_empty());
+                self.make_workdir(sandbox, w, owner).await?;
+            }
+            let info = self.inspect(sandbox).await?;
+            sandbox.envd_token = Some(token.clone());
+            sandbox.workdir = workdir.clone();
+            sandbox.envd_pid = None;
+            // An image with the daemon gets time to start it; any other is asked once.
+            let limit = if daemon { START_TIMEOUT } else { Duration::ZERO };
+            match self.find_daemon(sandbox, &info, limit).await {
+                Some((url, _)) => {
+                    sandbox.envd_url = Some(url);
+                    sandbox.daemon = true;
+                }
+                None if daemon => {
+                    return Err(ProviderError::DaemonStart(format!(
+                        "image {:?} is labelled {LABEL_ENVD}=true but nothing answered on port {ENVD_PORT} \
+                         (waited up to {START_TIMEOUT:?}){}",
+                        opts.image,
+                        self.why_not_running(docker, &name).await
+                    )))
+                }
+                None => {
+                    sandbox.envd_url = None;
+                    sandbox.daemon = false;
+                }
+            }
+            Ok::<_, ProviderError>(())
+        }
+        .await;
+        if let Err(e) = started {
+            let _ = self.remove(docker, &name).await;
+            return Err(e);
+        }
+        events::ContainerStarted {
+            sandbox: &sandbox.name,
+            container: &name,
+            image: &opts.image,
+            daemon: sandbox.daemon,
+        }
+        .emit();
+        Ok(())
+    }
+
+    async fn daemon(&self, sandbox: &mut SandboxRow) -> Result<Option<Envd>, ProviderError> {
+        let mut info = self.inspect(sandbox).await?;
+        let mut restarted = false;
+        match state_of(&info) {
+            Some(ContainerStateStatusEnum::RUNNING) => {}
+            Some(ContainerStateStatusEnum::PAUSED) => {
+                return Err(ProviderError::Engine(format!(
+                    "sandbox {:?}: its container is paused outside hangar; unpause it or resume the sandbox",
+                    sandbox.name
+                )))
+            }
+            _ => {
+                // Stopped (its main process exited, or the machine restarted): start it again.
+                // What ran in it is gone.
+                let docker = self.docker().await?;
+                docker
+                    .start_container(&container_name(sandbox), None)
+                    .await
+                    .map_err(|e| engine("starting the stopped container", e))?;
+                events::SandboxRestarted { sandbox: &sandbox.name }.emit();
+                info = self.inspect(sandbox).await?;
+                restarted = true;
+            }
+        }
+        let labelled = has_daemon(info.config.as_ref().and_then(|c| c.labels.as_ref()));
+        let limit = if restarted && labelled { START_TIMEOUT } else { Duration::ZERO };
+        match self.find_daemon(sandbox, &info, limit).await {
+            Some((url, envd)) => {
+                sandbox.envd_url = Some(url);
+                sandbox.daemon = true;
+                Ok(Some(envd))
+            }
+            None => {
+                sandbox.daemon = false;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn pause(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError> {
+        let info = self.inspect(sandbox).await?;
+        if state_of(&info) == Some(ContainerStateStatusEnum::PAUSED) {
+            return Ok(());
+        }
+        let docker = self.docker().await?;
+        docker.pause_container(&container_name(sandbox)).await.map_err(|e| engine("pausing the container", e))
+    }
+
+    async fn resume(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError> {
+        let info = self.inspect(sandbox).await?;
+        if state_of(&info) != Some(ContainerStateStatusEnum::PAUSED) {
+            return Ok(());
+        }
+        let docker = self.docker().await?;
+        docker.unpause_container(&container_name(sandbox)).await.map_err(|e| engine("resuming the container", e))
+    }
+
+    async fn destroy(&self, sandbox: &SandboxRow) -> Result<(), ProviderError> {
+        let docker = self.docker().await?;
+        let name = container_name(sandbox);
+        let info = match self.inspect(sandbox).await {
+            Ok(i) => i,
+            Err(ProviderError::Gone(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if state_of(&info) == Some(ContainerStateStatusEnum::PAUSED) {
+            // A frozen container cannot take the stop signal.
+            let _ = docker.unpause_container(&name).await;
+        }
+        if state_of(&info) != Some(ContainerStateStatusEnum::EXITED) {
+            let stop = StopContainerOptionsBuilder::default().t(STOP_SECONDS).build();
+            match docker.stop_container(&name, Some(stop)).await {
+                Ok(()) => {}
+                // Not running, or already gone: the removal below settles it.
+                Err(e) if matches!(status(&e), Some(304 | 404 | 409)) => {}
+                Err(e) => return Err(engine("stopping the container", e)),
+            }
+        }
+        self.remove(docker, &name).await?;
+        events::ContainerRemoved { sandbox: &sandbox.name, container: &name }.emit();
+        Ok(())
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxRow,
+        command: &str,
+        cwd: Option<&str>,
+        timeout: Duration,
+    ) -> Result<ExecOutput, ProviderError> {
+        let info = self.inspect(sandbox).await?;
+        // Commands run as the sandbox's user, as the daemon's do: the `user` option or the
+        // image's default user for the daemon, else the image's USER.
+        let user = info
+            .config
+            .as_ref()
+            .and_then(|c| c.env.as_deref())
+            .and_then(|env| env_of(env, ENV_USER))
+            .map(str::to_string);
+        let cmd = vec![
+            "bash".to_string(),
+            "-c".into(),
+            EXEC_SCRIPT.into(),
+            "hangar-exec".into(),
+            cwd.unwrap_or_default().to_string(),
+            sandbox.workdir.clone().unwrap_or_default(),
+            command.to_string(),
+        ];
+        self.run_exec(sandbox, cmd, user, timeout).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn options_are_validated() {
+        let o = Options::parse(&json!({"image": "hangar-test:envd", "env": {"A": "1"}, "workdir": "/w",
+            "user": "user", "memory_mb": 256, "cpus": 0.5}))
+        .expect("valid");
+        assert_eq!(o.image, "hangar-test:envd");
+        assert_eq!(o.env, vec![("A".to_string(), "1".to_string())]);
+        assert_eq!(
+            (o.workdir.as_deref(), o.user.as_deref(), o.memory_mb, o.cpus),
+            (Some("/w"), Some("user"), Some(256), Some(0.5))
+        );
+        for bad in [
+            json!({}),
+            json!({"image": ""}),
+            json!({"image": 3}),
+            json!({"image": "a b"}),
+            json!({"image": "x", "nope": 1}),
+            json!({"image": "x", "env": ["A=1"]}),
+            json!({"image": "x", "env": {"1A": "x"}}),
+            json!({"image": "x", "env": {"A=B": "x"}}),
+            json!({"image": "x", "env": {"A": 1}}),
+            json!({"image": "x", "env": {"A": "a\u{0}b"}}),
+            json!({"image": "x", "env": {"HANGAR_ENVD_ACCESS_TOKEN": "mine"}}),
+            json!({"image": "x", "workdir": "rel"}),
+            json!({"image": "x", "user": "Root;"}),
+            json!({"image": "x", "memory_mb": 1}),
+            json!({"image": "x", "memory_mb": -5}),
+            json!({"image": "x", "cpus": 0}),
+            json!({"image": "x", "cpus": "1"}),
+            json!("image"),
+        ] {
+            assert!(matches!(Options::parse(&bad), Err(ProviderError::BadOptions(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_first_file_of_a_tar() {
+        let mut tar = vec![0u8; 1024];
+        tar[..6].copy_from_slice(b"passwd");
+        tar[124..136].copy_from_slice(b"00000000005\0");
+        tar[156] = b'0';
+        tar[512..517].copy_from_slice(b"root:");
+        assert_eq!(first_file(&tar), Some(&b"root:"[..]));
+        tar[156] = b'2';
+        assert_eq!(first_file(&tar), None, "a symlink is not read");
+        tar[156] = b'0';
+        tar[124..136].copy_from_slice(b"77777777777\0");
+        assert_eq!(first_file(&tar), None, "a size past the end");
+        assert_eq!(first_file(&tar[..100]), None);
+    }
+
+    #[test]
+    fn env_lookup_takes_the_last_value() {
+        let env = vec!["A=1".to_string(), "AB=2".into(), "A=3".into()];
+        assert_eq!(env_of(&env, "A"), Some("3"));
+        assert_eq!(env_of(&env, "AB"), Some("2"));
+        assert_eq!(env_of(&env, "B"), None);
+    }
+}
