@@ -6,6 +6,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod detached;
 pub mod envd;
 pub mod error;
 pub mod events;

@@ -69,6 +69,9 @@ pub struct ProcessView {
     pub output_bytes: u64,
     /// Found again by its tag, not started by this run of the relay.
     pub adopted: bool,
+    /// Run without a daemon: detached, its output in a file the relay polls (no input).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub polled: bool,
 }
 
 /// A caller's view of one sandbox: whose processes, where, and the daemon to ask.
@@ -115,6 +118,7 @@ impl Processes {
             ended_at: exit.and_then(|e| e.ended_at).map(|t| t.to_string()),
             output_bytes: p.output_bytes,
             adopted: self.adopted(&sandbox.id, id),
+            polled: false,
         }
     }
 
@@ -192,6 +196,7 @@ impl Processes {
             ended_at: None,
             output_bytes: 0,
             adopted: false,
+            polled: false,
         })
     }
 
@@ -306,14 +311,18 @@ pub enum Output {
 /// Turns offset-addressed bytes into text without splitting characters: an incomplete character
 /// at the end waits for its next bytes, and the resume offset stays before it.
 #[derive(Debug, Default)]
-struct OffsetText {
+pub(crate) struct OffsetText {
     /// Offset of the first byte not yet handed out (including `pending`).
-    at: u64,
+    pub(crate) at: u64,
     pending: Vec<u8>,
 }
 
 impl OffsetText {
-    fn push(&mut self, offset: u64, data: &[u8]) -> Option<(String, u64)> {
+    pub(crate) fn starting_at(at: u64) -> Self {
+        OffsetText { at, pending: Vec::new() }
+    }
+
+    pub(crate) fn push(&mut self, offset: u64, data: &[u8]) -> Option<(String, u64)> {
         let end = offset + data.len() as u64;
         let expected = self.at + self.pending.len() as u64;
         // Skip anything already covered (a resume from inside a chunk).
@@ -335,7 +344,7 @@ impl OffsetText {
         Some((text, self.at))
     }
 
-    fn flush(&mut self) -> Option<(String, u64)> {
+    pub(crate) fn flush(&mut self) -> Option<(String, u64)> {
         if self.pending.is_empty() {
             return None;
         }

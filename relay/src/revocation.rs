@@ -4,7 +4,7 @@
 //! streams (revoked by anyone else with access to the store).
 use std::sync::Arc;
 
-use crate::{auth::Caller, processes::At, store::Scope, streams::Reason, Relay};
+use crate::{auth::Caller, detached::Detached, processes::At, store::Scope, streams::Reason, Relay};
 
 pub async fn revoked(relay: &Relay, token_id: &str) {
     // Streamed commands die with their streams (their kill guard stays armed for `revoked`).
@@ -12,7 +12,17 @@ pub async fn revoked(relay: &Relay, token_id: &str) {
     let who = Caller { token_id: token_id.to_string(), name: String::new(), scope: Scope::User };
     let Ok(sandboxes) = relay.store.sandboxes() else { return };
     for mut row in sandboxes.into_iter().filter(|s| s.state == "running") {
-        let Ok(Some(envd)) = relay.sandboxes.daemon(&relay.store, &mut row).await else { continue };
+        let envd = match relay.sandboxes.daemon(&relay.store, &mut row).await {
+            Ok(Some(envd)) => envd,
+            Ok(None) => {
+                let d = Detached { relay, sandbox: &row, caller: &who };
+                for p in d.list().await.unwrap_or_default().iter().filter(|p| p.state == "running") {
+                    let _ = d.kill(&p.process_id).await;
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
         let at = At { envd: &envd, key: &relay.key, caller: &who, sandbox: &row };
         let Ok(list) = relay.processes.list(&at).await else { continue };
         for p in list.iter().filter(|p| p.state == "running") {

@@ -483,3 +483,95 @@ async fn a_relay_without_docker_starts_and_says_why_docker_sandboxes_fail() {
         .await;
     assert_eq!(r.status, 400, "{r:?}");
 }
+
+/// Background processes in a sandbox without a daemon: detached (setsid) through docker exec,
+/// output in ~/.hangar/bg/<id>.out, polled; input needs the daemon; the kill reaches the group.
+#[tokio::test]
+async fn background_processes_without_the_daemon_are_detached_and_polled() {
+    if !docker::available("background_processes_without_the_daemon_are_detached_and_polled") {
+        return;
+    }
+    let mut containers = Containers::new();
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let name = containers.name("bgplain");
+    let sbx = create(&relay, &name, json!({"image": PLAIN_IMAGE})).await;
+    assert_eq!(sbx["daemon"], json!(false), "{sbx}");
+    let c = container_of(sbx["id"].as_str().expect("id"));
+    let base = format!("/api/sandboxes/{name}/processes");
+
+    let r = relay
+        .call(
+            "POST",
+            &base,
+            Some(ADMIN),
+            Some(json!({"command": "for i in 1 2 3; do echo line $i; sleep 1; done; exit 5"})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let p = r.json();
+    assert_eq!((p["polled"].clone(), p["state"].clone()), (json!(true), json!("running")), "{p}");
+    let id = p["process_id"].as_str().unwrap().to_string();
+
+    let mut s = relay.sse("GET", &format!("{base}/{id}/stream"), Some(ADMIN), None).await;
+    assert_eq!(s.status, 200);
+    let events = s.collect(Duration::from_secs(20)).await;
+    let text: String =
+        events.iter().filter(|e| e.event == "output").map(|e| e.json()["data"].as_str().unwrap().to_string()).collect();
+    assert_eq!(text, "line 1\nline 2\nline 3\n", "{events:?}");
+    let end = events.last().unwrap();
+    assert_eq!((end.event.as_str(), end.json()["exit_code"].clone()), ("end", json!(5)), "{end:?}");
+    let outputs: Vec<_> = events.iter().filter(|e| e.event == "output").collect();
+    assert!(outputs.len() >= 2, "the lines came as they were written, polled: {events:?}");
+
+    // Polling with since, the file under ~/.hangar/bg, the listing.
+    let v = relay.call("GET", &format!("{base}/{id}?since=7"), Some(ADMIN), None).await.json();
+    assert_eq!((v["output"].clone(), v["next"].clone()), (json!("line 2\nline 3\n"), json!(21)), "{v}");
+    let on_disk = docker_ok(&["exec", &c, "bash", "-c", &format!("cat ~/.hangar/bg/{id}.out")]);
+    assert_eq!(on_disk.trim_end(), "line 1\nline 2\nline 3", "docker_ok trims the output");
+    let list = relay.call("GET", &base, Some(ADMIN), None).await.json();
+    let mine = &list["processes"][0];
+    assert_eq!(
+        (mine["process_id"].clone(), mine["state"].clone(), mine["exit_code"].clone()),
+        (json!(id), json!("exited"), json!(5)),
+        "{list}"
+    );
+
+    // Input needs the daemon; another token sees nothing; the kill reaches the whole group.
+    let r = relay.call("POST", &format!("{base}/{id}/input"), Some(ADMIN), Some(json!({"input": "x"}))).await;
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("needs the daemon"));
+    let other =
+        relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": "o", "scope": "user"}))).await.json();
+    let other = other["secret"].as_str().unwrap().to_string();
+    assert_eq!(relay.call("GET", &format!("{base}/{id}"), Some(&other), None).await.status, 404);
+    assert_eq!(relay.call("GET", &base, Some(&other), None).await.json()["processes"], json!([]));
+
+    let r = relay
+        .call(
+            "POST",
+            &base,
+            Some(ADMIN),
+            Some(json!({"command": "(exec -a hangar-bg-child sleep 1000) & exec -a hangar-bg-leader sleep 1000"})),
+        )
+        .await;
+    let id2 = r.json()["process_id"].as_str().unwrap().to_string();
+    wait_until(STEP, "both sleeps run in the container", || {
+        !pids_named(&c, "hangar-bg-child").is_empty() && !pids_named(&c, "hangar-bg-leader").is_empty()
+    })
+    .await;
+    assert_eq!(relay.call("DELETE", &format!("{base}/{id2}"), Some(ADMIN), None).await.status, 202);
+    wait_until(Duration::from_secs(10), "no survivor in the group", || {
+        pids_named(&c, "hangar-bg-child").is_empty() && pids_named(&c, "hangar-bg-leader").is_empty()
+    })
+    .await;
+    let mut v = Value::Null;
+    for _ in 0..50 {
+        v = relay.call("GET", &format!("{base}/{id2}"), Some(ADMIN), None).await.json();
+        if v["process"]["state"] == json!("exited") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!((v["process"]["state"].clone(), v["process"]["exit_code"].clone()), (json!("exited"), json!(-1)), "{v}");
+}

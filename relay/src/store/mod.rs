@@ -113,6 +113,16 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     daemon INTEGER NOT NULL DEFAULT 0,
     created_at INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS detached (
+    id TEXT PRIMARY KEY,
+    sandbox_id TEXT NOT NULL,
+    token_id TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    command TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    ended_at INTEGER
+);
+CREATE INDEX IF NOT EXISTS detached_owner ON detached(sandbox_id, token_id);
 ";
 
 impl Store {
@@ -218,6 +228,61 @@ impl Store {
         let mut stmt = conn.prepare("SELECT * FROM sandboxes ORDER BY created_at, name")?;
         let rows = stmt.query_map([], sandbox_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
+    }
+}
+
+/// A background process run without a daemon (detached, polled); the relay's row is its only
+/// record of ownership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachedRow {
+    pub id: String,
+    pub sandbox_id: String,
+    pub token_id: String,
+    pub pid: i64,
+    pub command: String,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+}
+
+impl Store {
+    pub fn insert_detached(&self, d: &DetachedRow) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO detached (id, sandbox_id, token_id, pid, command, started_at, ended_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![d.id, d.sandbox_id, d.token_id, d.pid, d.command, d.started_at, d.ended_at],
+        )?;
+        Ok(())
+    }
+
+    /// A token's detached processes in a sandbox, dropping those that ended before `forget_before`.
+    pub fn detached(&self, sandbox_id: &str, token_id: &str, forget_before: i64) -> Result<Vec<DetachedRow>> {
+        let conn = self.conn();
+        conn.execute(
+            "DELETE FROM detached WHERE sandbox_id = ?1 AND ended_at IS NOT NULL AND ended_at < ?2",
+            params![sandbox_id, forget_before],
+        )?;
+        let mut stmt = conn.prepare(
+            "SELECT id, sandbox_id, token_id, pid, command, started_at, ended_at FROM detached
+             WHERE sandbox_id = ?1 AND token_id = ?2 ORDER BY started_at, id",
+        )?;
+        let rows = stmt
+            .query_map(params![sandbox_id, token_id], |r| {
+                Ok(DetachedRow {
+                    id: r.get(0)?,
+                    sandbox_id: r.get(1)?,
+                    token_id: r.get(2)?,
+                    pid: r.get(3)?,
+                    command: r.get(4)?,
+                    started_at: r.get(5)?,
+                    ended_at: r.get(6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    pub fn end_detached(&self, id: &str, at: i64) -> Result<()> {
+        self.conn().execute("UPDATE detached SET ended_at = ?2 WHERE id = ?1 AND ended_at IS NULL", params![id, at])?;
+        Ok(())
     }
 }
 

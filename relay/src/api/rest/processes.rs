@@ -17,6 +17,7 @@ use serde::Deserialize;
 use super::{require_sandbox_scope, Body};
 use crate::{
     auth::Caller,
+    detached::{self, Detached},
     envd::Envd,
     error::ApiError,
     processes::{self, At, Output},
@@ -41,16 +42,20 @@ impl Target {
     }
 }
 
-async fn sandbox_daemon(relay: &Relay, caller: &Caller, reference: &str) -> Result<Target, ApiError> {
+/// Where a sandbox's background processes live: its daemon, or (without one) detached processes
+/// the relay polls through the provider's exec.
+enum Backend {
+    Daemon(Target),
+    Polled(SandboxRow),
+}
+
+async fn backend(relay: &Relay, caller: &Caller, reference: &str) -> Result<Backend, ApiError> {
     require_sandbox_scope(caller)?;
     let mut row = relay.sandboxes.get(&relay.store, reference)?;
-    match relay.sandboxes.daemon(&relay.store, &mut row).await? {
-        Some(envd) => Ok(Target { row, envd }),
-        None => Err(ApiError::unavailable(format!(
-            "sandbox {:?} has no daemon: background processes need the daemon",
-            row.name
-        ))),
-    }
+    Ok(match relay.sandboxes.daemon(&relay.store, &mut row).await? {
+        Some(envd) => Backend::Daemon(Target { row, envd }),
+        None => Backend::Polled(row),
+    })
 }
 
 fn check_id(id: &str) -> Result<(), ApiError> {
@@ -77,17 +82,34 @@ pub async fn start(
     if body.command.trim().is_empty() {
         return Err(ApiError::bad_request("command must not be empty"));
     }
-    let target = sandbox_daemon(&relay, &caller, &reference).await?;
-    let cwd = body.cwd.map(|c| relay.sandboxes.resolve_path(&target.row, &c)).transpose()?;
-    let at = target.at(&relay, &caller);
-    let running = relay.processes.list(&at).await?.iter().filter(|p| p.state == "running").count();
     let limit = relay.limits.background_per_token;
-    if running >= limit {
-        return Err(ApiError::too_many(format!(
-            "HANGAR_BACKGROUND_MAX_PER_TOKEN: this token already has {running} running background processes in this sandbox (limit {limit})"
-        )));
-    }
-    let view = relay.processes.start(&at, &body.command, cwd).await?;
+    let over = |running: usize| {
+        (running >= limit).then(|| {
+            ApiError::too_many(format!(
+                "HANGAR_BACKGROUND_MAX_PER_TOKEN: this token already has {running} running background processes in this sandbox (limit {limit})"
+            ))
+        })
+    };
+    let view = match backend(&relay, &caller, &reference).await? {
+        Backend::Daemon(target) => {
+            let cwd = body.cwd.map(|c| relay.sandboxes.resolve_path(&target.row, &c)).transpose()?;
+            let at = target.at(&relay, &caller);
+            let running = relay.processes.list(&at).await?.iter().filter(|p| p.state == "running").count();
+            if let Some(e) = over(running) {
+                return Err(e);
+            }
+            relay.processes.start(&at, &body.command, cwd).await?
+        }
+        Backend::Polled(row) => {
+            let cwd = body.cwd.map(|c| relay.sandboxes.resolve_path(&row, &c)).transpose()?;
+            let d = Detached { relay: &relay, sandbox: &row, caller: &caller };
+            let running = d.list().await?.iter().filter(|p| p.state == "running").count();
+            if let Some(e) = over(running) {
+                return Err(e);
+            }
+            d.start(&body.command, cwd.as_deref()).await?
+        }
+    };
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -96,8 +118,10 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let target = sandbox_daemon(&relay, &caller, &reference).await?;
-    let list = relay.processes.list(&target.at(&relay, &caller)).await?;
+    let list = match backend(&relay, &caller, &reference).await? {
+        Backend::Daemon(target) => relay.processes.list(&target.at(&relay, &caller)).await?,
+        Backend::Polled(row) => Detached { relay: &relay, sandbox: &row, caller: &caller }.list().await?,
+    };
     Ok(Json(serde_json::json!({ "processes": list })))
 }
 
@@ -115,7 +139,16 @@ pub async fn read(
     Query(q): Query<SinceQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     check_id(&id)?;
-    let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    let target = match backend(&relay, &caller, &reference).await? {
+        Backend::Daemon(t) => t,
+        Backend::Polled(row) => {
+            let d = Detached { relay: &relay, sandbox: &row, caller: &caller };
+            let (view, output, next) = d.read(&id, q.since).await?;
+            return Ok(Json(serde_json::json!({
+                "process": view, "since": q.since.unwrap_or(0), "output": output, "lost": 0, "next": next,
+            })));
+        }
+    };
     let at = target.at(&relay, &caller);
     let view = relay.processes.get(&at, &id).await?;
     let stream = relay.processes.attach(&at, &id, q.since).await?;
@@ -193,11 +226,22 @@ pub async fn stream(
         Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be a byte offset")),
         None => q.since,
     };
-    let target = sandbox_daemon(&relay, &caller, &reference).await?;
-    let mut admitted = relay.streams.open(&caller, &target.row.id, Kind::Process)?;
-    let output = relay.processes.attach(&target.at(&relay, &caller), &id, since).await?;
+    let (sandbox_id, output): (String, std::pin::Pin<Box<dyn Stream<Item = Output> + Send>>) =
+        match backend(&relay, &caller, &reference).await? {
+            Backend::Daemon(target) => {
+                let output = relay.processes.attach(&target.at(&relay, &caller), &id, since).await?;
+                (target.row.id.clone(), Box::pin(output))
+            }
+            Backend::Polled(row) => {
+                // Ownership first: another token's id is a 404 before any stream starts.
+                Detached { relay: &relay, sandbox: &row, caller: &caller }.get(&id).await?;
+                let id2 = row.id.clone();
+                (id2, Box::pin(detached::output(relay.clone(), row, caller.clone(), id.clone(), since)))
+            }
+        };
+    let mut admitted = relay.streams.open(&caller, &sandbox_id, Kind::Process)?;
     let events = async_stream::stream! {
-        futures::pin_mut!(output);
+        let mut output = output;
         loop {
             // A close first: a destroyed sandbox's daemon stream breaks too, and why is the destroy.
             let item = tokio::select! {
@@ -270,7 +314,16 @@ pub async fn input(
     if data.is_empty() && !body.eof {
         return Err(ApiError::bad_request("nothing to do: give input, eof, or both"));
     }
-    let target = sandbox_daemon(&relay, &caller, &reference).await?;
+    let target = match backend(&relay, &caller, &reference).await? {
+        Backend::Daemon(t) => t,
+        Backend::Polled(row) => {
+            Detached { relay: &relay, sandbox: &row, caller: &caller }.get(&id).await?;
+            return Err(ApiError::unavailable(format!(
+                "sandbox {:?} has no daemon: input to a background process needs the daemon",
+                row.name
+            )));
+        }
+    };
     let at = target.at(&relay, &caller);
     relay.processes.input(&at, &id, data, body.eof).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -282,7 +335,9 @@ pub async fn kill(
     Path((reference, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     check_id(&id)?;
-    let target = sandbox_daemon(&relay, &caller, &reference).await?;
-    relay.processes.kill(&target.at(&relay, &caller), &id).await?;
+    match backend(&relay, &caller, &reference).await? {
+        Backend::Daemon(target) => relay.processes.kill(&target.at(&relay, &caller), &id).await?,
+        Backend::Polled(row) => Detached { relay: &relay, sandbox: &row, caller: &caller }.kill(&id).await?,
+    }
     Ok(StatusCode::ACCEPTED)
 }

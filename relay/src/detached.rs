@@ -1,0 +1,285 @@
+//! Background processes in a sandbox without a daemon: run detached (`setsid`) through the
+//! provider's own exec, output in `~/.hangar/bg/<id>.out`, exit code in `<id>.exit`, and polled
+//! (every 0.5 s while someone is attached; on demand otherwise). Input needs the daemon.
+//!
+//! Without an envd tag, ownership is the relay's own row: only the token that started a process
+//! finds it. Nothing the sandbox writes decides anything: ids and pids in the scripts come from
+//! the relay's store, the command is quoted, and what comes back is parsed as data.
+use std::time::Duration;
+
+use futures::Stream;
+
+use crate::{
+    auth::{self, Caller},
+    error::ApiError,
+    processes::{OffsetText, Output, ProcessView},
+    providers::ExecOutput,
+    store::{self, DetachedRow, SandboxRow},
+    Relay,
+};
+
+/// Exited processes stay listed this long.
+pub const RETENTION_SECONDS: i64 = 600;
+/// How often an attached stream polls.
+pub const POLL_ATTACHED: Duration = Duration::from_millis(500);
+/// The most output one poll reads.
+const READ_CHUNK: usize = 1024 * 1024;
+/// A poll or a start is a short command; one that takes longer has gone wrong.
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
+const DIR: &str = "\"$HOME/.hangar/bg\"";
+
+/// A string as one single-quoted shell word.
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// What one look at a process says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Probe {
+    running: bool,
+    /// The exit code the wrapper wrote, if it did (a killed process writes none).
+    code: Option<i32>,
+    size: u64,
+}
+
+/// Prints `<running|exited> <code or -> <size>` for one process.
+fn probe_script(d: &DetachedRow) -> String {
+    format!(
+        r#"d={DIR}; st=$(cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null); if [ -n "$st" ] && [ "$st" != Z ]; then s=running; else s=exited; fi; c=$(cat "$d/{id}.exit" 2>/dev/null || echo -); z=$(stat -c %s "$d/{id}.out" 2>/dev/null || echo 0); echo "$s $c $z""#,
+        pid = d.pid,
+        id = d.id
+    )
+}
+
+fn parse_probe(line: &str) -> Option<Probe> {
+    let mut it = line.split_whitespace();
+    let running = match it.next()? {
+        "running" => true,
+        "exited" => false,
+        _ => return None,
+    };
+    let code = it.next()?.parse().ok();
+    let size = it.next()?.parse().ok()?;
+    Some(Probe { running, code, size })
+}
+
+pub struct Detached<'a> {
+    pub relay: &'a Relay,
+    pub sandbox: &'a SandboxRow,
+    pub caller: &'a Caller,
+}
+
+impl Detached<'_> {
+    async fn run(&self, script: &str, cwd: Option<&str>) -> Result<ExecOutput, ApiError> {
+        let out = self.relay.sandboxes.exec_fallback(self.sandbox, script, cwd, SCRIPT_TIMEOUT).await?;
+        if out.timed_out {
+            return Err(ApiError::bad_gateway("the sandbox did not answer a background-process command in time"));
+        }
+        Ok(out)
+    }
+
+    fn rows(&self) -> Result<Vec<DetachedRow>, ApiError> {
+        Ok(self.relay.store.detached(&self.sandbox.id, &self.caller.token_id, store::now() - RETENTION_SECONDS)?)
+    }
+
+    fn row(&self, id: &str) -> Result<DetachedRow, ApiError> {
+        self.rows()?.into_iter().find(|r| r.id == id).ok_or_else(|| {
+            ApiError::not_found(format!("no process {id:?} of yours in sandbox {:?}", self.sandbox.name))
+        })
+    }
+
+    fn view(&self, d: &DetachedRow, p: &Probe) -> ProcessView {
+        let ts = |t: i64| hangar_proto::Timestamp { seconds: t, nanos: 0 }.to_string();
+        let status = (!p.running).then(|| match p.code {
+            Some(c) => format!("exit status {c}"),
+            None => "signal: killed".to_string(),
+        });
+        ProcessView {
+            process_id: d.id.clone(),
+            sandbox: self.sandbox.name.clone(),
+            pid: u32::try_from(d.pid).unwrap_or(0),
+            command: d.command.clone(),
+            state: if p.running { "running" } else { "exited" },
+            exit_code: (!p.running).then(|| p.code.unwrap_or(-1)),
+            status,
+            started_at: Some(ts(d.started_at)),
+            ended_at: d.ended_at.map(ts),
+            output_bytes: p.size,
+            adopted: false,
+            polled: true,
+        }
+    }
+
+    /// Looks at one process and, with `since`, reads its output from there (at most a chunk).
+    async fn poll(&self, d: &DetachedRow, since: Option<u64>) -> Result<(Probe, Vec<u8>), ApiError> {
+        let read = since
+            .map(|s| format!("; tail -c +{} {DIR}/{}.out 2>/dev/null | head -c {READ_CHUNK}", s + 1, d.id))
+            .unwrap_or_default();
+        let script = format!("{}{read}", probe_script(d));
+        let out = self.run(&script, None).await?;
+        let nl = out.stdout.iter().position(|b| *b == b'\n').unwrap_or(out.stdout.len());
+        let probe = parse_probe(&String::from_utf8_lossy(&out.stdout[..nl]))
+            .ok_or_else(|| ApiError::bad_gateway("the sandbox answered a process probe with nonsense"))?;
+        let data = out.stdout.get(nl + 1..).unwrap_or_default().to_vec();
+        if !probe.running && d.ended_at.is_none() {
+            self.relay.store.end_detached(&d.id, store::now())?;
+        }
+        Ok((probe, data))
+    }
+
+    pub async fn start(&self, command: &str, cwd: Option<&str>) -> Result<ProcessView, ApiError> {
+        let id = format!("p_{}", auth::random_hex(6));
+        // setsid: its own session and process group, so the kill reaches its children; the
+        // wrapper records the exit code. Only the setsid is put in the background (not an `&&`
+        // list, whose subshell would hold the exec's output open until the process ends).
+        let script = format!(
+            r#"d={DIR}; mkdir -p "$d" || exit 1; setsid bash -c 'bash -lc "$1" > "$2/$3.out" 2>&1 < /dev/null; echo $? > "$2/$3.exit"' hangar-bg {cmd} "$d" {id} > /dev/null 2>&1 < /dev/null & echo $!"#,
+            cmd = sh_quote(command),
+        );
+        let out = self.run(&script, cwd).await?;
+        if out.exit_code != 0 {
+            return Err(ApiError::bad_request(format!(
+                "could not start the process: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let pid: i64 = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .filter(|p| *p > 1)
+            .ok_or_else(|| ApiError::bad_gateway("the sandbox did not report the process's pid"))?;
+        let row = DetachedRow {
+            id,
+            sandbox_id: self.sandbox.id.clone(),
+            token_id: self.caller.token_id.clone(),
+            pid,
+            command: command.to_string(),
+            started_at: store::now(),
+            ended_at: None,
+        };
+        self.relay.store.insert_detached(&row)?;
+        Ok(self.view(&row, &Probe { running: true, code: None, size: 0 }))
+    }
+
+    pub async fn list(&self) -> Result<Vec<ProcessView>, ApiError> {
+        let rows = self.rows()?;
+        if rows.is_empty() {
+            return Ok(vec![]);
+        }
+        let script =
+            rows.iter().map(|d| format!("echo -n '{} '; {}", d.id, probe_script(d))).collect::<Vec<_>>().join("; ");
+        let out = self.run(&script, None).await?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut views = Vec::new();
+        for d in &rows {
+            let probe = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{} ", d.id)).and_then(parse_probe))
+                .unwrap_or(Probe { running: false, code: None, size: 0 });
+            if !probe.running && d.ended_at.is_none() {
+                self.relay.store.end_detached(&d.id, store::now())?;
+            }
+            views.push(self.view(d, &probe));
+        }
+        Ok(views)
+    }
+
+    pub async fn get(&self, id: &str) -> Result<ProcessView, ApiError> {
+        let d = self.row(id)?;
+        let (p, _) = self.poll(&d, None).await?;
+        Ok(self.view(&d, &p))
+    }
+
+    /// The output from `since` (default 0: the file keeps all of it) as text, and the next offset.
+    pub async fn read(&self, id: &str, since: Option<u64>) -> Result<(ProcessView, String, u64), ApiError> {
+        let d = self.row(id)?;
+        let since = since.unwrap_or(0);
+        let mut text = OffsetText::starting_at(since);
+        let (p, data) = self.poll(&d, Some(since)).await?;
+        let mut out = String::new();
+        let mut next = since;
+        if let Some((t, n)) = text.push(since, &data) {
+            out.push_str(&t);
+            next = n;
+        }
+        if !p.running {
+            if let Some((t, n)) = text.flush() {
+                out.push_str(&t);
+                next = n;
+            }
+        }
+        Ok((self.view(&d, &p), out, next))
+    }
+
+    /// SIGTERM to the process group, SIGKILL 3 s later if anyone is left.
+    pub async fn kill(&self, id: &str) -> Result<(), ApiError> {
+        let d = self.row(id)?;
+        let script = format!(
+            "kill -TERM -- -{pid} 2>/dev/null; (sleep 3; kill -KILL -- -{pid} 2>/dev/null) > /dev/null 2>&1 < /dev/null &",
+            pid = d.pid
+        );
+        self.run(&script, None).await?;
+        Ok(())
+    }
+}
+
+/// Output from `since` as it is written, polled every 0.5 s, then the end.
+pub fn output(
+    relay: std::sync::Arc<Relay>,
+    sandbox: SandboxRow,
+    caller: Caller,
+    id: String,
+    since: Option<u64>,
+) -> impl Stream<Item = Output> + Send + 'static {
+    async_stream::stream! {
+        let at = Detached { relay: &relay, sandbox: &sandbox, caller: &caller };
+        let d = match at.row(&id) {
+            Ok(d) => d,
+            Err(e) => { yield Output::Broken(e.message); return; }
+        };
+        let mut next = since.unwrap_or(0);
+        let mut text = OffsetText::starting_at(next);
+        yield Output::Start { oldest: 0, next };
+        loop {
+            let (p, data) = match at.poll(&d, Some(next)).await {
+                Ok(x) => x,
+                Err(e) => { yield Output::Broken(e.message); return; }
+            };
+            let got = data.len() as u64;
+            if let Some((data, n)) = text.push(next, &data) {
+                yield Output::Data { data, stream: "stdout", next: n };
+            }
+            next += got;
+            if !p.running && got == 0 {
+                if let Some((data, n)) = text.flush() {
+                    yield Output::Data { data, stream: "stdout", next: n };
+                }
+                let exit_code = p.code.unwrap_or(-1);
+                let status = p.code.map(|c| format!("exit status {c}")).unwrap_or_else(|| "signal: killed".into());
+                yield Output::End { exit_code, status, total: next };
+                return;
+            }
+            if got < READ_CHUNK as u64 {
+                tokio::time::sleep(POLL_ATTACHED).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_keeps_a_command_one_word() {
+        assert_eq!(sh_quote("echo 'hi'; rm -rf /"), r#"'echo '\''hi'\''; rm -rf /'"#);
+    }
+
+    #[test]
+    fn probes_parse_or_refuse() {
+        assert_eq!(parse_probe("running - 12"), Some(Probe { running: true, code: None, size: 12 }));
+        assert_eq!(parse_probe("exited 3 40"), Some(Probe { running: false, code: Some(3), size: 40 }));
+        assert_eq!(parse_probe("garbage from the sandbox"), None);
+    }
+}
