@@ -541,6 +541,9 @@ async fn background_processes_without_the_daemon_are_detached_and_polled() {
     let r = relay.call("POST", &format!("{base}/{id}/input"), Some(ADMIN), Some(json!({"input": "x"}))).await;
     assert_eq!(r.status, 503, "{r:?}");
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("needs the daemon"));
+    let r = relay.call("GET", &format!("/api/sandboxes/{name}/watch?path=/tmp"), Some(ADMIN), None).await;
+    assert_eq!(r.status, 503, "a watch needs the daemon: {r:?}");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("needs the daemon"));
     let other =
         relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": "o", "scope": "user"}))).await.json();
     let other = other["secret"].as_str().unwrap().to_string();
