@@ -22,6 +22,9 @@ use crate::{
 pub const RETENTION_SECONDS: i64 = 600;
 /// How often an attached stream polls.
 pub const POLL_ATTACHED: Duration = Duration::from_millis(500);
+/// How often processes nobody is attached to are looked at (so an exit is noticed, and its
+/// 10 minutes of retention start, without anyone asking).
+pub const POLL_UNATTACHED: Duration = Duration::from_secs(5);
 /// The most output one poll reads.
 const READ_CHUNK: usize = 1024 * 1024;
 /// A poll or a start is a short command; one that takes longer has gone wrong.
@@ -122,9 +125,16 @@ impl Detached<'_> {
             .ok_or_else(|| ApiError::bad_gateway("the sandbox answered a process probe with nonsense"))?;
         let data = out.stdout.get(nl + 1..).unwrap_or_default().to_vec();
         if !probe.running && d.ended_at.is_none() {
-            self.relay.store.end_detached(&d.id, store::now())?;
+            self.ended(d)?;
         }
         Ok((probe, data))
+    }
+
+    /// Records the end the first time it is seen.
+    fn ended(&self, d: &DetachedRow) -> Result<(), ApiError> {
+        self.relay.store.end_detached(&d.id, store::now())?;
+        crate::events::DetachedEnded { sandbox: &self.sandbox.name, process_id: &d.id }.emit();
+        Ok(())
     }
 
     pub async fn start(&self, command: &str, cwd: Option<&str>) -> Result<ProcessView, ApiError> {
@@ -178,7 +188,7 @@ impl Detached<'_> {
                 .find_map(|l| l.strip_prefix(&format!("{} ", d.id)).and_then(parse_probe))
                 .unwrap_or(Probe { running: false, code: None, size: 0 });
             if !probe.running && d.ended_at.is_none() {
-                self.relay.store.end_detached(&d.id, store::now())?;
+                self.ended(d)?;
             }
             views.push(self.view(d, &probe));
         }
@@ -221,6 +231,25 @@ impl Detached<'_> {
         );
         self.run(&script, None).await?;
         Ok(())
+    }
+}
+
+/// Every `POLL_UNATTACHED`, looks at the detached processes not yet seen to end.
+pub async fn watch_unattached(relay: std::sync::Arc<Relay>) {
+    let mut tick = tokio::time::interval(POLL_UNATTACHED);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Ok(owners) = relay.store.detached_owners_running() else { continue };
+        for (sandbox_id, token_id) in owners {
+            let Ok(Some(sandbox)) = relay.store.sandbox(&sandbox_id) else { continue };
+            if sandbox.state != "running" {
+                continue;
+            }
+            let caller = Caller { token_id, name: String::new(), scope: store::Scope::User };
+            // `list` records the ends it sees.
+            let _ = Detached { relay: &relay, sandbox: &sandbox, caller: &caller }.list().await;
+        }
     }
 }
 

@@ -158,3 +158,14 @@ impl FallbackExecKilled<'_> {
             "provider exec killed");
     }
 }
+
+pub struct DetachedEnded<'a> {
+    pub sandbox: &'a str,
+    pub process_id: &'a str,
+}
+impl DetachedEnded<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "detached_ended", sandbox = self.sandbox, process_id = self.process_id,
+            "a background process without a daemon ended");
+    }
+}

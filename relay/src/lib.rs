@@ -112,6 +112,7 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     }
     let relay = bound.relay;
     let recheck = tokio::spawn(revocation::recheck(relay.clone()));
+    let unattached = tokio::spawn(detached::watch_unattached(relay.clone()));
     let app = api::rest::router(relay.clone());
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
     let streams = relay.streams.clone();
@@ -132,5 +133,6 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
         } => Ok(()),
     };
     recheck.abort();
+    unattached.abort();
     result
 }

@@ -578,3 +578,26 @@ async fn background_processes_without_the_daemon_are_detached_and_polled() {
     }
     assert_eq!((v["process"]["state"].clone(), v["process"]["exit_code"].clone()), (json!("exited"), json!(-1)), "{v}");
 }
+
+/// Nobody attached: the relay still looks every 5 s, so an exit is noticed without anyone asking.
+#[tokio::test]
+async fn an_unattached_process_without_the_daemon_is_still_watched() {
+    if !docker::available("an_unattached_process_without_the_daemon_is_still_watched") {
+        return;
+    }
+    let mut containers = Containers::new();
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let name = containers.name("bgidle");
+    create(&relay, &name, json!({"image": PLAIN_IMAGE})).await;
+    let r = relay
+        .call("POST", &format!("/api/sandboxes/{name}/processes"), Some(ADMIN), Some(json!({"command": "exit 3"})))
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.json()["process_id"].as_str().unwrap().to_string();
+    // No call to the API from here on: only the relay's own look can notice the end.
+    wait_until(Duration::from_secs(15), "the relay notices the exit by itself", || {
+        relay.log().lines().any(|l| l.contains("detached_ended") && l.contains(&id))
+    })
+    .await;
+}

@@ -280,6 +280,14 @@ impl Store {
         Ok(rows)
     }
 
+    /// Every detached process not yet seen to end: `(sandbox id, token id)` pairs, once each.
+    pub fn detached_owners_running(&self) -> Result<Vec<(String, String)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT DISTINCT sandbox_id, token_id FROM detached WHERE ended_at IS NULL")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
     pub fn end_detached(&self, id: &str, at: i64) -> Result<()> {
         self.conn().execute("UPDATE detached SET ended_at = ?2 WHERE id = ?1 AND ended_at IS NULL", params![id, at])?;
         Ok(())
