@@ -209,6 +209,10 @@ async fn a_process_belongs_to_the_token_that_started_it() {
     }
     assert_eq!(relay.call("GET", &base, Some(&a), None).await.json()["process"]["state"], json!("running"));
     assert_eq!(relay.call("DELETE", &base, Some(&a), None).await.status, 202);
+    for q in ["?since=abc", "?since=-1", "?surprise=1"] {
+        let r = relay.call("GET", &format!("{base}{q}"), Some(&a), None).await;
+        assert_eq!((r.status, r.json()["error"]["code"].clone()), (400, json!("invalid_argument")), "{q}: {r:?}");
+    }
     for bad in ["p_000000000000", "nope", "p_ABCDEF012345"] {
         let r = relay.call("GET", &format!("/api/sandboxes/default/processes/{bad}"), Some(&a), None).await;
         assert_eq!(r.status, 404, "{bad}");

@@ -9,7 +9,7 @@ mod watch;
 use std::sync::Arc;
 
 use axum::{
-    extract::{rejection::JsonRejection, DefaultBodyLimit, FromRequest, Request, State},
+    extract::{rejection::JsonRejection, DefaultBodyLimit, FromRequest, FromRequestParts, Request, State},
     http::StatusCode,
     middleware::{self, Next},
     response::{IntoResponse, Response},
@@ -91,6 +91,20 @@ pub fn require_admin(caller: &Caller) -> Result<(), ApiError> {
         return Err(ApiError::forbidden("this needs an admin token"));
     }
     Ok(())
+}
+
+/// A query string whose rejections are the relay's JSON errors.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Params(v)),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
 }
 
 /// A JSON body whose rejections are the relay's JSON errors.

@@ -5,7 +5,7 @@
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use axum::{
-    extract::{Path, Query, State},
+    extract::{Path, State},
     http::{HeaderMap, StatusCode},
     response::sse::{Event, KeepAlive, Sse},
     Extension, Json,
@@ -14,7 +14,7 @@ use base64::Engine as _;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
-use super::{require_sandbox_scope, Body};
+use super::{require_sandbox_scope, Body, Params};
 use crate::{
     auth::Caller,
     detached::{self, Detached},
@@ -136,7 +136,7 @@ pub async fn read(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
     Path((reference, id)): Path<(String, String)>,
-    Query(q): Query<SinceQuery>,
+    Params(q): Params<SinceQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     check_id(&id)?;
     let target = match backend(&relay, &caller, &reference).await? {
@@ -216,7 +216,7 @@ pub async fn stream(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
     Path((reference, id)): Path<(String, String)>,
-    Query(q): Query<SinceQuery>,
+    Params(q): Params<SinceQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     check_id(&id)?;

@@ -3,7 +3,7 @@
 use std::{convert::Infallible, sync::Arc, time::SystemTime};
 
 use axum::{
-    extract::{Path, Query, State},
+    extract::{Path, State},
     response::sse::{Event, KeepAlive, Sse},
     Extension,
 };
@@ -11,7 +11,7 @@ use futures::Stream;
 use hangar_proto::{ext::watch_event, filesystem::WatchDirRequest};
 use serde::Deserialize;
 
-use super::{exec::SSE_KEEPALIVE, processes::close_event, require_sandbox_scope};
+use super::{exec::SSE_KEEPALIVE, processes::close_event, require_sandbox_scope, Params};
 use crate::{
     auth::Caller,
     envd::daemon_error,
@@ -36,7 +36,7 @@ pub async fn watch(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
-    Query(q): Query<WatchQuery>,
+    Params(q): Params<WatchQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     require_sandbox_scope(&caller)?;
     let mut row = relay.sandboxes.get(&relay.store, &reference)?;
