@@ -26,8 +26,10 @@ fn pids_with(marker: &str) -> Vec<u32> {
         .collect()
 }
 
+/// A name no other test's process has.
 fn marker(tag: &str) -> String {
-    format!("hangar-{tag}-{}-{}", std::process::id(), hangar_e2e::relay::StateDir::new().0.display().to_string().len())
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    format!("hangar-{tag}-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
 }
 
 async fn exec_stream(relay: &Relay, tok: &str, command: &str) -> Sse {
