@@ -5,6 +5,7 @@
 //! exec) → `providers`, `envd`, `store`, `auth`.
 pub mod api;
 pub mod auth;
+pub mod background;
 pub mod config;
 pub mod detached;
 pub mod envd;
