@@ -26,6 +26,10 @@ pub enum Kind {
     Exec,
     Process,
     Watch,
+    /// A streamed `exec` tool call over MCP.
+    McpExec,
+    /// A `process` tool `attach` over MCP.
+    McpProcess,
 }
 
 impl Kind {
@@ -34,6 +38,8 @@ impl Kind {
             Kind::Exec => "exec",
             Kind::Process => "process",
             Kind::Watch => "watch",
+            Kind::McpExec => "mcp_exec",
+            Kind::McpProcess => "mcp_process",
         }
     }
 }
@@ -157,6 +163,12 @@ impl Streams {
             Kind::Process => {
                 tracing::info_span!("stream process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
             }
+            Kind::McpProcess => {
+                tracing::info_span!("stream mcp_process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
+            Kind::McpExec => {
+                tracing::info_span!("stream mcp_exec", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
             Kind::Watch => {
                 tracing::info_span!("stream watch", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
             }
@@ -200,6 +212,10 @@ impl Streams {
     /// Ends a sandbox's streams (paused, destroyed).
     pub fn close_sandbox(&self, sandbox_id: &str, reason: Reason) -> usize {
         self.close_where(reason, |e| e.sandbox == sandbox_id)
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
     }
 
     /// Ends every stream and refuses new ones.
@@ -270,7 +286,7 @@ impl Stream {
     /// or its lifetime (for `Process` and `Watch` streams).
     pub async fn closed(&mut self) -> Reason {
         let lifetime = match self.kind {
-            Kind::Exec => None,
+            Kind::Exec | Kind::McpExec => None,
             _ => Some(self.started + self.streams.limits.lifetime()),
         };
         let until = async move {
