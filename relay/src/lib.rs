@@ -52,6 +52,8 @@ pub struct Bound {
     pub listener: tokio::net::TcpListener,
     pub relay: Arc<Relay>,
     pub generated_admin_secret: Option<String>,
+    /// `Host` values the MCP endpoint accepts.
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 pub async fn bind(config: &Config) -> Result<Bound, StartError> {
@@ -98,7 +100,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind { addr: config.listen, source })?;
-    Ok(Bound { listener, relay, generated_admin_secret })
+    Ok(Bound { listener, relay, generated_admin_secret, mcp_allowed_hosts: config.mcp_allowed_hosts.clone() })
 }
 
 /// Serves until SIGTERM or SIGINT. Then every open stream ends at once with `shutdown`, new
@@ -113,7 +115,10 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     }
     let relay = bound.relay;
     let recheck = tokio::spawn(revocation::recheck(relay.clone()));
-    let app = api::rest::router(relay.clone());
+    let mcp_shutdown = tokio_util::sync::CancellationToken::new();
+    let app = api::rest::router(relay.clone()).merge(
+        api::mcp::router(relay.clone(), bound.mcp_allowed_hosts, mcp_shutdown.clone()).with_state(relay.clone()),
+    );
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
     let streams = relay.streams.clone();
     let server = axum::serve(bound.listener, app).with_graceful_shutdown(async move {
@@ -122,6 +127,7 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
             _ = int.recv() => {}
         }
         let closed = streams.shutdown();
+        mcp_shutdown.cancel();
         events::ShuttingDown { streams: closed }.emit();
         let _ = stopping_tx.send(());
     });
