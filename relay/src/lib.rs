@@ -18,6 +18,7 @@ pub mod revocation;
 pub mod sandboxes;
 pub mod store;
 pub mod streams;
+pub mod watch;
 
 use std::{net::SocketAddr, sync::Arc};
 
