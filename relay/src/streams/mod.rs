@@ -30,9 +30,16 @@ pub enum Kind {
     McpExec,
     /// A `process` tool `attach` over MCP.
     McpProcess,
+    /// A subscription to an MCP watch resource.
+    McpWatch,
 }
 
 impl Kind {
+    /// Whether it counts against `HANGAR_WATCH_MAX_PER_TOKEN`.
+    pub fn is_watch(self) -> bool {
+        matches!(self, Kind::Watch | Kind::McpWatch)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Exec => "exec",
@@ -40,6 +47,7 @@ impl Kind {
             Kind::Watch => "watch",
             Kind::McpExec => "mcp_exec",
             Kind::McpProcess => "mcp_process",
+            Kind::McpWatch => "mcp_watch",
         }
     }
 }
@@ -127,7 +135,7 @@ impl Streams {
             total += 1;
             if e.token == caller.token_id {
                 mine += 1;
-                if e.kind == Kind::Watch {
+                if e.kind.is_watch() {
                     my_watches += 1;
                 }
             }
@@ -145,7 +153,7 @@ impl Streams {
                 l.streams_per_token
             )));
         }
-        if kind == Kind::Watch && my_watches >= l.watches_per_token {
+        if kind.is_watch() && my_watches >= l.watches_per_token {
             return Err(ApiError::too_many(format!(
                 "HANGAR_WATCH_MAX_PER_TOKEN: this token has {my_watches} open watches (limit {})",
                 l.watches_per_token
@@ -162,6 +170,9 @@ impl Streams {
             }
             Kind::Process => {
                 tracing::info_span!("stream process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
+            Kind::McpWatch => {
+                tracing::info_span!("stream mcp_watch", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
             }
             Kind::McpProcess => {
                 tracing::info_span!("stream mcp_process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
