@@ -4,9 +4,13 @@
 //! as the REST handlers (`exec`, `sandboxes`, `streams`), so limits, ownership and closing are
 //! the same.
 mod process;
+pub mod resources;
 mod tools;
 
-use std::sync::Arc;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use axum::{
     extract::{Request, State},
@@ -17,9 +21,11 @@ use axum::{
 use rmcp::{
     model::{
         CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
-        ServerCapabilities, ServerConfig,
+        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
+        ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+        UnsubscribeRequestParams,
     },
-    service::RequestContext,
+    service::{RequestContext, SubscriptionContext},
     transport::streamable_http_server::{
         session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
     },
@@ -32,10 +38,22 @@ use crate::{auth::Caller, error::ApiError, store::Scope, Relay};
 /// Where the endpoint is served.
 pub const PATH: &str = "/mcp";
 
-/// The MCP service, one per request (it holds only the relay).
+/// Aborts a task when dropped: a 2025-era session's resource subscriptions end with it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The MCP service: one per 2025-era session, one per request for 2026-07-28 clients.
 #[derive(Clone)]
 pub struct Hangar {
     relay: Arc<Relay>,
+    hub: Arc<resources::Hub>,
+    /// This session's `resources/subscribe`s, by URI.
+    legacy_subscriptions: Arc<Mutex<HashMap<String, AbortOnDrop>>>,
 }
 
 /// The `/mcp` routes: bearer authentication, then the SDK's Streamable HTTP service.
@@ -47,8 +65,15 @@ pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: Cancellat
         .with_cancellation_token(shutdown)
         .with_max_request_body_bytes(super::rest::MAX_BODY_BYTES);
     let service_relay = relay.clone();
+    let hub = resources::Hub::new(relay.clone());
     let service = StreamableHttpService::new(
-        move || Ok(Hangar { relay: service_relay.clone() }),
+        move || {
+            Ok(Hangar {
+                relay: service_relay.clone(),
+                hub: hub.clone(),
+                legacy_subscriptions: Arc::new(Mutex::new(HashMap::new())),
+            })
+        },
         Arc::new(LocalSessionManager::default()),
         config,
     );
@@ -77,12 +102,16 @@ fn caller(ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
 
 impl ServerHandler for Hangar {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("hangar-relay", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "hangar: run commands in sandboxes. `sandboxes` lists them; `exec` runs a command \
-                 (stream: true with a progress token sends its output as progress notifications).",
-            )
+        ServerConfig::new(
+            ServerCapabilities::builder().enable_tools().enable_resources().enable_resources_subscribe().build(),
+        )
+        .with_server_info(Implementation::new("hangar-relay", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "hangar: run commands in sandboxes. `sandboxes` lists them; `exec` runs a command \
+                 (stream: true with a progress token sends its output as progress notifications); \
+                 `process` runs background processes. Subscribe to \
+                 hangar://sandboxes/<sandbox>/watch?path=<dir> for a directory's changes.",
+        )
     }
 
     async fn list_tools(
@@ -100,5 +129,96 @@ impl ServerHandler for Hangar {
     ) -> Result<CallToolResponse, McpError> {
         let caller = caller(&context)?;
         Ok(tools::call(&self.relay, &caller, request, context).await.into())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let caller = caller(&context)?;
+        let v = self.hub.read(&caller, &request.uri).await.map_err(protocol_error)?;
+        let contents = ResourceContents::text(v.to_string(), request.uri).with_mime_type("application/json");
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = caller(&context)?;
+        if self.relay.streams.shutting_down() {
+            return Err(protocol_error(ApiError::unavailable("the relay is shutting down: no new subscriptions")));
+        }
+        let sub = self.hub.subscribe(&caller, &request.uri).await.map_err(protocol_error)?;
+        let peer = context.peer.clone();
+        let task = tokio::spawn(sub.notify(request.uri.clone(), move |uri| {
+            let peer = peer.clone();
+            Box::pin(
+                async move { peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await.is_ok() },
+            )
+        }));
+        self.legacy_subscriptions.lock().unwrap_or_else(|p| p.into_inner()).insert(request.uri, AbortOnDrop(task));
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.legacy_subscriptions.lock().unwrap_or_else(|p| p.into_inner()).remove(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut f = SubscriptionFilter::new();
+        f.resource_subscriptions = requested
+            .resource_subscriptions
+            .as_ref()
+            .map(|uris| uris.iter().filter(|u| resources::Resource::parse(u).is_ok()).cloned().collect());
+        Some(f)
+    }
+
+    /// `subscriptions/listen` (2026-07-28): follows every accepted resource until the client
+    /// closes the stream, or (with the final result) until the relay closes the resources' watches.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let caller = caller(context.request_context())?;
+        if self.relay.streams.shutting_down() {
+            return Err(protocol_error(ApiError::unavailable("the relay is shutting down: no new subscriptions")));
+        }
+        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        let mut subs = Vec::new();
+        for uri in uris {
+            let sub = self.hub.subscribe(&caller, &uri).await.map_err(protocol_error)?;
+            subs.push((uri, sub));
+        }
+        let sink = context.sink().clone();
+        let all = futures::future::join_all(subs.into_iter().map(|(uri, sub)| {
+            let sink = sink.clone();
+            sub.notify(uri, move |u| {
+                let sink = sink.clone();
+                Box::pin(async move { sink.notify_resource_updated(u).await.is_ok() })
+            })
+        }));
+        tokio::select! {
+            _ = context.cancelled() => {}
+            _ = all => {}
+        }
+        Ok(())
+    }
+}
+
+/// A JSON-RPC error for a request that could not be served, whose message is the relay's error.
+fn protocol_error(e: ApiError) -> McpError {
+    let data = Some(serde_json::json!({ "code": e.code }));
+    let message = format!("{}: {}", e.code, e.message);
+    match e.code {
+        "invalid_argument" => McpError::invalid_params(message, data),
+        "not_found" => McpError::resource_not_found(message, data),
+        _ => McpError::internal_error(message, data),
     }
 }
