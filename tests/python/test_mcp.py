@@ -26,6 +26,8 @@ from conftest import envd_binary
 ADMIN = "admin-secret-for-mcp-tests"
 LISTEN_RE = re.compile(r"^hangar-relay listening on (http://[0-9.:\[\]a-fA-F]+:\d+)\s*$")
 MODES = ["2026-07-28", "legacy"]
+# The 2025-era calls (resources/subscribe) are deprecated in the SDK; testing them is the point.
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
 
 def relay_binary() -> Path:
@@ -388,3 +390,132 @@ def test_process_bad_arguments_are_clear_tool_errors(relay, mode):
 
     for r, want in anyio.run(main):
         assert r.is_error and want in text(r), text(r)
+
+
+def workdir(relay: Relay) -> Path:
+    r = httpx.get(f"{relay.url}/api/sandboxes/default", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 200, r.text
+    return Path(r.json()["workdir"])
+
+
+async def read_watch(c, uri: str) -> dict:
+    import json
+
+    r = await c.read_resource(uri)
+    return json.loads(r.contents[0].text)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_watch_subscription_gets_updates_and_reads_them_with_since(relay, mode):
+    name = f"watched-{mode}"
+    d = workdir(relay) / name
+    d.mkdir(parents=True, exist_ok=True)
+    uri = f"hangar://sandboxes/default/watch?path={name}"
+
+    async def main():
+        updates_tx, updates_rx = anyio.create_memory_object_stream(100)
+
+        async def on_message(msg):
+            if getattr(msg, "method", None) == "notifications/resources/updated":
+                await updates_tx.send(msg.params.uri)
+
+        token = relay.token(f"watch-{mode}")
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0, read=120.0))
+        async with http, Client(
+            streamable_http_client(f"{relay.url}/mcp", http_client=http), mode=mode, message_handler=on_message
+        ) as c:
+            types = []
+            nxt = 0
+
+            async def collect(want):
+                nonlocal nxt
+                with anyio.fail_after(20):
+                    while not want <= set(types):
+                        got = await updates_rx.receive()
+                        assert got == uri
+                        page = await read_watch(c, f"{uri}&since={nxt}")
+                        assert page["watching"] is True
+                        for e in page["events"]:
+                            assert e["seq"] > nxt and {"seq", "ts", "name", "type"} <= set(e)
+                            types.append(e["type"])
+                        nxt = page["next"]
+
+            async def run(sub_ready):
+                await sub_ready.wait()
+                await anyio.sleep(0.3)
+                (d / "a.txt").write_text("hello")
+                await anyio.sleep(0.4)
+                with open(d / "a.txt", "a") as f:
+                    f.write(" again")
+                await anyio.sleep(0.4)
+                (d / "a.txt").unlink()
+
+            ready = anyio.Event()
+            if mode == "legacy":
+                await c.subscribe_resource(uri)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(run, ready)
+                    ready.set()
+                    await collect({"create", "write", "remove"})
+                before = nxt
+                # `since` = the last next: nothing new.
+                assert (await read_watch(c, f"{uri}&since={before}"))["events"] == []
+                (d / "b.txt").write_text("x")
+                with anyio.fail_after(10):
+                    while True:
+                        page = await read_watch(c, f"{uri}&since={before}")
+                        if page["events"]:
+                            break
+                        await anyio.sleep(0.1)
+                assert all(e["seq"] > before for e in page["events"])
+                assert {e["name"] for e in page["events"]} == {"b.txt"}
+                await c.unsubscribe_resource(uri)
+            else:
+
+                async def pump(sub):
+                    async for ev in sub:
+                        await updates_tx.send(ev.uri)
+
+                async with c.listen(resource_subscriptions=[uri]) as sub:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(pump, sub)
+                        tg.start_soon(run, ready)
+                        ready.set()
+                        await collect({"create", "write", "remove"})
+                        before = nxt
+                        assert (await read_watch(c, f"{uri}&since={before}"))["events"] == []
+                        (d / "b.txt").write_text("x")
+                        with anyio.fail_after(10):
+                            while True:
+                                page = await read_watch(c, f"{uri}&since={before}")
+                                if page["events"]:
+                                    break
+                                await anyio.sleep(0.1)
+                        assert {e["name"] for e in page["events"]} == {"b.txt"}
+                        tg.cancel_scope.cancel()
+
+    anyio.run(main)
+
+
+def test_watch_subscriptions_over_the_limit_name_it_and_bad_uris_are_refused():
+    r = Relay({"HANGAR_WATCH_MAX_PER_TOKEN": "1"})
+    try:
+        base = workdir(r)
+        for n in ("one", "two"):
+            (base / n).mkdir(parents=True, exist_ok=True)
+
+        async def main():
+            from mcp.shared.exceptions import MCPError
+
+            async with connect(r, r.token("watcher"), "legacy") as c:
+                await c.subscribe_resource("hangar://sandboxes/default/watch?path=one")
+                with pytest.raises(MCPError, match="HANGAR_WATCH_MAX_PER_TOKEN"):
+                    await c.subscribe_resource("hangar://sandboxes/default/watch?path=two")
+                with pytest.raises(MCPError, match="unknown resource"):
+                    await c.subscribe_resource("hangar://elsewhere/x")
+                with pytest.raises(MCPError, match="path is empty"):
+                    await read_watch(c, "hangar://sandboxes/default/watch?path=")
+
+        anyio.run(main)
+    finally:
+        r.stop()
