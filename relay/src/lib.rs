@@ -104,6 +104,9 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     Ok(Bound { listener, relay, generated_admin_secret, mcp_allowed_hosts: config.mcp_allowed_hosts.clone() })
 }
 
+/// How long MCP responses cut off by a shutdown have to reach their clients.
+const MCP_RESULTS_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Serves until SIGTERM or SIGINT. Then every open stream ends at once with `shutdown`, new
 /// streams are refused, and the process exits once responses have flushed (10 s at the most).
 /// Sandboxes and their processes keep running.
@@ -128,7 +131,12 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
             _ = int.recv() => {}
         }
         let closed = streams.shutdown();
-        mcp_shutdown.cancel();
+        // The MCP calls and subscriptions the shutdown just ended get a moment to send their
+        // results before the SDK closes its streams and sessions.
+        tokio::spawn(async move {
+            tokio::time::sleep(MCP_RESULTS_GRACE).await;
+            mcp_shutdown.cancel();
+        });
         events::ShuttingDown { streams: closed }.emit();
         let _ = stopping_tx.send(());
     });
