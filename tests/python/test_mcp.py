@@ -64,13 +64,23 @@ class Relay:
             pytest.fail(f"hangar-relay printed no address:\n{self.log_path.read_text(errors='replace')}")
 
     def token(self, name: str, scope: str = "mcp") -> str:
+        return self.token_with_id(name, scope)[1]
+
+    def token_with_id(self, name: str, scope: str = "mcp"):
         r = httpx.post(
             f"{self.url}/api/tokens",
             json={"name": name, "scope": scope},
             headers={"Authorization": f"Bearer {ADMIN}"},
         )
         assert r.status_code == 201, r.text
-        return r.json()["secret"]
+        return r.json()["id"], r.json()["secret"]
+
+    def revoke(self, token_id: str):
+        r = httpx.delete(f"{self.url}/api/tokens/{token_id}", headers={"Authorization": f"Bearer {ADMIN}"})
+        assert r.status_code == 204, r.text
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
 
     def stop(self):
         if self.proc.poll() is None:
@@ -168,6 +178,8 @@ def test_streamed_exec_sends_every_chunk_in_order_then_the_result(relay, mode):
     progress = [p for p, _ in got]
     assert progress == sorted(progress) and progress[-1] == len(messages.encode())
     assert r.meta and r.meta.get("hangar/sandbox_output") == ["stdout", "stderr"]
+    # The stream was counted under its own kind.
+    assert 'hangar_streams{kind="mcp_exec",reason="done"}' in relay.metrics()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -517,5 +529,69 @@ def test_watch_subscriptions_over_the_limit_name_it_and_bad_uris_are_refused():
                     await read_watch(c, "hangar://sandboxes/default/watch?path=")
 
         anyio.run(main)
+    finally:
+        r.stop()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_revoking_a_token_ends_its_streamed_exec_and_kills_the_command(mode):
+    r = Relay({"HANGAR_STREAM_RECHECK_SECONDS": "0.5"})
+    pid_file = Path(tempfile.mkdtemp(prefix="hangar-mcp-pid-")) / "pid"
+    try:
+        token_id, secret = r.token_with_id("revoked")
+
+        async def main():
+            async def on_progress(progress, total, message):
+                if "go" in (message or ""):
+                    await anyio.to_thread.run_sync(r.revoke, token_id)
+
+            async with connect(r, secret, mode) as c:
+                # The SDK lists tools to check a result; list them while the token is good.
+                await c.list_tools()
+                with anyio.fail_after(30):
+                    return await c.call_tool(
+                        "exec",
+                        {"sandbox": "default", "command": f"echo $$ > {pid_file}; echo go; exec sleep 60", "stream": True},
+                        progress_callback=on_progress,
+                    )
+
+        res = anyio.run(main)
+        assert not res.is_error, text(res)
+        assert res.structured_content["closed"] == "revoked", res.structured_content
+        assert res.structured_content["stdout"] == "go\n"
+        pid = int(pid_file.read_text().strip())
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(pid), "a revoked token's command kept running"
+    finally:
+        r.stop()
+
+
+def test_shutdown_ends_a_streamed_exec_with_its_reason_and_spares_the_command():
+    r = Relay()
+    pid_file = Path(tempfile.mkdtemp(prefix="hangar-mcp-pid-")) / "pid"
+    try:
+
+        async def main():
+            async def on_progress(progress, total, message):
+                if "go" in (message or ""):
+                    r.proc.send_signal(signal.SIGTERM)
+
+            async with connect(r, r.token("shut"), "2026-07-28") as c:
+                await c.list_tools()
+                with anyio.fail_after(30):
+                    return await c.call_tool(
+                        "exec",
+                        {"sandbox": "default", "command": f"echo $$ > {pid_file}; echo go; exec sleep 60", "stream": True},
+                        progress_callback=on_progress,
+                    )
+
+        res = anyio.run(main)
+        assert res.structured_content["closed"] == "shutdown", res.structured_content
+        pid = int(pid_file.read_text().strip())
+        # Cut off by a shutdown, the command runs on to its end or timeout.
+        assert pid_alive(pid)
+        os.kill(pid, signal.SIGKILL)
     finally:
         r.stop()
