@@ -91,7 +91,7 @@ class Relay:
                 self.proc.kill()
                 self.proc.wait()
         # Local sandboxes' daemons outlive the relay by design: end the ones this relay started.
-        out = subprocess.run(["pgrep", "-f", str(self.state)], capture_output=True, text=True).stdout
+        out = subprocess.run(["pgrep", "-f", f"{self.state}/"], capture_output=True, text=True).stdout
         for pid in out.split():
             try:
                 os.kill(int(pid), signal.SIGKILL)
