@@ -13,15 +13,15 @@ use std::{
 };
 
 use axum::{
-    extract::{Request, State},
+    extract::Request,
     middleware::{self, Next},
     response::{IntoResponse, Response},
     Router,
 };
 use rmcp::{
     model::{
-        CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
-        ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
+        CallToolRequestParams, CallToolResponse, Implementation, ListResourceTemplatesResult, ListToolsResult,
+        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
         ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
         UnsubscribeRequestParams,
     },
@@ -79,12 +79,12 @@ pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: Cancellat
     );
     Router::new()
         .nest_service(PATH, service)
-        .layer(middleware::from_fn_with_state(relay.clone(), refuse_jobs))
+        .layer(middleware::from_fn(refuse_jobs))
         .layer(middleware::from_fn_with_state(relay, super::rest::authenticate))
 }
 
 /// A `jobs` token can only read its own jobs: no sandboxes, so no MCP.
-async fn refuse_jobs(State(_relay): State<Arc<Relay>>, req: Request, next: Next) -> Response {
+async fn refuse_jobs(req: Request, next: Next) -> Response {
     if req.extensions().get::<Caller>().is_some_and(|c| c.scope == Scope::Jobs) {
         return ApiError::forbidden("a jobs token can only read its own jobs").into_response();
     }
@@ -129,6 +129,14 @@ impl ServerHandler for Hangar {
     ) -> Result<CallToolResponse, McpError> {
         let caller = caller(&context)?;
         Ok(tools::call(&self.relay, &caller, request, context).await.into())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(resources::templates()))
     }
 
     async fn read_resource(

@@ -26,6 +26,21 @@ pub const NOTIFY_EVERY: Duration = Duration::from_millis(250);
 
 const WATCH_PREFIX: &str = "hangar://sandboxes/";
 
+/// The resources a client can discover (`resources/templates/list`).
+pub fn templates() -> Vec<rmcp::model::ResourceTemplate> {
+    vec![rmcp::model::ResourceTemplate::new(
+        "hangar://sandboxes/{sandbox}/watch?path={path}&recursive={recursive}",
+        "watch",
+    )
+    .with_title("A sandbox directory's changes")
+    .with_description(
+        "Subscribe to watch the directory (through the sandbox's daemon); each change sends \
+             notifications/resources/updated (at most every 250 ms). Read for {events: [{seq, ts, name, type}], \
+             next}, the last 200; add &since=<next> for only newer ones. recursive is optional.",
+    )
+    .with_mime_type("application/json")]
+}
+
 /// A resource a URI names.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resource {
