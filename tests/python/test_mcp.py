@@ -141,7 +141,11 @@ def test_tools_are_listed_and_sandboxes_says_which_have_a_daemon(relay, mode):
             else:
                 assert c.protocol_version == "2026-07-28"
             names = {t.name for t in (await c.list_tools()).tools}
-            assert {"sandboxes", "exec"} <= names
+            assert {"sandboxes", "exec", "process"} <= names
+            templates = (await c.list_resource_templates()).resource_templates
+            assert [t.uri_template for t in templates] == [
+                "hangar://sandboxes/{sandbox}/watch?path={path}&recursive={recursive}"
+            ]
             r = await c.call_tool("sandboxes", {})
             assert not r.is_error, text(r)
             default = [s for s in r.structured_content["sandboxes"] if s["name"] == "default"]
@@ -254,7 +258,7 @@ def test_bad_arguments_are_clear_tool_errors(relay, mode):
         assert want in text(r), text(r)
 
 
-def test_a_jobs_token_and_no_token_are_refused():
+def test_a_jobs_token_no_token_and_a_foreign_host_are_refused():
     # Plain HTTP: the SDK would hide the status.
     r = Relay()
     try:
@@ -264,6 +268,9 @@ def test_a_jobs_token_and_no_token_are_refused():
         assert httpx.post(f"{r.url}/mcp", json=body, headers=h).status_code == 401
         resp = httpx.post(f"{r.url}/mcp", json=body, headers={**h, "Authorization": f"Bearer {jobs}"})
         assert resp.status_code == 403, resp.text
+        # Only the allowed hosts (DNS-rebinding protection): the default is loopback names.
+        admin = {**h, "Authorization": f"Bearer {ADMIN}"}
+        assert httpx.post(f"{r.url}/mcp", json=body, headers={**admin, "Host": "evil.example"}).status_code == 403
     finally:
         r.stop()
 
