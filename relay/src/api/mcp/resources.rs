@@ -99,7 +99,8 @@ struct Seen {
 struct Followed {
     seen: Mutex<Seen>,
     changed: signal::Sender<u64>,
-    subscribers: Mutex<usize>,
+    /// How many hold it, and whether it was let go (no one held it any more: it stopped).
+    subscribers: Mutex<(usize, bool)>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -128,8 +129,9 @@ pub struct Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut subs = self.followed.subscribers.lock().unwrap_or_else(|p| p.into_inner());
-        *subs = subs.saturating_sub(1);
-        if *subs == 0 {
+        subs.0 = subs.0.saturating_sub(1);
+        if subs.0 == 0 {
+            subs.1 = true;
             self.followed.task.abort();
             let mut map = self.hub.followed.lock().unwrap_or_else(|p| p.into_inner());
             if map.get(&self.key).is_some_and(|f| Arc::ptr_eq(f, &self.followed)) {
@@ -167,10 +169,17 @@ impl Hub {
         self.followed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn hold(self: &Arc<Self>, key: Key, followed: Arc<Followed>) -> Subscription {
-        *followed.subscribers.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    /// A new hold on `followed`, unless it was let go or its watch ended (then a new watch
+    /// starts instead).
+    fn hold(self: &Arc<Self>, key: Key, followed: Arc<Followed>) -> Option<Subscription> {
+        let mut subs = followed.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        if subs.1 || followed.seen().closed.is_some() {
+            return None;
+        }
+        subs.0 += 1;
+        drop(subs);
         let changed = followed.changed.subscribe();
-        Subscription { hub: self.clone(), key, followed, changed }
+        Some(Subscription { hub: self.clone(), key, followed, changed })
     }
 
     /// Starts following `uri` for the caller (or joins the one already running). Refused over
@@ -178,8 +187,9 @@ impl Hub {
     pub async fn subscribe(self: &Arc<Self>, caller: &Caller, uri: &str) -> Result<Subscription, ApiError> {
         let (resource, _) = Resource::parse(uri)?;
         let key = (caller.token_id.clone(), resource.key());
-        if let Some(f) = self.map().get(&key).cloned() {
-            return Ok(self.hold(key, f));
+        let existing = self.map().get(&key).cloned();
+        if let Some(sub) = existing.and_then(|f| self.hold(key.clone(), f)) {
+            return Ok(sub);
         }
         let Resource::SandboxWatch { sandbox, path, recursive } = &resource;
         let items = crate::watch::watch(&self.relay, caller, sandbox, path, *recursive, Kind::McpWatch).await?;
@@ -224,20 +234,20 @@ impl Hub {
             Followed {
                 seen: Mutex::new(Seen { events: VecDeque::new(), last: 0, closed: None }),
                 changed,
-                subscribers: Mutex::new(0),
+                subscribers: Mutex::new((0, false)),
                 task,
             }
         });
-        let mut map = self.map();
-        // Another subscribe may have won the race: join it, and let this watch go.
-        if let Some(f) = map.get(&key).cloned() {
+        // Another subscribe may have won the race: join it, and let this watch go. (The map's
+        // lock is never held while a hold is taken: dropping a subscription takes them the
+        // other way round.)
+        let other = self.map().get(&key).cloned().filter(|f| !Arc::ptr_eq(f, &followed));
+        if let Some(sub) = other.and_then(|f| self.hold(key.clone(), f)) {
             followed.task.abort();
-            drop(map);
-            return Ok(self.hold(key, f));
+            return Ok(sub);
         }
-        map.insert(key.clone(), followed.clone());
-        drop(map);
-        Ok(self.hold(key, followed))
+        self.map().insert(key.clone(), followed.clone());
+        self.hold(key, followed).ok_or_else(|| ApiError::bad_gateway("the watch ended as it started"))
     }
 
     /// `{events, next, watching}`: the kept events newer than `since`.
