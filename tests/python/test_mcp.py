@@ -602,3 +602,67 @@ def test_shutdown_ends_a_streamed_exec_with_its_reason_and_spares_the_command():
         os.kill(pid, signal.SIGKILL)
     finally:
         r.stop()
+
+
+def plain_image_available() -> bool:
+    """The Docker test image without a daemon (built by images/build-test-images)."""
+    try:
+        return subprocess.run(["docker", "image", "inspect", "hangar-test:plain"], capture_output=True).returncode == 0
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not plain_image_available(), reason="needs Docker and the hangar-test:plain image")
+@pytest.mark.parametrize("mode", MODES)
+def test_without_a_daemon_exec_comes_in_one_piece_and_a_watch_says_it_needs_one(relay, mode):
+    name = f"plain-mcp-{os.getpid()}-{mode.replace('-', '')}"
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    r = httpx.post(
+        f"{relay.url}/api/sandboxes",
+        json={"name": name, "provider": "docker", "options": {"image": "hangar-test:plain"}},
+        headers=admin,
+        timeout=120,
+    )
+    assert r.status_code == 201, r.text
+    try:
+
+        async def main():
+            from mcp.shared.exceptions import MCPError
+
+            got = []
+
+            async def on_progress(progress, total, message):
+                got.append(message)
+
+            async with connect(relay, relay.token(f"plain-{mode}"), mode) as c:
+                listed = (await c.call_tool("sandboxes", {})).structured_content["sandboxes"]
+                assert [s["daemon"] for s in listed if s["name"] == name] == [False]
+                res = await c.call_tool(
+                    "exec",
+                    {"sandbox": name, "command": "echo a; sleep 0.2; echo b", "stream": True},
+                    progress_callback=on_progress,
+                )
+                assert not res.is_error, text(res)
+                assert res.structured_content["streamed"] is False
+                assert res.structured_content["stdout"] == "a\nb\n"
+                assert got == ["a\nb\n"], got
+                uri = f"hangar://sandboxes/{name}/watch?path=/tmp"
+                page = await read_watch(c, uri)
+                assert page["watching"] is False and "needs the daemon" in page["message"]
+                if mode == "legacy":
+                    with pytest.raises(MCPError, match="needs the daemon"):
+                        await c.subscribe_resource(uri)
+                else:
+                    from mcp.client.subscriptions import SubscriptionLost
+
+                    # The listen stream is acknowledged first; the refusal ends it, with the error.
+                    with anyio.fail_after(10):
+                        with pytest.raises(SubscriptionLost) as e:
+                            async with c.listen(resource_subscriptions=[uri]) as sub:
+                                async for _ in sub:
+                                    pass
+                    assert "needs the daemon" in str(e.value.__cause__), repr(e.value.__cause__)
+
+        anyio.run(main)
+    finally:
+        httpx.delete(f"{relay.url}/api/sandboxes/{name}", headers=admin, timeout=120)
