@@ -421,6 +421,7 @@ async def read_watch(c, uri: str) -> dict:
     import json
 
     r = await c.read_resource(uri)
+    assert r.contents[0].meta == {"hangar/sandbox_output": ["events"]}
     return json.loads(r.contents[0].text)
 
 

@@ -146,7 +146,11 @@ impl ServerHandler for Hangar {
     ) -> Result<ReadResourceResponse, McpError> {
         let caller = caller(&context)?;
         let v = self.hub.read(&caller, &request.uri).await.map_err(protocol_error)?;
-        let contents = ResourceContents::text(v.to_string(), request.uri).with_mime_type("application/json");
+        // The events' names came from the sandbox.
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert(tools::SANDBOX_OUTPUT_META.into(), serde_json::json!(["events"]));
+        let contents =
+            ResourceContents::text(v.to_string(), request.uri).with_mime_type("application/json").with_meta(meta);
         Ok(ReadResourceResult::new(vec![contents]).into())
     }
 

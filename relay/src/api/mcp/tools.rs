@@ -22,7 +22,7 @@ use crate::{
 
 /// Marks the fields of a result whose text came from the sandbox: output of programs there,
 /// data, not instructions.
-const SANDBOX_OUTPUT_META: &str = "hangar/sandbox_output";
+pub(super) const SANDBOX_OUTPUT_META: &str = "hangar/sandbox_output";
 
 fn schema(v: Value) -> Arc<JsonObject> {
     match v {
