@@ -667,3 +667,26 @@ def test_without_a_daemon_exec_comes_in_one_piece_and_a_watch_says_it_needs_one(
         anyio.run(main)
     finally:
         httpx.delete(f"{relay.url}/api/sandboxes/{name}", headers=admin, timeout=120)
+
+
+def test_revoking_a_token_ends_its_listen_stream_gracefully():
+    r = Relay({"HANGAR_STREAM_RECHECK_SECONDS": "0.5"})
+    try:
+        (workdir(r) / "revoked-watch").mkdir(parents=True, exist_ok=True)
+        token_id, secret = r.token_with_id("listener")
+        uri = "hangar://sandboxes/default/watch?path=revoked-watch"
+
+        async def main():
+            async with connect(r, secret, "2026-07-28") as c:
+                with anyio.fail_after(20):
+                    async with c.listen(resource_subscriptions=[uri]) as sub:
+                        await anyio.to_thread.run_sync(r.revoke, token_id)
+                        # The relay closes the watch; the listen stream gets its final result and
+                        # the loop ends (a lost stream would raise instead).
+                        seen = [ev.uri async for ev in sub]
+                assert set(seen) <= {uri}
+
+        anyio.run(main)
+        assert 'hangar_streams{kind="mcp_watch",reason="revoked"} 1' in r.metrics()
+    finally:
+        r.stop()
