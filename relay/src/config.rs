@@ -30,6 +30,16 @@ pub struct Config {
     #[arg(long = "admin-token", env = "HANGAR_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// `Host` values the MCP endpoint accepts, comma-separated (DNS-rebinding protection); a
+    /// public deployment lists its own names.
+    #[arg(
+        long = "mcp-allowed-hosts",
+        env = "HANGAR_MCP_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        default_value = "localhost,127.0.0.1,::1"
+    )]
+    pub mcp_allowed_hosts: Vec<String>,
+
     /// The hangar-envd binary local sandboxes run (default: beside this executable).
     #[arg(long, env = "HANGAR_ENVD_BIN")]
     pub envd_bin: Option<PathBuf>,

@@ -8,22 +8,47 @@ use std::{
     time::Duration,
 };
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use hangar_proto::{
     ext::SignalRequest,
     process::{process_event, process_selector, ProcessConfig, ProcessSelector, StartRequest},
 };
 
-use crate::{envd::Envd, providers::ExecOutput};
+use crate::{
+    auth::Caller,
+    envd::Envd,
+    error::ApiError,
+    events,
+    providers::ExecOutput,
+    streams::{Kind, Reason},
+    Relay,
+};
 
 /// How much of each output the result keeps.
 pub const RESULT_TAIL_BYTES: usize = 256 * 1024;
+/// The longest a command may run.
+pub const MAX_TIMEOUT_SECONDS: u64 = 24 * 3600;
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 600;
 
 #[derive(Debug, Clone)]
 pub struct ExecRequest {
     pub command: String,
     pub cwd: Option<String>,
     pub timeout: Duration,
+}
+
+impl ExecRequest {
+    /// Checks what a client asked for: a command, and a timeout (seconds) within bounds.
+    pub fn new(command: String, cwd: Option<String>, timeout: Option<u64>) -> Result<ExecRequest, ApiError> {
+        if command.trim().is_empty() {
+            return Err(ApiError::bad_request("command must not be empty"));
+        }
+        let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+        if timeout == 0 || timeout > MAX_TIMEOUT_SECONDS {
+            return Err(ApiError::bad_request(format!("timeout: 1 to {MAX_TIMEOUT_SECONDS} seconds")));
+        }
+        Ok(ExecRequest { command, cwd, timeout: Duration::from_secs(timeout) })
+    }
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -221,6 +246,120 @@ pub fn through_daemon(
             }
         }
     }
+}
+
+/// Runs a command to its end and returns the result: through the sandbox's daemon, or its
+/// provider's exec without one. Not cut off by its client: it runs to its end or its timeout.
+pub async fn run(relay: &Relay, reference: &str, mut req: ExecRequest) -> Result<ExecResult, ApiError> {
+    let mut row = relay.sandboxes.get(&relay.store, reference)?;
+    relay.sandboxes.runnable(&row)?;
+    req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_path(&row, &c)).transpose()?;
+    let result = match relay.sandboxes.daemon(&relay.store, &mut row).await {
+        Ok(Some(envd)) => {
+            let mut result = None;
+            let events = through_daemon(envd, req, Arc::new(AtomicBool::new(true)));
+            futures::pin_mut!(events);
+            while let Some(ev) = events.next().await {
+                if let ExecEvent::Result(r) = ev {
+                    result = Some(ExecResult { streamed: false, ..r });
+                }
+            }
+            result.ok_or_else(|| ApiError::bad_gateway("the command's stream ended without a result"))?
+        }
+        _ => from_fallback(relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await?),
+    };
+    events::ExecFinished { sandbox: &row.name, streamed: false, exit_code: result.exit_code, closed: result.closed }
+        .emit();
+    Ok(result)
+}
+
+/// Runs a command as a stream (`kind` says who serves it): output events as it prints, then one
+/// result. The stream is admitted against the limits before anything runs (the error says which
+/// limit refused it). Dropping the stream before its result (the client went away) kills the
+/// command; a revoked token kills it too; a shutdown, pause or destroyed sandbox spares it and
+/// the result says `closed` and why. Without a daemon the output arrives in one piece at the end.
+pub async fn stream(
+    relay: Arc<Relay>,
+    caller: &Caller,
+    reference: &str,
+    mut req: ExecRequest,
+    kind: Kind,
+) -> Result<impl Stream<Item = ExecEvent> + Send + 'static, ApiError> {
+    let mut row = relay.sandboxes.get(&relay.store, reference)?;
+    relay.sandboxes.runnable(&row)?;
+    req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_path(&row, &c)).transpose()?;
+    let mut stream = relay.streams.open(caller, &row.id, kind)?;
+    let daemon = relay.sandboxes.daemon(&relay.store, &mut row).await.ok().flatten();
+    let name = row.name.clone();
+    let spare = Arc::new(AtomicBool::new(false));
+    Ok(async_stream::stream! {
+        let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> = match daemon {
+            Some(envd) => Box::pin(through_daemon(envd, req, spare.clone())),
+            None => {
+                let r = relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await;
+                let r = match r {
+                    Ok(o) => from_fallback(o),
+                    Err(e) => ExecResult {
+                        exit_code: -1, stdout: String::new(), stderr: String::new(), streamed: false,
+                        closed: Some("error"), error: Some(e.message),
+                    },
+                };
+                // Without a daemon the output arrives in one piece at the end.
+                let mut v = Vec::new();
+                if !r.stdout.is_empty() { v.push(ExecEvent::Stdout(r.stdout.clone())); }
+                if !r.stderr.is_empty() { v.push(ExecEvent::Stderr(r.stderr.clone())); }
+                v.push(ExecEvent::Result(r));
+                Box::pin(futures::stream::iter(v))
+            }
+        };
+        futures::pin_mut!(events);
+        // What the client was sent, for a result when the stream is cut off.
+        let (mut out, mut err) = (Tail::default(), Tail::default());
+        let mut capped = false;
+        loop {
+            // A close is checked first: when a sandbox is destroyed its daemon's stream breaks
+            // too, and the reason to report is the destroy.
+            let ev = tokio::select! {
+                biased;
+                reason = stream.closed() => {
+                    // A shutdown, pause or destroyed sandbox spares the command; revocation kills it.
+                    if matches!(reason, Reason::Shutdown | Reason::Paused | Reason::Destroyed) {
+                        spare.store(true, Ordering::SeqCst);
+                    }
+                    stream.end(reason);
+                    let r = ExecResult {
+                        exit_code: -1, stdout: out.text(), stderr: err.text(), streamed: true,
+                        closed: Some(reason.as_str()), error: None,
+                    };
+                    events::ExecFinished { sandbox: &name, streamed: true, exit_code: -1, closed: r.closed }.emit();
+                    yield ExecEvent::Result(r);
+                    return;
+                }
+                ev = events.next() => ev,
+            };
+            let Some(ev) = ev else { stream.end(Reason::Error); return; };
+            match &ev {
+                ExecEvent::Stdout(t) | ExecEvent::Stderr(t) => {
+                    if capped { continue; }
+                    if stream.send(t.len() as u64).await.is_err() {
+                        // Past HANGAR_STREAM_MAX_BYTES nothing more is sent; the result still has
+                        // the end of the output.
+                        capped = true;
+                        continue;
+                    }
+                    match &ev { ExecEvent::Stdout(_) => out.push(t.as_bytes()), _ => err.push(t.as_bytes()) }
+                }
+                ExecEvent::Result(r) => {
+                    let r = if capped && r.closed.is_none() { ExecResult { closed: Some(Reason::MaxBytes.as_str()), ..r.clone() } } else { r.clone() };
+                    stream.end(if r.closed == Some("error") { Reason::Error } else if capped { Reason::MaxBytes } else { Reason::Done });
+                    events::ExecFinished { sandbox: &name, streamed: r.streamed, exit_code: r.exit_code, closed: r.closed }.emit();
+                    yield ExecEvent::Result(r);
+                    return;
+                }
+            }
+            yield ev;
+        }
+    })
 }
 
 /// The provider's exec result in the relay's shape.

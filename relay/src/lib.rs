@@ -5,6 +5,7 @@
 //! exec) → `providers`, `envd`, `store`, `auth`.
 pub mod api;
 pub mod auth;
+pub mod background;
 pub mod config;
 pub mod detached;
 pub mod envd;
@@ -17,6 +18,7 @@ pub mod revocation;
 pub mod sandboxes;
 pub mod store;
 pub mod streams;
+pub mod watch;
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -51,6 +53,8 @@ pub struct Bound {
     pub listener: tokio::net::TcpListener,
     pub relay: Arc<Relay>,
     pub generated_admin_secret: Option<String>,
+    /// `Host` values the MCP endpoint accepts.
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 pub async fn bind(config: &Config) -> Result<Bound, StartError> {
@@ -97,8 +101,11 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind { addr: config.listen, source })?;
-    Ok(Bound { listener, relay, generated_admin_secret })
+    Ok(Bound { listener, relay, generated_admin_secret, mcp_allowed_hosts: config.mcp_allowed_hosts.clone() })
 }
+
+/// How long MCP responses cut off by a shutdown have to reach their clients.
+const MCP_RESULTS_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Serves until SIGTERM or SIGINT. Then every open stream ends at once with `shutdown`, new
 /// streams are refused, and the process exits once responses have flushed (10 s at the most).
@@ -113,7 +120,10 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     let relay = bound.relay;
     let recheck = tokio::spawn(revocation::recheck(relay.clone()));
     let unattached = tokio::spawn(detached::watch_unattached(relay.clone()));
-    let app = api::rest::router(relay.clone());
+    let mcp_shutdown = tokio_util::sync::CancellationToken::new();
+    let app = api::rest::router(relay.clone()).merge(
+        api::mcp::router(relay.clone(), bound.mcp_allowed_hosts, mcp_shutdown.clone()).with_state(relay.clone()),
+    );
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
     let streams = relay.streams.clone();
     let server = axum::serve(bound.listener, app).with_graceful_shutdown(async move {
@@ -122,6 +132,12 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
             _ = int.recv() => {}
         }
         let closed = streams.shutdown();
+        // The MCP calls and subscriptions the shutdown just ended get a moment to send their
+        // results before the SDK closes its streams and sessions.
+        tokio::spawn(async move {
+            tokio::time::sleep(MCP_RESULTS_GRACE).await;
+            mcp_shutdown.cancel();
+        });
         events::ShuttingDown { streams: closed }.emit();
         let _ = stopping_tx.send(());
     });

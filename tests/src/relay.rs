@@ -43,7 +43,8 @@ impl StateDir {
 
     /// Pids of the daemons whose command line names this state directory.
     pub fn daemons(&self) -> Vec<u32> {
-        let needle = self.0.to_string_lossy().into_owned();
+        // With the separator: `...-1` must not match the daemons of `...-10`.
+        let needle = format!("{}/", self.0.to_string_lossy());
         all_procs()
             .into_iter()
             .filter(|p| {

@@ -26,14 +26,28 @@ pub enum Kind {
     Exec,
     Process,
     Watch,
+    /// A streamed `exec` tool call over MCP.
+    McpExec,
+    /// A `process` tool `attach` over MCP.
+    McpProcess,
+    /// A subscription to an MCP watch resource.
+    McpWatch,
 }
 
 impl Kind {
+    /// Whether it counts against `HANGAR_WATCH_MAX_PER_TOKEN`.
+    pub fn is_watch(self) -> bool {
+        matches!(self, Kind::Watch | Kind::McpWatch)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Exec => "exec",
             Kind::Process => "process",
             Kind::Watch => "watch",
+            Kind::McpExec => "mcp_exec",
+            Kind::McpProcess => "mcp_process",
+            Kind::McpWatch => "mcp_watch",
         }
     }
 }
@@ -121,7 +135,7 @@ impl Streams {
             total += 1;
             if e.token == caller.token_id {
                 mine += 1;
-                if e.kind == Kind::Watch {
+                if e.kind.is_watch() {
                     my_watches += 1;
                 }
             }
@@ -139,7 +153,7 @@ impl Streams {
                 l.streams_per_token
             )));
         }
-        if kind == Kind::Watch && my_watches >= l.watches_per_token {
+        if kind.is_watch() && my_watches >= l.watches_per_token {
             return Err(ApiError::too_many(format!(
                 "HANGAR_WATCH_MAX_PER_TOKEN: this token has {my_watches} open watches (limit {})",
                 l.watches_per_token
@@ -156,6 +170,15 @@ impl Streams {
             }
             Kind::Process => {
                 tracing::info_span!("stream process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
+            Kind::McpWatch => {
+                tracing::info_span!("stream mcp_watch", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
+            Kind::McpProcess => {
+                tracing::info_span!("stream mcp_process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
+            }
+            Kind::McpExec => {
+                tracing::info_span!("stream mcp_exec", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
             }
             Kind::Watch => {
                 tracing::info_span!("stream watch", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
@@ -200,6 +223,10 @@ impl Streams {
     /// Ends a sandbox's streams (paused, destroyed).
     pub fn close_sandbox(&self, sandbox_id: &str, reason: Reason) -> usize {
         self.close_where(reason, |e| e.sandbox == sandbox_id)
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
     }
 
     /// Ends every stream and refuses new ones.
@@ -270,7 +297,7 @@ impl Stream {
     /// or its lifetime (for `Process` and `Watch` streams).
     pub async fn closed(&mut self) -> Reason {
         let lifetime = match self.kind {
-            Kind::Exec => None,
+            Kind::Exec | Kind::McpExec => None,
             _ => Some(self.started + self.streams.limits.lifetime()),
         };
         let until = async move {

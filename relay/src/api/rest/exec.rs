@@ -1,10 +1,6 @@
 //! `POST /api/sandboxes/{ref}/exec` (the result at the end) and `.../exec/stream` (SSE: `stdout`
 //! and `stderr` events as it prints, then one `result`).
-use std::{
-    convert::Infallible,
-    sync::{atomic::AtomicBool, Arc},
-    time::Duration,
-};
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use axum::{
     extract::{Path, State},
@@ -18,15 +14,11 @@ use super::{require_sandbox_scope, Body};
 use crate::{
     auth::Caller,
     error::ApiError,
-    events,
-    exec::{self, ExecEvent, ExecRequest, ExecResult, Tail},
-    streams::{Kind, Reason},
+    exec::{self, ExecEvent, ExecRequest, ExecResult},
+    streams::Kind,
     Relay,
 };
 
-/// The longest a command may run.
-const MAX_TIMEOUT_SECONDS: u64 = 24 * 3600;
-const DEFAULT_TIMEOUT_SECONDS: u64 = 600;
 /// A comment this often keeps proxies from timing the connection out.
 pub const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
 
@@ -40,14 +32,7 @@ pub struct ExecBody {
 }
 
 fn request(b: ExecBody) -> Result<ExecRequest, ApiError> {
-    if b.command.trim().is_empty() {
-        return Err(ApiError::bad_request("command must not be empty"));
-    }
-    let timeout = b.timeout.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
-    if timeout == 0 || timeout > MAX_TIMEOUT_SECONDS {
-        return Err(ApiError::bad_request(format!("timeout: 1 to {MAX_TIMEOUT_SECONDS} seconds")));
-    }
-    Ok(ExecRequest { command: b.command, cwd: b.cwd, timeout: Duration::from_secs(timeout) })
+    ExecRequest::new(b.command, b.cwd, b.timeout)
 }
 
 pub async fn exec(
@@ -57,30 +42,7 @@ pub async fn exec(
     Body(body): Body<ExecBody>,
 ) -> Result<Json<ExecResult>, ApiError> {
     require_sandbox_scope(&caller)?;
-    let mut req = request(body)?;
-    let mut row = relay.sandboxes.get(&relay.store, &reference)?;
-    relay.sandboxes.runnable(&row)?;
-    req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_path(&row, &c)).transpose()?;
-    let result = match relay.sandboxes.daemon(&relay.store, &mut row).await {
-        Ok(Some(envd)) => {
-            let mut result = None;
-            // An unstreamed exec is not cut off by its client: it runs to its end or timeout.
-            let events = exec::through_daemon(envd, req, Arc::new(AtomicBool::new(true)));
-            futures::pin_mut!(events);
-            while let Some(ev) = events.next().await {
-                if let ExecEvent::Result(r) = ev {
-                    result = Some(ExecResult { streamed: false, ..r });
-                }
-            }
-            result.ok_or_else(|| ApiError::bad_gateway("the command's stream ended without a result"))?
-        }
-        _ => exec::from_fallback(
-            relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await?,
-        ),
-    };
-    events::ExecFinished { sandbox: &row.name, streamed: false, exit_code: result.exit_code, closed: result.closed }
-        .emit();
-    Ok(Json(result))
+    Ok(Json(exec::run(&relay, &reference, request(body)?).await?))
 }
 
 fn sse(ev: &ExecEvent) -> Event {
@@ -99,81 +61,6 @@ pub async fn exec_stream(
     Body(body): Body<ExecBody>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     require_sandbox_scope(&caller)?;
-    let mut req = request(body)?;
-    let mut row = relay.sandboxes.get(&relay.store, &reference)?;
-    relay.sandboxes.runnable(&row)?;
-    req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_path(&row, &c)).transpose()?;
-    let mut stream = relay.streams.open(&caller, &row.id, Kind::Exec)?;
-    let daemon = relay.sandboxes.daemon(&relay.store, &mut row).await.ok().flatten();
-    let name = row.name.clone();
-    let spare = Arc::new(AtomicBool::new(false));
-    let out = async_stream::stream! {
-        let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> = match daemon {
-            Some(envd) => Box::pin(exec::through_daemon(envd, req, spare.clone())),
-            None => {
-                let r = relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await;
-                let r = match r {
-                    Ok(o) => exec::from_fallback(o),
-                    Err(e) => ExecResult {
-                        exit_code: -1, stdout: String::new(), stderr: String::new(), streamed: false,
-                        closed: Some("error"), error: Some(e.message),
-                    },
-                };
-                // Without a daemon the output arrives in one piece at the end.
-                let mut v = Vec::new();
-                if !r.stdout.is_empty() { v.push(ExecEvent::Stdout(r.stdout.clone())); }
-                if !r.stderr.is_empty() { v.push(ExecEvent::Stderr(r.stderr.clone())); }
-                v.push(ExecEvent::Result(r));
-                Box::pin(futures::stream::iter(v))
-            }
-        };
-        futures::pin_mut!(events);
-        // What the client was sent, for a result when the stream is cut off.
-        let (mut out, mut err) = (Tail::default(), Tail::default());
-        let mut capped = false;
-        loop {
-            // A close is checked first: when a sandbox is destroyed its daemon's stream breaks
-            // too, and the reason to report is the destroy.
-            let ev = tokio::select! {
-                biased;
-                reason = stream.closed() => {
-                    // A shutdown, pause or destroyed sandbox spares the command; revocation kills it.
-                    if matches!(reason, Reason::Shutdown | Reason::Paused | Reason::Destroyed) {
-                        spare.store(true, std::sync::atomic::Ordering::SeqCst);
-                    }
-                    stream.end(reason);
-                    let r = ExecResult {
-                        exit_code: -1, stdout: out.text(), stderr: err.text(), streamed: true,
-                        closed: Some(reason.as_str()), error: None,
-                    };
-                    events::ExecFinished { sandbox: &name, streamed: true, exit_code: -1, closed: r.closed }.emit();
-                    yield Ok(sse(&ExecEvent::Result(r)));
-                    return;
-                }
-                ev = events.next() => ev,
-            };
-            let Some(ev) = ev else { stream.end(Reason::Error); return; };
-            match &ev {
-                ExecEvent::Stdout(t) | ExecEvent::Stderr(t) => {
-                    if capped { continue; }
-                    if stream.send(t.len() as u64).await.is_err() {
-                        // Past HANGAR_STREAM_MAX_BYTES nothing more is sent; the result still has
-                        // the end of the output.
-                        capped = true;
-                        continue;
-                    }
-                    match &ev { ExecEvent::Stdout(_) => out.push(t.as_bytes()), _ => err.push(t.as_bytes()) }
-                }
-                ExecEvent::Result(r) => {
-                    let r = if capped && r.closed.is_none() { ExecResult { closed: Some(Reason::MaxBytes.as_str()), ..r.clone() } } else { r.clone() };
-                    stream.end(if r.closed == Some("error") { Reason::Error } else if capped { Reason::MaxBytes } else { Reason::Done });
-                    events::ExecFinished { sandbox: &name, streamed: r.streamed, exit_code: r.exit_code, closed: r.closed }.emit();
-                    yield Ok(sse(&ExecEvent::Result(r)));
-                    return;
-                }
-            }
-            yield Ok(sse(&ev));
-        }
-    };
-    Ok(Sse::new(out).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
+    let events = exec::stream(relay, &caller, &reference, request(body)?, Kind::Exec).await?;
+    Ok(Sse::new(events.map(|ev| Ok(sse(&ev)))).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
 }

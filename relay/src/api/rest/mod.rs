@@ -59,7 +59,7 @@ async fn metrics(State(relay): State<Arc<Relay>>) -> Response {
     ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], relay.streams.metrics.render()).into_response()
 }
 
-async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, next: Next) -> Response {
     let presented = req
         .headers()
         .get(http::header::AUTHORIZATION)

@@ -17,11 +17,10 @@ use serde::Deserialize;
 use super::{require_sandbox_scope, Body, Params};
 use crate::{
     auth::Caller,
-    detached::{self, Detached},
-    envd::Envd,
+    background::{self, check_id, Backend},
+    detached::Detached,
     error::ApiError,
-    processes::{self, At, Output},
-    store::SandboxRow,
+    processes::{self, Output},
     streams::{Kind, Reason},
     Relay,
 };
@@ -30,40 +29,9 @@ use super::exec::SSE_KEEPALIVE;
 /// A poll returns once it has what was written when it asked, or after this much quiet.
 const POLL_QUIET: Duration = Duration::from_millis(250);
 
-/// A sandbox with its daemon, for one request.
-struct Target {
-    row: SandboxRow,
-    envd: Envd,
-}
-
-impl Target {
-    fn at<'a>(&'a self, relay: &'a Relay, caller: &'a Caller) -> At<'a> {
-        At { envd: &self.envd, key: &relay.key, caller, sandbox: &self.row }
-    }
-}
-
-/// Where a sandbox's background processes live: its daemon, or (without one) detached processes
-/// the relay polls through the provider's exec.
-enum Backend {
-    Daemon(Target),
-    Polled(SandboxRow),
-}
-
 async fn backend(relay: &Relay, caller: &Caller, reference: &str) -> Result<Backend, ApiError> {
     require_sandbox_scope(caller)?;
-    let mut row = relay.sandboxes.get(&relay.store, reference)?;
-    Ok(match relay.sandboxes.daemon(&relay.store, &mut row).await? {
-        Some(envd) => Backend::Daemon(Target { row, envd }),
-        None => Backend::Polled(row),
-    })
-}
-
-fn check_id(id: &str) -> Result<(), ApiError> {
-    if processes::valid_id(id) {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(format!("no process {id:?}")))
-    }
+    background::backend(relay, reference).await
 }
 
 #[derive(Deserialize)]
@@ -79,37 +47,8 @@ pub async fn start(
     Path(reference): Path<String>,
     Body(body): Body<StartBody>,
 ) -> Result<(StatusCode, Json<processes::ProcessView>), ApiError> {
-    if body.command.trim().is_empty() {
-        return Err(ApiError::bad_request("command must not be empty"));
-    }
-    let limit = relay.limits.background_per_token;
-    let over = |running: usize| {
-        (running >= limit).then(|| {
-            ApiError::too_many(format!(
-                "HANGAR_BACKGROUND_MAX_PER_TOKEN: this token already has {running} running background processes in this sandbox (limit {limit})"
-            ))
-        })
-    };
-    let view = match backend(&relay, &caller, &reference).await? {
-        Backend::Daemon(target) => {
-            let cwd = body.cwd.map(|c| relay.sandboxes.resolve_path(&target.row, &c)).transpose()?;
-            let at = target.at(&relay, &caller);
-            let running = relay.processes.list(&at).await?.iter().filter(|p| p.state == "running").count();
-            if let Some(e) = over(running) {
-                return Err(e);
-            }
-            relay.processes.start(&at, &body.command, cwd).await?
-        }
-        Backend::Polled(row) => {
-            let cwd = body.cwd.map(|c| relay.sandboxes.resolve_path(&row, &c)).transpose()?;
-            let d = Detached { relay: &relay, sandbox: &row, caller: &caller };
-            let running = d.list().await?.iter().filter(|p| p.state == "running").count();
-            if let Some(e) = over(running) {
-                return Err(e);
-            }
-            d.start(&body.command, cwd.as_deref()).await?
-        }
-    };
+    require_sandbox_scope(&caller)?;
+    let view = background::start(&relay, &caller, &reference, &body.command, body.cwd).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -118,10 +57,8 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let list = match backend(&relay, &caller, &reference).await? {
-        Backend::Daemon(target) => relay.processes.list(&target.at(&relay, &caller)).await?,
-        Backend::Polled(row) => Detached { relay: &relay, sandbox: &row, caller: &caller }.list().await?,
-    };
+    require_sandbox_scope(&caller)?;
+    let list = background::list(&relay, &caller, &reference).await?;
     Ok(Json(serde_json::json!({ "processes": list })))
 }
 
@@ -226,19 +163,8 @@ pub async fn stream(
         Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be a byte offset")),
         None => q.since,
     };
-    let (sandbox_id, output): (String, std::pin::Pin<Box<dyn Stream<Item = Output> + Send>>) =
-        match backend(&relay, &caller, &reference).await? {
-            Backend::Daemon(target) => {
-                let output = relay.processes.attach(&target.at(&relay, &caller), &id, since).await?;
-                (target.row.id.clone(), Box::pin(output))
-            }
-            Backend::Polled(row) => {
-                // Ownership first: another token's id is a 404 before any stream starts.
-                Detached { relay: &relay, sandbox: &row, caller: &caller }.get(&id).await?;
-                let id2 = row.id.clone();
-                (id2, Box::pin(detached::output(relay.clone(), row, caller.clone(), id.clone(), since)))
-            }
-        };
+    require_sandbox_scope(&caller)?;
+    let (sandbox_id, output) = background::follow(&relay, &caller, &reference, &id, since).await?;
     let mut admitted = relay.streams.open(&caller, &sandbox_id, Kind::Process)?;
     let events = async_stream::stream! {
         let mut output = output;
@@ -311,21 +237,8 @@ pub async fn input(
     } else {
         body.input.into_bytes()
     };
-    if data.is_empty() && !body.eof {
-        return Err(ApiError::bad_request("nothing to do: give input, eof, or both"));
-    }
-    let target = match backend(&relay, &caller, &reference).await? {
-        Backend::Daemon(t) => t,
-        Backend::Polled(row) => {
-            Detached { relay: &relay, sandbox: &row, caller: &caller }.get(&id).await?;
-            return Err(ApiError::unavailable(format!(
-                "sandbox {:?} has no daemon: input to a background process needs the daemon",
-                row.name
-            )));
-        }
-    };
-    let at = target.at(&relay, &caller);
-    relay.processes.input(&at, &id, data, body.eof).await?;
+    require_sandbox_scope(&caller)?;
+    background::input(&relay, &caller, &reference, &id, data, body.eof).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -334,10 +247,7 @@ pub async fn kill(
     Extension(caller): Extension<Caller>,
     Path((reference, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    check_id(&id)?;
-    match backend(&relay, &caller, &reference).await? {
-        Backend::Daemon(target) => relay.processes.kill(&target.at(&relay, &caller), &id).await?,
-        Backend::Polled(row) => Detached { relay: &relay, sandbox: &row, caller: &caller }.kill(&id).await?,
-    }
+    require_sandbox_scope(&caller)?;
+    background::kill(&relay, &caller, &reference, &id).await?;
     Ok(StatusCode::ACCEPTED)
 }

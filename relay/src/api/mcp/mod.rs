@@ -1,0 +1,236 @@
+//! The MCP endpoint: Streamable HTTP at `/mcp` (the official Rust SDK, `rmcp`), with the relay's
+//! bearer tokens (any scope but `jobs`). 2026-07-28 clients are served statelessly; 2025-era
+//! clients get sessions. Tools are thin: they check arguments and call the same domain modules
+//! as the REST handlers (`exec`, `sandboxes`, `streams`), so limits, ownership and closing are
+//! the same.
+mod process;
+pub mod resources;
+mod tools;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use axum::{
+    extract::Request,
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    Router,
+};
+use rmcp::{
+    model::{
+        CallToolRequestParams, CallToolResponse, Implementation, ListResourceTemplatesResult, ListToolsResult,
+        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResourceContents,
+        ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+        UnsubscribeRequestParams,
+    },
+    service::{RequestContext, SubscriptionContext},
+    transport::streamable_http_server::{
+        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    },
+    ErrorData as McpError, RoleServer, ServerHandler,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{auth::Caller, error::ApiError, store::Scope, Relay};
+
+/// Where the endpoint is served.
+pub const PATH: &str = "/mcp";
+
+/// Aborts a task when dropped: a 2025-era session's resource subscriptions end with it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The MCP service: one per 2025-era session, one per request for 2026-07-28 clients.
+#[derive(Clone)]
+pub struct Hangar {
+    relay: Arc<Relay>,
+    hub: Arc<resources::Hub>,
+    /// This session's `resources/subscribe`s, by URI.
+    legacy_subscriptions: Arc<Mutex<HashMap<String, AbortOnDrop>>>,
+}
+
+/// The `/mcp` routes: bearer authentication, then the SDK's Streamable HTTP service.
+/// `allowed_hosts` are the `Host` values accepted (DNS-rebinding protection); `shutdown`, once
+/// cancelled, ends the SDK's streams and sessions.
+pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: CancellationToken) -> Router<Arc<Relay>> {
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(allowed_hosts)
+        .with_cancellation_token(shutdown)
+        .with_max_request_body_bytes(super::rest::MAX_BODY_BYTES);
+    let service_relay = relay.clone();
+    let hub = resources::Hub::new(relay.clone());
+    let service = StreamableHttpService::new(
+        move || {
+            Ok(Hangar {
+                relay: service_relay.clone(),
+                hub: hub.clone(),
+                legacy_subscriptions: Arc::new(Mutex::new(HashMap::new())),
+            })
+        },
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .nest_service(PATH, service)
+        .layer(middleware::from_fn(refuse_jobs))
+        .layer(middleware::from_fn_with_state(relay, super::rest::authenticate))
+}
+
+/// A `jobs` token can only read its own jobs: no sandboxes, so no MCP.
+async fn refuse_jobs(req: Request, next: Next) -> Response {
+    if req.extensions().get::<Caller>().is_some_and(|c| c.scope == Scope::Jobs) {
+        return ApiError::forbidden("a jobs token can only read its own jobs").into_response();
+    }
+    next.run(req).await
+}
+
+/// The caller the authentication layer put on the HTTP request this call came in.
+fn caller(ctx: &RequestContext<RoleServer>) -> Result<Caller, McpError> {
+    ctx.extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Caller>())
+        .cloned()
+        .ok_or_else(|| McpError::invalid_request("no authenticated caller on this request", None))
+}
+
+impl ServerHandler for Hangar {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder().enable_tools().enable_resources().enable_resources_subscribe().build(),
+        )
+        .with_server_info(Implementation::new("hangar-relay", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "hangar: run commands in sandboxes. `sandboxes` lists them; `exec` runs a command \
+                 (stream: true with a progress token sends its output as progress notifications); \
+                 `process` runs background processes. Subscribe to \
+                 hangar://sandboxes/<sandbox>/watch?path=<dir> for a directory's changes.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools::list()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let caller = caller(&context)?;
+        Ok(tools::call(&self.relay, &caller, request, context).await.into())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(resources::templates()))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let caller = caller(&context)?;
+        let v = self.hub.read(&caller, &request.uri).await.map_err(protocol_error)?;
+        // The events' names came from the sandbox.
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert(tools::SANDBOX_OUTPUT_META.into(), serde_json::json!(["events"]));
+        let contents =
+            ResourceContents::text(v.to_string(), request.uri).with_mime_type("application/json").with_meta(meta);
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = caller(&context)?;
+        if self.relay.streams.shutting_down() {
+            return Err(protocol_error(ApiError::unavailable("the relay is shutting down: no new subscriptions")));
+        }
+        let sub = self.hub.subscribe(&caller, &request.uri).await.map_err(protocol_error)?;
+        let peer = context.peer.clone();
+        let task = tokio::spawn(sub.notify(request.uri.clone(), move |uri| {
+            let peer = peer.clone();
+            Box::pin(
+                async move { peer.notify_resource_updated(ResourceUpdatedNotificationParam::new(uri)).await.is_ok() },
+            )
+        }));
+        self.legacy_subscriptions.lock().unwrap_or_else(|p| p.into_inner()).insert(request.uri, AbortOnDrop(task));
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.legacy_subscriptions.lock().unwrap_or_else(|p| p.into_inner()).remove(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let mut f = SubscriptionFilter::new();
+        f.resource_subscriptions = requested
+            .resource_subscriptions
+            .as_ref()
+            .map(|uris| uris.iter().filter(|u| resources::Resource::parse(u).is_ok()).cloned().collect());
+        Some(f)
+    }
+
+    /// `subscriptions/listen` (2026-07-28): follows every accepted resource until the client
+    /// closes the stream, or (with the final result) until the relay closes the resources' watches.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let caller = caller(context.request_context())?;
+        if self.relay.streams.shutting_down() {
+            return Err(protocol_error(ApiError::unavailable("the relay is shutting down: no new subscriptions")));
+        }
+        let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
+        let mut subs = Vec::new();
+        for uri in uris {
+            let sub = self.hub.subscribe(&caller, &uri).await.map_err(protocol_error)?;
+            subs.push((uri, sub));
+        }
+        let sink = context.sink().clone();
+        let all = futures::future::join_all(subs.into_iter().map(|(uri, sub)| {
+            let sink = sink.clone();
+            sub.notify(uri, move |u| {
+                let sink = sink.clone();
+                Box::pin(async move { sink.notify_resource_updated(u).await.is_ok() })
+            })
+        }));
+        tokio::select! {
+            _ = context.cancelled() => {}
+            _ = all => {}
+        }
+        Ok(())
+    }
+}
+
+/// A JSON-RPC error for a request that could not be served, whose message is the relay's error.
+fn protocol_error(e: ApiError) -> McpError {
+    let data = Some(serde_json::json!({ "code": e.code }));
+    let message = format!("{}: {}", e.code, e.message);
+    match e.code {
+        "invalid_argument" => McpError::invalid_params(message, data),
+        "not_found" => McpError::resource_not_found(message, data),
+        _ => McpError::internal_error(message, data),
+    }
+}

@@ -1,0 +1,296 @@
+//! MCP resources. A resource URI names a live thing a client can subscribe to (and read); each
+//! kind is a `Resource` variant with its own way of being followed. Today: a sandbox directory's
+//! changes, `hangar://sandboxes/<sandbox>/watch?path=<dir>[&recursive=true]`. Session and job
+//! event resources become more variants of `Resource` with the same `Hub` behind them.
+//!
+//! While anyone with a token is subscribed to a URI, one watch runs for that token and URI; its
+//! events (the last `KEPT_EVENTS`) are kept for reading, and each change sends
+//! `notifications/resources/updated` to every subscriber, at most every `NOTIFY_EVERY`.
+use std::{
+    collections::{HashMap, VecDeque},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::{future::BoxFuture, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::watch as signal;
+
+use crate::{auth::Caller, error::ApiError, streams::Kind, watch::WatchItem, Relay};
+
+/// Events a watch resource keeps for reading.
+pub const KEPT_EVENTS: usize = 200;
+/// At most one `notifications/resources/updated` per URI and subscriber this often.
+pub const NOTIFY_EVERY: Duration = Duration::from_millis(250);
+
+const WATCH_PREFIX: &str = "hangar://sandboxes/";
+
+/// The resources a client can discover (`resources/templates/list`).
+pub fn templates() -> Vec<rmcp::model::ResourceTemplate> {
+    vec![rmcp::model::ResourceTemplate::new(
+        "hangar://sandboxes/{sandbox}/watch?path={path}&recursive={recursive}",
+        "watch",
+    )
+    .with_title("A sandbox directory's changes")
+    .with_description(
+        "Subscribe to watch the directory (through the sandbox's daemon); each change sends \
+             notifications/resources/updated (at most every 250 ms). Read for {events: [{seq, ts, name, type}], \
+             next}, the last 200; add &since=<next> for only newer ones. recursive is optional.",
+    )
+    .with_mime_type("application/json")]
+}
+
+/// A resource a URI names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resource {
+    SandboxWatch { sandbox: String, path: String, recursive: bool },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WatchQuery {
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+    since: Option<u64>,
+}
+
+impl Resource {
+    /// The resource and the `since` a read asks for.
+    pub fn parse(uri: &str) -> Result<(Resource, Option<u64>), ApiError> {
+        let bad = |why: &str| {
+            ApiError::bad_request(format!(
+                "resource {uri:?}: {why}; expected hangar://sandboxes/<sandbox>/watch?path=<dir>[&recursive=true][&since=<next>]"
+            ))
+        };
+        let rest = uri.strip_prefix(WATCH_PREFIX).ok_or_else(|| bad("unknown resource"))?;
+        let (sandbox, query) = rest.split_once("/watch?").ok_or_else(|| bad("unknown resource"))?;
+        if sandbox.is_empty() || sandbox.contains('/') {
+            return Err(bad("no sandbox"));
+        }
+        let q: WatchQuery = serde_urlencoded::from_str(query).map_err(|e| bad(&e.to_string()))?;
+        if q.path.is_empty() {
+            return Err(bad("path is empty"));
+        }
+        Ok((Resource::SandboxWatch { sandbox: sandbox.to_string(), path: q.path, recursive: q.recursive }, q.since))
+    }
+
+    /// The URI without `since`: what is subscribed to and followed.
+    pub fn key(&self) -> String {
+        match self {
+            Resource::SandboxWatch { sandbox, path, recursive } => {
+                let q = serde_urlencoded::to_string([("path", path.as_str())]).unwrap_or_default();
+                let r = if *recursive { "&recursive=true" } else { "" };
+                format!("{WATCH_PREFIX}{sandbox}/watch?{q}{r}")
+            }
+        }
+    }
+}
+
+/// What one followed resource has seen.
+struct Seen {
+    events: VecDeque<Value>,
+    /// The seq of the newest event (0: none yet).
+    last: u64,
+    closed: Option<String>,
+}
+
+struct Followed {
+    seen: Mutex<Seen>,
+    changed: signal::Sender<u64>,
+    /// How many hold it, and whether it was let go (no one held it any more: it stopped).
+    subscribers: Mutex<(usize, bool)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Followed {
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+type Key = (String, String);
+
+/// The resources being followed, per token and URI.
+pub struct Hub {
+    relay: Arc<Relay>,
+    followed: Mutex<HashMap<Key, Arc<Followed>>>,
+}
+
+/// One subscriber's hold on a followed resource; dropping the last one stops following it.
+pub struct Subscription {
+    hub: Arc<Hub>,
+    key: Key,
+    followed: Arc<Followed>,
+    changed: signal::Receiver<u64>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut subs = self.followed.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        subs.0 = subs.0.saturating_sub(1);
+        if subs.0 == 0 {
+            subs.1 = true;
+            self.followed.task.abort();
+            let mut map = self.hub.followed.lock().unwrap_or_else(|p| p.into_inner());
+            if map.get(&self.key).is_some_and(|f| Arc::ptr_eq(f, &self.followed)) {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+impl Subscription {
+    /// Calls `send` with the URI after each change, at most every `NOTIFY_EVERY`, until the
+    /// resource stops being followable (its watch closed) or `send` says the client is gone.
+    pub async fn notify(mut self, uri: String, mut send: impl FnMut(String) -> BoxFuture<'static, bool>) {
+        loop {
+            if self.changed.changed().await.is_err() {
+                return;
+            }
+            if !send(uri.clone()).await {
+                return;
+            }
+            if self.followed.seen().closed.is_some() {
+                return;
+            }
+            tokio::time::sleep(NOTIFY_EVERY).await;
+        }
+    }
+}
+
+impl Hub {
+    pub fn new(relay: Arc<Relay>) -> Arc<Hub> {
+        Arc::new(Hub { relay, followed: Mutex::new(HashMap::new()) })
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Followed>>> {
+        self.followed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new hold on `followed`, unless it was let go or its watch ended (then a new watch
+    /// starts instead).
+    fn hold(self: &Arc<Self>, key: Key, followed: Arc<Followed>) -> Option<Subscription> {
+        let mut subs = followed.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        if subs.1 || followed.seen().closed.is_some() {
+            return None;
+        }
+        subs.0 += 1;
+        drop(subs);
+        let changed = followed.changed.subscribe();
+        Some(Subscription { hub: self.clone(), key, followed, changed })
+    }
+
+    /// Starts following `uri` for the caller (or joins the one already running). Refused over
+    /// the watch or stream limits, and without the sandbox's daemon.
+    pub async fn subscribe(self: &Arc<Self>, caller: &Caller, uri: &str) -> Result<Subscription, ApiError> {
+        let (resource, _) = Resource::parse(uri)?;
+        let key = (caller.token_id.clone(), resource.key());
+        let existing = self.map().get(&key).cloned();
+        if let Some(sub) = existing.and_then(|f| self.hold(key.clone(), f)) {
+            return Ok(sub);
+        }
+        let Resource::SandboxWatch { sandbox, path, recursive } = &resource;
+        let items = crate::watch::watch(&self.relay, caller, sandbox, path, *recursive, Kind::McpWatch).await?;
+        let (changed, _) = signal::channel(0);
+        let followed = Arc::new_cyclic(|weak: &std::sync::Weak<Followed>| {
+            let weak = weak.clone();
+            let task = tokio::spawn(async move {
+                futures::pin_mut!(items);
+                let mut seq = 0u64;
+                while let Some(item) = items.next().await {
+                    let Some(f) = weak.upgrade() else { return };
+                    let mut seen = f.seen();
+                    let event = match item {
+                        WatchItem::Change { mut data, .. } => {
+                            seq += 1;
+                            data["seq"] = json!(seq);
+                            data
+                        }
+                        WatchItem::Overflow { dropped, .. } => {
+                            seq += 1;
+                            json!({ "seq": seq, "type": "overflow", "dropped": dropped, "message": "events were lost: rescan the directory" })
+                        }
+                        WatchItem::Closed { reason, message } => {
+                            seen.closed = Some(match message {
+                                Some(m) => format!("{}: {m}", reason.as_str()),
+                                None => reason.as_str().to_string(),
+                            });
+                            drop(seen);
+                            f.changed.send_replace(seq);
+                            return;
+                        }
+                    };
+                    seen.events.push_back(event);
+                    while seen.events.len() > KEPT_EVENTS {
+                        seen.events.pop_front();
+                    }
+                    seen.last = seq;
+                    drop(seen);
+                    f.changed.send_replace(seq);
+                }
+            });
+            Followed {
+                seen: Mutex::new(Seen { events: VecDeque::new(), last: 0, closed: None }),
+                changed,
+                subscribers: Mutex::new((0, false)),
+                task,
+            }
+        });
+        // Another subscribe may have won the race: join it, and let this watch go. (The map's
+        // lock is never held while a hold is taken: dropping a subscription takes them the
+        // other way round.)
+        let other = self.map().get(&key).cloned().filter(|f| !Arc::ptr_eq(f, &followed));
+        if let Some(sub) = other.and_then(|f| self.hold(key.clone(), f)) {
+            followed.task.abort();
+            return Ok(sub);
+        }
+        self.map().insert(key.clone(), followed.clone());
+        self.hold(key, followed).ok_or_else(|| ApiError::bad_gateway("the watch ended as it started"))
+    }
+
+    /// `{events, next, watching}`: the kept events newer than `since`.
+    pub async fn read(&self, caller: &Caller, uri: &str) -> Result<Value, ApiError> {
+        let (resource, since) = Resource::parse(uri)?;
+        let key = (caller.token_id.clone(), resource.key());
+        let Resource::SandboxWatch { sandbox, .. } = &resource;
+        let row = self.relay.sandboxes.get(&self.relay.store, sandbox)?;
+        let followed = self.map().get(&key).cloned();
+        let Some(f) = followed else {
+            let message = if row.daemon {
+                "not watched: subscribe to this URI to watch the directory".to_string()
+            } else {
+                format!("sandbox {:?} has no daemon: watching a directory needs the daemon", row.name)
+            };
+            return Ok(json!({ "events": [], "next": since.unwrap_or(0), "watching": false, "message": message }));
+        };
+        let seen = f.seen();
+        let since = since.unwrap_or(0);
+        let events: Vec<&Value> =
+            seen.events.iter().filter(|e| e.get("seq").and_then(Value::as_u64).is_some_and(|s| s > since)).collect();
+        Ok(json!({
+            "events": events,
+            "next": seen.last.max(since),
+            "watching": seen.closed.is_none(),
+            "closed": seen.closed,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_uris_parse_and_keys_drop_since() {
+        let (r, since) =
+            Resource::parse("hangar://sandboxes/default/watch?path=src%2Fa&recursive=true&since=7").unwrap();
+        assert_eq!(r, Resource::SandboxWatch { sandbox: "default".into(), path: "src/a".into(), recursive: true });
+        assert_eq!(since, Some(7));
+        assert_eq!(r.key(), "hangar://sandboxes/default/watch?path=src%2Fa&recursive=true");
+        assert!(Resource::parse("hangar://sandboxes/default/watch?path=").is_err());
+        assert!(Resource::parse("hangar://sessions/x/events").is_err());
+        assert!(Resource::parse("hangar://sandboxes/default/watch?path=a&colour=red").is_err());
+    }
+}
