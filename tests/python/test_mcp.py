@@ -606,16 +606,28 @@ def test_shutdown_ends_a_streamed_exec_with_its_reason_and_spares_the_command():
 
 
 def plain_image_available() -> bool:
-    """The Docker test image without a daemon (built by images/build-test-images)."""
+    """The Docker test image without a daemon, built by images/build-test-images when missing.
+    Without Docker the test is skipped, except under CI=true, where it must run."""
+    if os.environ.get("CI") == "true":
+        return True
     try:
-        return subprocess.run(["docker", "image", "inspect", "hangar-test:plain"], capture_output=True).returncode == 0
-    except FileNotFoundError:
+        subprocess.run(["docker", "info"], capture_output=True, check=True)
+    except (FileNotFoundError, subprocess.CalledProcessError):
         return False
+    return True
 
 
-@pytest.mark.skipif(not plain_image_available(), reason="needs Docker and the hangar-test:plain image")
+def ensure_plain_image() -> None:
+    inspect = subprocess.run(["docker", "image", "inspect", "hangar-test:plain"], capture_output=True)
+    if inspect.returncode != 0:
+        repo = Path(__file__).resolve().parents[2]
+        subprocess.run([str(repo / "images" / "build-test-images")], check=True, env={**os.environ})
+
+
+@pytest.mark.skipif(not plain_image_available(), reason="needs Docker (never skipped under CI=true)")
 @pytest.mark.parametrize("mode", MODES)
 def test_without_a_daemon_exec_comes_in_one_piece_and_a_watch_says_it_needs_one(relay, mode):
+    ensure_plain_image()
     name = f"plain-mcp-{os.getpid()}-{mode.replace('-', '')}"
     admin = {"Authorization": f"Bearer {ADMIN}"}
     r = httpx.post(
@@ -688,5 +700,39 @@ def test_revoking_a_token_ends_its_listen_stream_gracefully():
 
         anyio.run(main)
         assert 'hangar_streams{kind="mcp_watch",reason="revoked"} 1' in r.metrics()
+    finally:
+        r.stop()
+
+
+def test_shutdown_ends_a_listen_stream_with_its_final_result():
+    r = Relay()
+    try:
+        (workdir(r) / "shut-watch").mkdir(parents=True, exist_ok=True)
+        uri = "hangar://sandboxes/default/watch?path=shut-watch"
+
+        async def main():
+            async with connect(r, r.token("shut-listen"), "2026-07-28") as c:
+                with anyio.fail_after(20):
+                    async with c.listen(resource_subscriptions=[uri]) as sub:
+                        events = sub.__aiter__()
+                        # The subscription is live once a change reaches it: touch files until one does.
+                        async with anyio.create_task_group() as tg:
+
+                            async def touch():
+                                for i in range(100):
+                                    (workdir(r) / "shut-watch" / f"f{i}").write_text("x")
+                                    await anyio.sleep(0.2)
+
+                            tg.start_soon(touch)
+                            first = await events.__anext__()
+                            tg.cancel_scope.cancel()
+                        assert first.uri == uri
+                        r.proc.send_signal(signal.SIGTERM)
+                        # The listen stream gets its final result and the loop ends; a lost
+                        # stream would raise instead.
+                        seen = [ev.uri async for ev in events]
+                assert set(seen) <= {uri}
+
+        anyio.run(main)
     finally:
         r.stop()
