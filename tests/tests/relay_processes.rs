@@ -318,3 +318,38 @@ async fn background_processes_per_token_are_limited() {
     }
     assert!(started, "a killed process no longer counts");
 }
+
+/// A quiet stream still sends an SSE comment every 15 s, so proxies keep the connection open.
+#[tokio::test]
+async fn a_quiet_stream_sends_a_comment_every_15_seconds() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let p = start(&relay, ADMIN, "sleep 60").await;
+    let id = p["process_id"].as_str().unwrap();
+    let req = build_request(
+        "GET",
+        &format!("/api/sandboxes/default/processes/{id}/stream"),
+        relay.addr,
+        false,
+        &[("authorization", &format!("Bearer {ADMIN}"))],
+        full_body(Default::default()),
+    );
+    let mut body = send_http1(relay.addr, req).await.into_body();
+    let started = std::time::Instant::now();
+    let mut seen = String::new();
+    let comment = tokio::time::timeout(Duration::from_secs(25), async {
+        while let Some(Ok(frame)) = http_body_util::BodyExt::frame(&mut body).await {
+            if let Ok(d) = frame.into_data() {
+                seen.push_str(&String::from_utf8_lossy(&d));
+                if seen.lines().any(|l| l.starts_with(':')) {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(comment, Ok(true), "no SSE comment within 25 s; got {seen:?}");
+    assert!(started.elapsed() >= Duration::from_secs(14), "the comment comes after 15 s of quiet, not at once");
+    relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(ADMIN), None).await;
+}
