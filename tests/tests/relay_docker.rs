@@ -12,6 +12,19 @@ use hangar_e2e::{
 };
 use serde_json::{json, Value};
 
+/// Docker, a fresh state directory and a relay on it, or `None` when the test must skip (never
+/// under CI=true: see `docker::available`). Keep all three alive for the test: dropping them
+/// removes the containers, the relay and its daemons.
+fn docker_relay(test: &str) -> Option<(Containers, StateDir, Relay)> {
+    if !docker::available(test) {
+        return None;
+    }
+    let containers = Containers::new();
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    Some((containers, state, relay))
+}
+
 /// Creates a docker sandbox; fails the test unless it is 201.
 async fn create(relay: &Relay, name: &str, options: Value) -> Value {
     let r = relay
@@ -51,12 +64,9 @@ async fn stream(relay: &Relay, sandbox: &str, body: Value) -> (Vec<(String, Stri
 
 #[tokio::test]
 async fn a_sandbox_with_the_daemon_streams_through_it() {
-    if !docker::available("a_sandbox_with_the_daemon_streams_through_it") {
+    let Some((mut containers, _state, relay)) = docker_relay("a_sandbox_with_the_daemon_streams_through_it") else {
         return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
+    };
     let name = containers.name("envd");
     let created = Instant::now();
     let sbx = create(&relay, &name, json!({"image": ENVD_IMAGE})).await;
@@ -140,12 +150,10 @@ async fn a_sandbox_with_the_daemon_streams_through_it() {
 
 #[tokio::test]
 async fn a_sandbox_without_the_daemon_falls_back_to_docker_exec() {
-    if !docker::available("a_sandbox_without_the_daemon_falls_back_to_docker_exec") {
+    let Some((mut containers, _state, relay)) = docker_relay("a_sandbox_without_the_daemon_falls_back_to_docker_exec")
+    else {
         return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
+    };
     let name = containers.name("plain");
     let sbx = create(&relay, &name, json!({"image": PLAIN_IMAGE})).await;
     assert_eq!(sbx["daemon"], json!(false), "{sbx}");
@@ -210,12 +218,11 @@ async fn a_sandbox_without_the_daemon_falls_back_to_docker_exec() {
 
 #[tokio::test]
 async fn options_reach_commands_through_the_daemon_and_without_it() {
-    if !docker::available("options_reach_commands_through_the_daemon_and_without_it") {
+    let Some((mut containers, _state, relay)) =
+        docker_relay("options_reach_commands_through_the_daemon_and_without_it")
+    else {
         return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
+    };
     for image in [ENVD_IMAGE, PLAIN_IMAGE] {
         let name = containers.name("opts");
         let options = json!({"image": image, "env": {"FOO": "bar baz", "EMPTY": ""}, "user": "user",
@@ -250,12 +257,7 @@ async fn options_reach_commands_through_the_daemon_and_without_it() {
 
 #[tokio::test]
 async fn pause_resume_and_destroy() {
-    if !docker::available("pause_resume_and_destroy") {
-        return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
+    let Some((mut containers, _state, relay)) = docker_relay("pause_resume_and_destroy") else { return };
     for image in [ENVD_IMAGE, PLAIN_IMAGE] {
         let name = containers.name("pause");
         let sbx = create(&relay, &name, json!({"image": image})).await;
@@ -309,12 +311,10 @@ async fn pause_resume_and_destroy() {
 
 #[tokio::test]
 async fn missing_images_and_bad_options_are_the_clients_errors() {
-    if !docker::available("missing_images_and_bad_options_are_the_clients_errors") {
+    let Some((mut containers, _state, relay)) = docker_relay("missing_images_and_bad_options_are_the_clients_errors")
+    else {
         return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
+    };
     let name = containers.name("missing");
     let r = relay
         .call(
@@ -428,12 +428,11 @@ async fn an_image_whose_daemon_never_answers_is_refused_with_its_log() {
 
 #[tokio::test]
 async fn a_stopped_container_starts_again_and_a_removed_one_is_reported() {
-    if !docker::available("a_stopped_container_starts_again_and_a_removed_one_is_reported") {
+    let Some((mut containers, _state, relay)) =
+        docker_relay("a_stopped_container_starts_again_and_a_removed_one_is_reported")
+    else {
         return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
+    };
     let name = containers.name("restart");
     let sbx = create(&relay, &name, json!({"image": ENVD_IMAGE})).await;
     let c = container_of(sbx["id"].as_str().expect("id"));
@@ -488,12 +487,11 @@ async fn a_relay_without_docker_starts_and_says_why_docker_sandboxes_fail() {
 /// output in ~/.hangar/bg/<id>.out, polled; input needs the daemon; the kill reaches the group.
 #[tokio::test]
 async fn background_processes_without_the_daemon_are_detached_and_polled() {
-    if !docker::available("background_processes_without_the_daemon_are_detached_and_polled") {
+    let Some((mut containers, _state, relay)) =
+        docker_relay("background_processes_without_the_daemon_are_detached_and_polled")
+    else {
         return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
+    };
     let name = containers.name("bgplain");
     let sbx = create(&relay, &name, json!({"image": PLAIN_IMAGE})).await;
     assert_eq!(sbx["daemon"], json!(false), "{sbx}");
@@ -582,12 +580,11 @@ async fn background_processes_without_the_daemon_are_detached_and_polled() {
 /// Nobody attached: the relay still looks every 5 s, so an exit is noticed without anyone asking.
 #[tokio::test]
 async fn an_unattached_process_without_the_daemon_is_still_watched() {
-    if !docker::available("an_unattached_process_without_the_daemon_is_still_watched") {
+    let Some((mut containers, _state, relay)) =
+        docker_relay("an_unattached_process_without_the_daemon_is_still_watched")
+    else {
         return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
+    };
     let name = containers.name("bgidle");
     create(&relay, &name, json!({"image": PLAIN_IMAGE})).await;
     let r = relay
