@@ -18,6 +18,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     tonic_prost_build::configure()
         .compile_well_known_types(true)
+        // Output chunks travel from the ring to the wire as `Bytes`: a reference count, not a copy.
+        .bytes(".process.ProcessEvent.DataEvent")
+        .bytes(".hangar.envd.v1.AttachEvent.Data")
+        .bytes(".hangar.envd.v1.FollowEvent.Data")
         .extern_path(".google.protobuf.Timestamp", "crate::Timestamp")
         .extern_path(".google.protobuf", "::pbjson_types")
         .build_client(true)

@@ -75,7 +75,7 @@ impl Processes for ProcessesService {
                         StreamKind::Stderr => OutputStream::Stderr,
                         StreamKind::Pty => OutputStream::Pty,
                     } as i32,
-                    data: c.data.to_vec(),
+                    data: c.data,
                 }))),
                 Pumped::Event(Event::Gap { from, to }) => {
                     events::SubscriberGap { pid, lost: to - from }.emit();

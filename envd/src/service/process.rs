@@ -127,9 +127,9 @@ fn e2b_event(pid: u32, item: Pumped) -> Option<Result<ProcessEvent, Status>> {
     match item {
         Pumped::Event(Event::Data(c)) => {
             let output = match c.kind {
-                StreamKind::Stdout => pe::data_event::Output::Stdout(c.data.to_vec()),
-                StreamKind::Stderr => pe::data_event::Output::Stderr(c.data.to_vec()),
-                StreamKind::Pty => pe::data_event::Output::Pty(c.data.to_vec()),
+                StreamKind::Stdout => pe::data_event::Output::Stdout(c.data),
+                StreamKind::Stderr => pe::data_event::Output::Stderr(c.data),
+                StreamKind::Pty => pe::data_event::Output::Pty(c.data),
             };
             Some(Ok(event(pe::Event::Data(DataEvent { output: Some(output) }))))
         }

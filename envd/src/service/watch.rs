@@ -253,7 +253,7 @@ fn follow_msg(e: fe::Event) -> FollowResponse {
 
 fn follow_event(e: follow::Event) -> fe::Event {
     match e {
-        follow::Event::Data { offset, data } => fe::Event::Data(fe::Data { offset, data }),
+        follow::Event::Data { offset, data } => fe::Event::Data(fe::Data { offset, data: data.into() }),
         follow::Event::Truncated { previous_offset, size } => {
             fe::Event::Truncated(fe::Truncated { previous_offset, size })
         }
