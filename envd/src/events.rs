@@ -13,6 +13,16 @@ impl Listening {
     }
 }
 
+pub struct AcceptFailed<'a> {
+    pub error: &'a std::io::Error,
+}
+impl AcceptFailed<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "accept_failed", error = %self.error,
+            "accepting a connection failed; retrying in 1 s");
+    }
+}
+
 pub struct ProcessStarted<'a> {
     pub pid: u32,
     pub tag: Option<&'a str>,

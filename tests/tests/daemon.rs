@@ -109,3 +109,23 @@ async fn children_inherit_only_stdio() {
         assert!(!l.contains("socket:"), "a socket leaked into the child: {out}");
     }
 }
+
+/// A relay carries every stream of a sandbox on one HTTP/2 connection, so one connection must
+/// open more streams at once than hyper's default limit of 200.
+#[tokio::test]
+async fn one_connection_carries_hundreds_of_streams() {
+    let envd = Envd::start(&[]);
+    let channel = envd.channel().await;
+    let mut open = Vec::new();
+    for i in 0..300 {
+        let mut client = pb::process_client::ProcessClient::new(channel.clone());
+        let mut s = within(STEP, &format!("Start #{i} on one connection"), client.start(bash("sleep 60")))
+            .await
+            .unwrap_or_else(|e| panic!("Start #{i}: {e}"))
+            .into_inner();
+        let first = next_event(&mut s, STEP).await.unwrap_or_else(|e| panic!("Start #{i}: {e}"));
+        assert!(matches!(first, Some(pb::process_event::Event::Start(_))), "stream #{i} began with {first:?}");
+        open.push(s);
+    }
+    assert_eq!(open.len(), 300);
+}

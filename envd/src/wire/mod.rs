@@ -22,10 +22,17 @@ use hangar_proto::{
     process::process_server::ProcessServer,
 };
 use http::{HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+    service::TowerToHyperService,
+};
 use tower::ServiceExt as _;
 
 use crate::{
     auth::AccessToken,
+    events,
     service::{Core, DaemonService, FilesService, FilesystemService, ProcessService, ProcessesService},
     settings::Settings,
     system::System,
@@ -180,7 +187,35 @@ impl Server {
     }
 
     /// Serves HTTP/1.1 and h2c (prior knowledge) on the one port until the future is dropped.
+    ///
+    /// Not `axum::serve`, for two settings it does not offer: `TCP_NODELAY`, so a small event
+    /// is sent when written rather than held for the previous one's ACK, and HTTP/2's
+    /// concurrent-stream limit, which hyper sets to 200 per connection: a relay multiplexes
+    /// every stream of a sandbox on one connection, and the 201st would wait for a slot.
     pub async fn serve(self) -> std::io::Result<()> {
-        axum::serve(self.listener, self.app).await
+        let service = TowerToHyperService::new(self.app.map_request(|req: Request<Incoming>| req.map(Body::new)));
+        loop {
+            let (tcp, _) = match self.listener.accept().await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of descriptors and the like: wait rather than spin (as axum does).
+                    events::AcceptFailed { error: &e }.emit();
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let service = service.clone();
+            tokio::spawn(async move {
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                builder.http2().max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
+                // A connection's errors (a client gone mid-request) are the client's business.
+                let _ = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).await;
+            });
+        }
     }
 }
+
+/// HTTP/2 streams one connection may have open at once: far above the relay's 512 streams in
+/// all, so only the daemon's own limits (watches, message sizes) ever refuse one.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 4096;
