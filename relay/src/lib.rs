@@ -111,6 +111,7 @@ const MCP_RESULTS_GRACE: std::time::Duration = std::time::Duration::from_millis(
 /// streams are refused, and the process exits once responses have flushed (10 s at the most).
 /// Sandboxes and their processes keep running.
 pub async fn serve(bound: Bound) -> std::io::Result<()> {
+    use axum::serve::ListenerExt as _;
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -126,7 +127,12 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     );
     let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
     let streams = relay.streams.clone();
-    let server = axum::serve(bound.listener, app).with_graceful_shutdown(async move {
+    // TCP_NODELAY: an SSE event or MCP notification goes out when written, not after the
+    // previous one's ACK.
+    let listener = bound.listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}

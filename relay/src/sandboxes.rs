@@ -1,6 +1,8 @@
 //! Sandboxes: lookups by id or name, lifecycle through their provider, and their daemons.
 use std::{
+    collections::HashMap,
     path::{Component, Path, PathBuf},
+    sync::Mutex,
     time::Duration,
 };
 
@@ -34,7 +36,16 @@ pub struct Sandboxes {
     providers: Vec<Box<dyn Provider>>,
     /// Serializes daemon (re)starts so two requests never start two daemons for one sandbox.
     starting: tokio::sync::Mutex<()>,
+    /// The daemon last found for each sandbox (by id), on its open connection. A request asks
+    /// it first, with one `Info` call; only when that fails does it take the provider's path
+    /// (inspect the container, connect, restart) under `starting`. Without this, every stream
+    /// paid for a Docker inspect and a new connection, one request at a time (bench/: 512
+    /// streams took 20 s to open).
+    found: Mutex<HashMap<String, Envd>>,
 }
+
+/// How long a known daemon has to answer `Info` before the provider is asked instead.
+const KNOWN_DAEMON_CHECK: Duration = Duration::from_secs(1);
 
 impl From<ProviderError> for ApiError {
     fn from(e: ProviderError) -> Self {
@@ -63,7 +74,7 @@ pub fn valid_name(name: &str) -> bool {
 
 impl Sandboxes {
     pub fn new(providers: Vec<Box<dyn Provider>>) -> Self {
-        Self { providers, starting: tokio::sync::Mutex::new(()) }
+        Self { providers, starting: tokio::sync::Mutex::new(()), found: Mutex::new(HashMap::new()) }
     }
 
     pub fn provider(&self, name: &str) -> Result<&dyn Provider, ApiError> {
@@ -150,8 +161,18 @@ impl Sandboxes {
     /// The sandbox's daemon, started again where the provider can; `None` without one.
     pub async fn daemon(&self, store: &Store, row: &mut SandboxRow) -> Result<Option<Envd>, ApiError> {
         self.runnable(row)?;
+        if let Some(known) = self.known(&row.id) {
+            if known.alive(KNOWN_DAEMON_CHECK).await.is_ok() {
+                return Ok(Some(known));
+            }
+            self.forget(&row.id);
+        }
         let p = self.provider(&row.provider)?;
         let _g = self.starting.lock().await;
+        // Found by a request that held the lock before this one (this one forgot the old one).
+        if let Some(known) = self.known(&row.id) {
+            return Ok(Some(known));
+        }
         // Another request may have restarted it while this one waited.
         if let Some(fresh) = store.sandbox(&row.id)? {
             *row = fresh;
@@ -164,7 +185,26 @@ impl Sandboxes {
         if *row != before {
             store.update_sandbox(row)?;
         }
+        match &result {
+            Ok(Some(envd)) => {
+                self.lock_found().insert(row.id.clone(), envd.clone());
+            }
+            _ => self.forget(&row.id),
+        }
         Ok(result?)
+    }
+
+    fn lock_found(&self) -> std::sync::MutexGuard<'_, HashMap<String, Envd>> {
+        self.found.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn known(&self, id: &str) -> Option<Envd> {
+        self.lock_found().get(id).cloned()
+    }
+
+    /// Drops the daemon known for a sandbox: the next request asks the provider.
+    fn forget(&self, id: &str) {
+        self.lock_found().remove(id);
     }
 
     pub async fn exec_fallback(
@@ -182,6 +222,7 @@ impl Sandboxes {
 
     pub async fn set_paused(&self, store: &Store, row: &mut SandboxRow, paused: bool) -> Result<(), ApiError> {
         let p = self.provider(&row.provider)?;
+        self.forget(&row.id);
         if paused {
             p.pause(row).await?;
         } else {
@@ -194,6 +235,7 @@ impl Sandboxes {
     }
 
     pub async fn destroy(&self, store: &Store, row: &SandboxRow) -> Result<(), ApiError> {
+        self.forget(&row.id);
         self.provider(&row.provider)?.destroy(row).await?;
         store.delete_sandbox(&row.id)?;
         events::SandboxChanged { name: &row.name, provider: &row.provider, change: "destroyed" }.emit();

@@ -436,6 +436,10 @@ async fn a_stopped_container_starts_again_and_a_removed_one_is_reported() {
     let name = containers.name("restart");
     let sbx = create(&relay, &name, json!({"image": ENVD_IMAGE})).await;
     let c = container_of(sbx["id"].as_str().expect("id"));
+    // The relay now knows the daemon (and its connection): stopping the container must not
+    // leave it answering from what it knew.
+    let (_, result) = stream(&relay, &name, json!({"command": "echo first"})).await;
+    assert_eq!(result["stdout"], json!("first\n"), "{result}");
     docker_ok(&["stop", "-t", "1", &c]);
     let (_, result) = stream(&relay, &name, json!({"command": "echo back"})).await;
     assert_eq!((result["stdout"].clone(), result["streamed"].clone()), (json!("back\n"), json!(true)), "{result}");
