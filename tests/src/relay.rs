@@ -185,8 +185,7 @@ impl Relay {
     pub async fn sse(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Sse {
         let req = self.request(method, path, token, body.map(|b| Bytes::from(b.to_string())));
         let resp = within(STEP, &format!("{method} {path}"), send_http1(self.addr, req)).await;
-        let status = resp.status().as_u16();
-        Sse { status, body: resp.into_body(), buf: BytesMut::new() }
+        Sse::from_response(resp)
     }
 }
 
@@ -218,6 +217,11 @@ pub struct Sse {
 }
 
 impl Sse {
+    /// Reads a response already received as a stream of events (an MCP call's answer, say).
+    pub fn from_response(resp: hyper::Response<Incoming>) -> Sse {
+        Sse { status: resp.status().as_u16(), body: resp.into_body(), buf: BytesMut::new() }
+    }
+
     /// The next event (comments skipped), or `None` when the stream ends; fails after `limit`.
     pub async fn next(&mut self, limit: Duration) -> Option<SseEvent> {
         within(limit, "the next SSE event", async {

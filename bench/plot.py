@@ -1,0 +1,55 @@
+"""Draws the per-line delay distributions of a hangar-bench result (scenarios 1 and 5) as one PNG.
+
+Usage: plot.py RESULT.json OUT.png. Reads only the JSON hangar-bench wrote, so a plot can be
+redrawn from committed results.
+"""
+
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def cdf(ax, percentiles, label):
+    # The 0th..100th percentiles, as a cumulative distribution.
+    ax.plot(percentiles, range(len(percentiles)), label=label, drawstyle="steps-post")
+
+
+def main(src, dest):
+    with open(src) as f:
+        r = json.load(f)
+    panels = [p for p in ("streaming", "scale") if r.get(p)]
+    if not panels:
+        print(f"plot.py: {src} has no streaming or scale results: no plot", file=sys.stderr)
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        if panel == "streaming":
+            s = r["streaming"]
+            for row in s["rows"]:
+                cdf(ax, row["line_delay_ms"]["percentiles"], row["label"].replace("`", ""))
+            ax.set_title(f"1. Each line's delay, {s['runs']} runs x {s['lines']} lines")
+        else:
+            s = r["scale"]
+            d = s["line_delay_ms"]
+            cdf(ax, d["percentiles"], "every line")
+            cdf(ax, s["line_delay_all_open_ms"]["percentiles"], "lines printed while all were open")
+            ax.set_title(f"5. Each line's delay, {s['streams']} streams ({d['n']} lines)")
+        ax.set_xscale("log")
+        ax.set_xlabel("delay from printing to arrival, ms (log)")
+        ax.set_ylabel("percentile")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    m = r["machine"]
+    fig.suptitle(f"hangar {r['date'][:10]} ({r['mode']}): {m['cores']} cores, {m['cpu']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(dest, dpi=110)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,109 @@
+//! hangar-bench: measures hangar's streaming beside what users would use instead, in one run,
+//! so that every figure can be read as a ratio on a noisy machine.
+//!
+//! Invariants:
+//! - The bench drives the real release binaries from outside (REST, SSE, MCP, gRPC), through
+//!   the end-to-end harness (`hangar-e2e`), as users do; it links no relay or daemon code.
+//! - A scenario that cannot measure what it claims (a line lost, a stream refused early, a peer
+//!   missing) fails the run; it never reports a number that means something else.
+//! - Everything it starts (relays, daemons, containers, peers) is stopped when it ends.
+
+pub mod error;
+pub mod machine;
+pub mod mcp;
+pub mod pipe;
+pub mod procfs;
+pub mod report;
+pub mod scenarios;
+pub mod stats;
+pub mod world;
+
+use std::time::Instant;
+
+use clap::ValueEnum;
+
+pub use error::{BenchError, Result};
+use report::Results;
+use scenarios::{follow, memory, scale, streaming, throughput, watch};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    Streaming,
+    Follow,
+    Watch,
+    Throughput,
+    Memory,
+    Scale,
+}
+
+pub const ALL: [Scenario; 6] =
+    [Scenario::Streaming, Scenario::Follow, Scenario::Watch, Scenario::Throughput, Scenario::Memory, Scenario::Scale];
+
+/// How much of each scenario to run: the full run behind committed results, or a quick one
+/// (under two minutes) that proves every scenario still works.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    pub quick: bool,
+    pub stream_runs: usize,
+    pub stream_lines: u64,
+    pub follow_lines: u64,
+    pub watch_files: u64,
+    pub throughput_bytes: u64,
+    pub throughput_runs: usize,
+    pub scale_lines: u64,
+}
+
+impl Sizes {
+    pub fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                quick,
+                stream_runs: 1,
+                stream_lines: 10,
+                follow_lines: 20,
+                watch_files: 20,
+                throughput_bytes: 256 << 20,
+                throughput_runs: 1,
+                scale_lines: 100,
+            }
+        } else {
+            Sizes {
+                quick,
+                stream_runs: 5,
+                stream_lines: 30,
+                follow_lines: 100,
+                watch_files: 100,
+                throughput_bytes: 1 << 30,
+                throughput_runs: 3,
+                scale_lines: 300,
+            }
+        }
+    }
+}
+
+/// Runs the chosen scenarios in order.
+pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results> {
+    let started = Instant::now();
+    let mut r = Results::new(name, sizes.quick);
+    for s in ALL.into_iter().filter(|s| only.is_empty() || only.contains(s)) {
+        let t = Instant::now();
+        eprintln!("hangar-bench: {s:?}...");
+        match s {
+            Scenario::Streaming => {
+                let cfg = streaming::Config { runs: sizes.stream_runs, lines: sizes.stream_lines };
+                r.streaming = Some(streaming::run(&cfg).await?);
+            }
+            Scenario::Follow => r.follow = Some(follow::run(&follow::Config { lines: sizes.follow_lines }).await?),
+            Scenario::Watch => r.watch = Some(watch::run(&watch::Config { files: sizes.watch_files }).await?),
+            Scenario::Throughput => {
+                let cfg = throughput::Config { bytes: sizes.throughput_bytes, runs: sizes.throughput_runs };
+                r.throughput = Some(throughput::run(&cfg).await?);
+            }
+            Scenario::Memory => r.memory = Some(memory::run().await?),
+            Scenario::Scale => r.scale = Some(scale::run(&scale::Config { lines: sizes.scale_lines }).await?),
+        }
+        eprintln!("hangar-bench: {s:?} done in {:.1} s", t.elapsed().as_secs_f64());
+    }
+    r.seconds = stats::round3(started.elapsed().as_secs_f64());
+    Ok(r)
+}

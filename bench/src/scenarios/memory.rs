@@ -1,0 +1,110 @@
+//! Scenario 4b, the daemon's resident memory: idle, with 64 processes whose output rings are
+//! full, and with 64 directory watches (its default limit). Each case starts from a fresh daemon.
+
+use std::time::Duration;
+
+use hangar_e2e::{bash, files::Scratch, pb::process_event};
+use hangar_proto::{ext::files_client::FilesClient, filesystem::WatchDirRequest};
+use serde::Serialize;
+
+use crate::{
+    error::{fail, IoContext, Result},
+    procfs,
+    world::host_envd,
+};
+
+pub const PROCESSES: usize = 64;
+pub const WATCHES: usize = 64;
+/// More than a ring holds (256 KiB), so every ring is full.
+const OUTPUT_BYTES: u64 = 320 * 1024;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub idle_kib: u64,
+    pub full_rings_kib: u64,
+    pub processes: usize,
+    pub ring_bytes: u64,
+    pub watches_kib: u64,
+    pub watches: usize,
+    /// The second daemon's memory before its watches, to compare with `watches_kib`.
+    pub watches_idle_kib: u64,
+}
+
+pub async fn run() -> Result<Report> {
+    let envd = host_envd(&[]);
+    settle().await;
+    let idle_kib = procfs::rss_kib(envd.pid())?;
+    // Each process prints more than its ring holds, then sleeps; its Start stream is drained
+    // (unread, it would hold the process back) and kept open.
+    let mut readers = Vec::new();
+    for _ in 0..PROCESSES {
+        let mut client = envd.process().await;
+        let script = format!("head -c {OUTPUT_BYTES} /dev/urandom; exec sleep 600");
+        let mut stream = client.start(bash(&script)).await.map_err(|e| fail("Start", e))?.into_inner();
+        readers.push(tokio::spawn(async move {
+            let mut got = 0u64;
+            while got < OUTPUT_BYTES {
+                match stream.message().await {
+                    Ok(Some(m)) => {
+                        if let Some(process_event::Event::Data(d)) = m.event.and_then(|e| e.event) {
+                            got += match d.output {
+                                Some(process_event::data_event::Output::Stdout(b)) => b.len() as u64,
+                                _ => 0,
+                            };
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            (got, stream)
+        }));
+    }
+    let mut streams = Vec::new();
+    for r in readers {
+        let (got, stream) = tokio::time::timeout(Duration::from_secs(30), r)
+            .await
+            .map_err(|_| fail("filling the rings", "timed out"))?
+            .map_err(|e| fail("filling the rings", e))?;
+        if got < OUTPUT_BYTES {
+            return Err(fail("filling the rings", format!("a process printed {got} bytes")));
+        }
+        streams.push(stream);
+    }
+    settle().await;
+    let full_rings_kib = procfs::rss_kib(envd.pid())?;
+    drop(streams);
+    drop(envd);
+
+    let envd = host_envd(&[]);
+    settle().await;
+    let watches_idle_kib = procfs::rss_kib(envd.pid())?;
+    let dirs: Vec<Scratch> = (0..WATCHES).map(|i| Scratch::new(&format!("bench-mem-{i}"))).collect();
+    let mut open = Vec::new();
+    for d in &dirs {
+        let req = WatchDirRequest { path: d.at("."), recursive: true, ..Default::default() };
+        let mut s =
+            FilesClient::new(envd.channel().await).watch_dir(req).await.map_err(|e| fail("WatchDir", e))?.into_inner();
+        s.message().await.map_err(|e| fail("WatchDir", e))?.ok_or_else(|| fail("WatchDir", "no start"))?;
+        open.push(s);
+    }
+    // One file in each, so every watch has seen an event.
+    for d in &dirs {
+        std::fs::write(d.join("x"), b"x").ctx("writing into a watched directory")?;
+    }
+    settle().await;
+    let watches_kib = procfs::rss_kib(envd.pid())?;
+    drop(open);
+    Ok(Report {
+        idle_kib,
+        full_rings_kib,
+        processes: PROCESSES,
+        ring_bytes: 256 * 1024,
+        watches_kib,
+        watches: WATCHES,
+        watches_idle_kib,
+    })
+}
+
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}

@@ -1,0 +1,8 @@
+//! The scenarios, one module each, numbered as in docs/performance.md.
+
+pub mod follow;
+pub mod memory;
+pub mod scale;
+pub mod streaming;
+pub mod throughput;
+pub mod watch;

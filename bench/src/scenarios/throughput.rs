@@ -1,0 +1,97 @@
+//! Scenario 4a, throughput: a process writing as fast as it can (`head -c N /dev/zero`), read
+//! through envd's `Start` stream over gRPC with no rate limit, beside the same bytes through a
+//! plain pipe to /dev/null (`head -c N /dev/zero | cat > /dev/null`).
+
+use std::time::Instant;
+
+use hangar_e2e::{pb::process_event, start_req};
+use serde::Serialize;
+
+use crate::{
+    error::{fail, IoContext, Result},
+    procfs,
+    stats::{ratio, round3},
+    world::host_envd,
+};
+
+pub struct Config {
+    pub bytes: u64,
+    pub runs: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub bytes: u64,
+    pub runs: usize,
+    /// Median of the runs, MiB/s.
+    pub hangar_mib_s: f64,
+    pub pipe_mib_s: f64,
+    pub hangar_vs_pipe: Option<f64>,
+    /// The daemon's CPU time per GiB streamed, in seconds (median run).
+    pub daemon_cpu_s_per_gib: f64,
+    pub hangar_runs_mib_s: Vec<f64>,
+    pub pipe_runs_mib_s: Vec<f64>,
+}
+
+pub async fn run(cfg: &Config) -> Result<Report> {
+    let envd = host_envd(&[]);
+    let mut client = envd.process().await;
+    let n = cfg.bytes.to_string();
+    let (mut hangar, mut pipe, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..cfg.runs {
+        let cpu0 = procfs::cpu_seconds(envd.pid())?;
+        let t = Instant::now();
+        let mut stream =
+            client.start(start_req("head", &["-c", &n, "/dev/zero"])).await.map_err(|e| fail("Start", e))?.into_inner();
+        let mut got = 0u64;
+        let mut ended = false;
+        while let Some(msg) = stream.message().await.map_err(|e| fail("the Start stream", e))? {
+            match msg.event.and_then(|e| e.event) {
+                Some(process_event::Event::Data(d)) => {
+                    if let Some(process_event::data_event::Output::Stdout(b)) = d.output {
+                        got += b.len() as u64;
+                    }
+                }
+                Some(process_event::Event::End(_)) => ended = true,
+                _ => {}
+            }
+        }
+        let secs = t.elapsed().as_secs_f64();
+        if !ended || got != cfg.bytes {
+            return Err(fail("the Start stream", format!("{got} of {} bytes, ended: {ended}", cfg.bytes)));
+        }
+        hangar.push(mib_s(cfg.bytes, secs));
+        cpu.push((procfs::cpu_seconds(envd.pid())? - cpu0) * (1u64 << 30) as f64 / cfg.bytes as f64);
+
+        let t = Instant::now();
+        let status = std::process::Command::new("bash")
+            .args(["-c", &format!("head -c {n} /dev/zero | cat > /dev/null")])
+            .status()
+            .ctx("running the pipe")?;
+        if !status.success() {
+            return Err(fail("the pipe", status));
+        }
+        pipe.push(mib_s(cfg.bytes, t.elapsed().as_secs_f64()));
+    }
+    let (h, p) = (median(&hangar), median(&pipe));
+    Ok(Report {
+        bytes: cfg.bytes,
+        runs: cfg.runs,
+        hangar_mib_s: h,
+        pipe_mib_s: p,
+        hangar_vs_pipe: ratio(h, p),
+        daemon_cpu_s_per_gib: median(&cpu),
+        hangar_runs_mib_s: hangar,
+        pipe_runs_mib_s: pipe,
+    })
+}
+
+fn mib_s(bytes: u64, secs: f64) -> f64 {
+    round3(bytes as f64 / (1024.0 * 1024.0) / secs.max(1e-9))
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().map(round3).unwrap_or(0.0)
+}
