@@ -64,7 +64,7 @@ impl Sizes {
                 watch_files: 20,
                 throughput_bytes: 256 << 20,
                 throughput_runs: 1,
-                scale_lines: 100,
+                scale_lines: 150,
             }
         } else {
             Sizes {
