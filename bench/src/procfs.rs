@@ -1,15 +1,12 @@
 //! A process's resident memory and CPU time, from /proc.
 
+use hangar_e2e::files::proc_status_kib;
+
 use crate::error::{fail, IoContext, Result};
 
 /// Resident memory (`VmRSS`) of `pid`, in KiB.
 pub fn rss_kib(pid: u32) -> Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ctx(format!("reading /proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| fail(format!("/proc/{pid}/status"), "no VmRSS line"))
+    proc_status_kib(pid, "VmRSS").ok_or_else(|| fail(format!("/proc/{pid}/status"), "no such process or no VmRSS"))
 }
 
 /// User plus system CPU time `pid` has used, in seconds.

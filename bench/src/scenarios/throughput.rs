@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::{
     error::{fail, IoContext, Result},
     procfs,
-    stats::{ratio, round3},
+    stats::{percentile, ratio, round3},
     world::host_envd,
 };
 
@@ -93,5 +93,9 @@ fn mib_s(bytes: u64, secs: f64) -> f64 {
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().map(round3).unwrap_or(0.0)
+    if s.is_empty() {
+        0.0
+    } else {
+        percentile(&s, 50.0)
+    }
 }
