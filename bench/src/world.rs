@@ -15,9 +15,9 @@ use tonic::transport::{Channel, Endpoint};
 use crate::error::{fail, Result};
 
 /// The images bench/run builds from the release daemon (images/build-test-images with
-/// `HANGAR_IMAGE_REPO`), so the tests' debug images are left alone.
+/// `HANGAR_IMAGE_REPO`, the same variable read here), so the tests' debug images are left alone.
 pub fn image(kind: &str) -> String {
-    let repo = std::env::var("HANGAR_BENCH_IMAGE_REPO").unwrap_or_else(|_| "hangar-bench".into());
+    let repo = std::env::var("HANGAR_IMAGE_REPO").unwrap_or_else(|_| "hangar-bench".into());
     format!("{repo}:{kind}")
 }
 
@@ -49,15 +49,6 @@ impl RelayWorld {
 
     pub fn addr(&self) -> SocketAddr {
         self.relay.addr
-    }
-
-    /// A new token of `scope`; its secret.
-    pub async fn token(&self, name: &str, scope: &str) -> Result<String> {
-        let r = self.relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": name, "scope": scope}))).await;
-        if r.status != 201 {
-            return Err(fail("creating a token", format!("{}: {}", r.status, String::from_utf8_lossy(&r.body))));
-        }
-        r.json()["secret"].as_str().map(str::to_string).ok_or_else(|| fail("creating a token", "no secret"))
     }
 
     /// A Docker sandbox from `image`; fails unless its daemon answered exactly when `daemon`.

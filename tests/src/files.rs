@@ -44,17 +44,26 @@ impl Scratch {
         let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let path = std::env::temp_dir().join(format!("hangar-e2e-{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create scratch dir");
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
         Scratch { path }
     }
 
-    pub fn join(&self, p: &str) -> PathBuf {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
         self.path.join(p)
     }
 
     /// `join` as a string, for requests.
     pub fn at(&self, p: &str) -> String {
         self.join(p).to_string_lossy().into_owned()
+    }
+
+    /// The directory as a string, for requests.
+    pub fn str(&self) -> String {
+        self.path.to_string_lossy().into_owned()
     }
 
     /// Lets every user create entries in it (mode 0777).

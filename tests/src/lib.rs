@@ -450,6 +450,18 @@ pub fn proc_stat(pid: u32) -> Option<ProcStat> {
     Some(ProcStat { pid, comm, state, ppid, pgrp, session })
 }
 
+/// Pids of the processes whose command line contains `marker`.
+pub fn pids_with(marker: &str) -> Vec<u32> {
+    all_procs()
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .map(|p| p.pid)
+        .collect()
+}
+
 /// Every process visible in /proc.
 pub fn all_procs() -> Vec<ProcStat> {
     let mut out = Vec::new();

@@ -79,6 +79,12 @@ impl Drop for StateDir {
     }
 }
 
+/// A token as its creation shows it: the id (to revoke it) and the secret (shown once).
+pub struct Token {
+    pub id: String,
+    pub secret: String,
+}
+
 pub struct Relay {
     child: Child,
     pub addr: SocketAddr,
@@ -168,6 +174,17 @@ impl Relay {
             headers.push(("authorization", a));
         }
         build_request(method, path, self.addr, false, &headers, full_body(body.unwrap_or_default()))
+    }
+
+    /// A new token of `scope` made with the admin token.
+    pub async fn token(&self, name: &str, scope: &str) -> Token {
+        let r = self
+            .call("POST", "/api/tokens", Some(ADMIN), Some(serde_json::json!({"name": name, "scope": scope})))
+            .await;
+        assert_eq!(r.status, 201, "creating token {name:?}: {r:?}");
+        let v = r.json();
+        let field = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("token without {k}: {v}")).to_string();
+        Token { id: field("id"), secret: field("secret") }
     }
 
     /// One request, the whole response.

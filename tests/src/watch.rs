@@ -2,8 +2,7 @@
 //! watch and follow streams read event by event with bounded waits.
 
 use std::{
-    path::{Path, PathBuf},
-    sync::atomic::{AtomicUsize, Ordering},
+    path::Path,
     time::{Duration, Instant},
 };
 
@@ -43,41 +42,7 @@ impl Envd {
     }
 }
 
-static SCRATCH: AtomicUsize = AtomicUsize::new(0);
-
-/// A fresh directory under the system's temp directory, removed (with its contents) on drop.
-#[derive(Debug)]
-pub struct Scratch {
-    path: PathBuf,
-}
-
-impl Scratch {
-    pub fn new(tag: &str) -> Scratch {
-        let n = SCRATCH.fetch_add(1, Ordering::SeqCst);
-        let path = std::env::temp_dir().join(format!("hangar-e2e-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
-        Scratch { path }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
-        self.path.join(rel)
-    }
-
-    pub fn str(&self) -> String {
-        self.path.to_string_lossy().into_owned()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
+pub use crate::files::Scratch;
 
 /// The event type's short name, as the SDKs call it: `create`, `write`, ...
 pub fn kind_name(t: i32) -> &'static str {

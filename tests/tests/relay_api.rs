@@ -2,18 +2,11 @@
 use std::time::Duration;
 
 use hangar_e2e::{
-    all_procs, is_running,
-    relay::{Relay, StateDir, ADMIN},
+    is_running, pids_with,
+    relay::{Relay, StateDir, Token, ADMIN},
     wait_until, STEP,
 };
 use serde_json::{json, Value};
-
-async fn user_token(relay: &Relay, name: &str) -> (String, String) {
-    let r = relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": name, "scope": "user"}))).await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let v = r.json();
-    (v["id"].as_str().unwrap().to_string(), v["secret"].as_str().unwrap().to_string())
-}
 
 #[tokio::test]
 async fn health_is_open_and_everything_else_needs_a_token() {
@@ -32,7 +25,7 @@ async fn health_is_open_and_everything_else_needs_a_token() {
 async fn tokens_are_shown_once_stored_hashed_and_revocable() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
-    let (id, secret) = user_token(&relay, "ci").await;
+    let Token { id, secret } = relay.token("ci", "user").await;
     assert!(secret.starts_with("hgr_"), "{secret}");
     assert_eq!(relay.call("GET", "/api/sandboxes", Some(&secret), None).await.status, 200);
 
@@ -149,7 +142,7 @@ async fn sandboxes_crud_and_bad_input() {
 async fn exec_returns_the_result_at_the_end() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
-    let (_, user) = user_token(&relay, "u").await;
+    let user = relay.token("u", "user").await.secret;
     let r = relay
         .call(
             "POST",
@@ -268,16 +261,7 @@ async fn a_streamed_command_whose_client_goes_away_is_killed() {
         .await;
     let first = s.next(STEP).await.expect("started");
     assert_eq!(first.json()["data"], json!("started\n"));
-    let find = || {
-        all_procs()
-            .into_iter()
-            .filter(|p| {
-                std::fs::read(format!("/proc/{}/cmdline", p.pid))
-                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&marker))
-            })
-            .map(|p| p.pid)
-            .collect::<Vec<_>>()
-    };
+    let find = || pids_with(&marker);
     wait_until(STEP, "the command is running", || !find().is_empty()).await;
     let pids = find();
     drop(s);

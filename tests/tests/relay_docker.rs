@@ -546,9 +546,7 @@ async fn background_processes_without_the_daemon_are_detached_and_polled() {
     let r = relay.call("GET", &format!("/api/sandboxes/{name}/watch?path=/tmp"), Some(ADMIN), None).await;
     assert_eq!(r.status, 503, "a watch needs the daemon: {r:?}");
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("needs the daemon"));
-    let other =
-        relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": "o", "scope": "user"}))).await.json();
-    let other = other["secret"].as_str().unwrap().to_string();
+    let other = relay.token("o", "user").await.secret;
     assert_eq!(relay.call("GET", &format!("{base}/{id}"), Some(&other), None).await.status, 404);
     assert_eq!(relay.call("GET", &base, Some(&other), None).await.json()["processes"], json!([]));
 

@@ -3,33 +3,16 @@
 use std::time::Duration;
 
 use hangar_e2e::{
-    all_procs, build_request, envelope, full_body, is_running,
+    build_request, envelope, full_body, is_running, pids_with,
     relay::{Relay, Sse, StateDir, ADMIN},
     send_http1, wait_until, STEP,
 };
 use serde_json::{json, Value};
 
-async fn token(relay: &Relay, name: &str) -> String {
-    let r = relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": name, "scope": "user"}))).await;
-    assert_eq!(r.status, 201, "{r:?}");
-    r.json()["secret"].as_str().unwrap().to_string()
-}
-
 async fn start(relay: &Relay, tok: &str, command: &str) -> Value {
     let r = relay.call("POST", "/api/sandboxes/default/processes", Some(tok), Some(json!({"command": command}))).await;
     assert_eq!(r.status, 201, "{r:?}");
     r.json()
-}
-
-fn pid_of(marker: &str) -> Vec<u32> {
-    all_procs()
-        .into_iter()
-        .filter(|p| {
-            std::fs::read(format!("/proc/{}/cmdline", p.pid))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        })
-        .map(|p| p.pid)
-        .collect()
 }
 
 /// Reads output events until `end`: (text, last id, end payload).
@@ -178,8 +161,8 @@ async fn kill_reaches_the_whole_process_group() {
     let marker = format!("hangar-bg-kill-{}", std::process::id());
     let p = start(&relay, ADMIN, &format!("(exec -a {marker} sleep 1000) & exec -a {marker} sleep 1000")).await;
     let id = p["process_id"].as_str().unwrap().to_string();
-    wait_until(STEP, "both sleeps run", || pid_of(&marker).len() == 2).await;
-    let pids = pid_of(&marker);
+    wait_until(STEP, "both sleeps run", || pids_with(&marker).len() == 2).await;
+    let pids = pids_with(&marker);
     let r = relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(ADMIN), None).await;
     assert_eq!(r.status, 202, "{r:?}");
     wait_until(STEP, "no survivor in the group", || pids.iter().all(|p| !is_running(*p))).await;
@@ -191,7 +174,7 @@ async fn kill_reaches_the_whole_process_group() {
 async fn a_process_belongs_to_the_token_that_started_it() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
-    let (a, b) = (token(&relay, "a").await, token(&relay, "b").await);
+    let (a, b) = (relay.token("a", "user").await.secret, relay.token("b", "user").await.secret);
     let p = start(&relay, &a, "sleep 30").await;
     let id = p["process_id"].as_str().unwrap().to_string();
     let base = format!("/api/sandboxes/default/processes/{id}");
@@ -268,7 +251,7 @@ async fn a_tag_made_up_inside_the_sandbox_is_never_adopted() {
 async fn after_a_relay_restart_processes_are_adopted_by_their_token() {
     let state = StateDir::new();
     let mut relay = Relay::start(&state.0, &[]);
-    let a = token(&relay, "a").await;
+    let a = relay.token("a", "user").await.secret;
     let p = start(&relay, &a, "echo before; sleep 30").await;
     let id = p["process_id"].as_str().unwrap().to_string();
     relay.stop();
@@ -279,7 +262,7 @@ async fn after_a_relay_restart_processes_are_adopted_by_their_token() {
     assert_eq!((found[0]["adopted"].clone(), found[0]["state"].clone()), (json!(true), json!("running")));
     let v = relay.call("GET", &format!("/api/sandboxes/default/processes/{id}"), Some(&a), None).await.json();
     assert_eq!(v["output"], json!("before\n"), "the daemon kept the output: {v}");
-    let other = token(&relay, "b").await;
+    let other = relay.token("b", "user").await.secret;
     let list = relay.call("GET", "/api/sandboxes/default/processes", Some(&other), None).await.json();
     assert_eq!(list["processes"].as_array().unwrap().len(), 0, "{list}");
     assert_eq!(
@@ -292,7 +275,7 @@ async fn after_a_relay_restart_processes_are_adopted_by_their_token() {
 async fn background_processes_per_token_are_limited() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[("HANGAR_BACKGROUND_MAX_PER_TOKEN", "2")]);
-    let a = token(&relay, "a").await;
+    let a = relay.token("a", "user").await.secret;
     start(&relay, &a, "sleep 30").await;
     let second = start(&relay, &a, "sleep 30").await;
     let r =
@@ -300,7 +283,7 @@ async fn background_processes_per_token_are_limited() {
     assert_eq!((r.status, r.json()["error"]["code"].clone()), (429, json!("resource_exhausted")), "{r:?}");
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("HANGAR_BACKGROUND_MAX_PER_TOKEN"));
     // Another token has its own allowance.
-    let b = token(&relay, "b").await;
+    let b = relay.token("b", "user").await.secret;
     start(&relay, &b, "sleep 30").await;
     // A finished process frees its place.
     let id = second["process_id"].as_str().unwrap();

@@ -3,28 +3,11 @@
 use std::time::{Duration, Instant};
 
 use hangar_e2e::{
-    all_procs, is_running,
-    relay::{Relay, Sse, StateDir, ADMIN},
+    is_running, pids_with,
+    relay::{Relay, Sse, StateDir, Token, ADMIN},
     wait_until, STEP,
 };
 use serde_json::{json, Value};
-
-async fn token(relay: &Relay, name: &str) -> String {
-    let r = relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": name, "scope": "user"}))).await;
-    assert_eq!(r.status, 201, "{r:?}");
-    r.json()["secret"].as_str().unwrap().to_string()
-}
-
-fn pids_with(marker: &str) -> Vec<u32> {
-    all_procs()
-        .into_iter()
-        .filter(|p| {
-            std::fs::read(format!("/proc/{}/cmdline", p.pid))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        })
-        .map(|p| p.pid)
-        .collect()
-}
 
 /// A name no other test's process has.
 fn marker(tag: &str) -> String {
@@ -102,7 +85,7 @@ async fn a_watch_stays_inside_a_local_sandbox() {
 async fn limits_answer_429_and_name_the_limit() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_PER_TOKEN", "2"), ("HANGAR_WATCH_MAX_PER_TOKEN", "1")]);
-    let a = token(&relay, "a").await;
+    let a = relay.token("a", "user").await.secret;
     let _w = relay.sse("GET", "/api/sandboxes/default/watch?path=.", Some(&a), None).await;
     let r = relay.call("GET", "/api/sandboxes/default/watch?path=.", Some(&a), None).await;
     assert_eq!(r.status, 429, "{r:?}");
@@ -112,7 +95,7 @@ async fn limits_answer_429_and_name_the_limit() {
     assert_eq!((r.status, r.json()["error"]["code"].clone()), (429, json!("resource_exhausted")), "{r:?}");
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("HANGAR_STREAM_MAX_PER_TOKEN"));
     // Another token has its own allowance; a closed stream frees its place.
-    let b = token(&relay, "b").await;
+    let b = relay.token("b", "user").await.secret;
     let mut other = exec_stream(&relay, &b, "echo ok").await;
     assert_eq!(last_event(&mut other).await.event, "result");
     drop(_e);
@@ -133,7 +116,7 @@ async fn limits_answer_429_and_name_the_limit() {
     let state2 = StateDir::new();
     let relay2 = Relay::start(&state2.0, &[("HANGAR_STREAM_MAX_TOTAL", "1")]);
     let _one = exec_stream(&relay2, ADMIN, "sleep 30").await;
-    let c = token(&relay2, "c").await;
+    let c = relay2.token("c", "user").await.secret;
     let r = relay2.call("POST", "/api/sandboxes/default/exec/stream", Some(&c), Some(json!({"command": "true"}))).await;
     assert_eq!(r.status, 429, "{r:?}");
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("HANGAR_STREAM_MAX_TOTAL"));
@@ -143,9 +126,7 @@ async fn limits_answer_429_and_name_the_limit() {
 async fn revoking_a_token_ends_its_streams_and_kills_what_it_started() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
-    let tok =
-        relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": "doomed", "scope": "user"}))).await.json();
-    let (id, secret) = (tok["id"].as_str().unwrap().to_string(), tok["secret"].as_str().unwrap().to_string());
+    let Token { id, secret } = relay.token("doomed", "user").await;
     let m = marker("revoke");
     let mut ex = exec_stream(&relay, &secret, &format!("echo go; exec -a {m}-exec sleep 300")).await;
     assert_eq!(ex.next(STEP).await.unwrap().event, "stdout");

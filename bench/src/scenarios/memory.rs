@@ -1,10 +1,14 @@
 //! Scenario 4b, the daemon's resident memory: idle, with 64 processes whose output rings are
-//! full, and with 64 directory watches (its default limit). Each case starts from a fresh daemon.
+//! full, and with as many directory watches as it allows (64 by default). Each case starts from a
+//! fresh daemon; the ring size and the watch limit are the daemon's own, from `Daemon/Info`.
 
 use std::time::Duration;
 
-use hangar_e2e::{bash, files::Scratch, pb::process_event};
-use hangar_proto::{ext::files_client::FilesClient, filesystem::WatchDirRequest};
+use hangar_e2e::{bash, ext::InfoRequest, files::Scratch, pb::process_event, Envd};
+use hangar_proto::{
+    ext::{files_client::FilesClient, Limits},
+    filesystem::WatchDirRequest,
+};
 use serde::Serialize;
 
 use crate::{
@@ -14,9 +18,6 @@ use crate::{
 };
 
 pub const PROCESSES: usize = 64;
-pub const WATCHES: usize = 64;
-/// More than a ring holds (256 KiB), so every ring is full.
-const OUTPUT_BYTES: u64 = 320 * 1024;
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -25,7 +26,7 @@ pub struct Report {
     pub processes: usize,
     pub ring_bytes: u64,
     pub watches_kib: u64,
-    pub watches: usize,
+    pub watches: u32,
     /// The second daemon's memory before its watches, to compare with `watches_kib`.
     pub watches_idle_kib: u64,
 }
@@ -34,16 +35,19 @@ pub async fn run() -> Result<Report> {
     let envd = host_envd(&[]);
     settle().await;
     let idle_kib = procfs::rss_kib(envd.pid())?;
+    let limits = limits(&envd).await?;
+    // More than a ring holds, so every ring is full.
+    let output_bytes = limits.ring_bytes + 64 * 1024;
     // Each process prints more than its ring holds, then sleeps; its Start stream is drained
     // (unread, it would hold the process back) and kept open.
     let mut readers = Vec::new();
     for _ in 0..PROCESSES {
         let mut client = envd.process().await;
-        let script = format!("head -c {OUTPUT_BYTES} /dev/urandom; exec sleep 600");
+        let script = format!("head -c {output_bytes} /dev/urandom; exec sleep 600");
         let mut stream = client.start(bash(&script)).await.map_err(|e| fail("Start", e))?.into_inner();
         readers.push(tokio::spawn(async move {
             let mut got = 0u64;
-            while got < OUTPUT_BYTES {
+            while got < output_bytes {
                 match stream.message().await {
                     Ok(Some(m)) => {
                         if let Some(process_event::Event::Data(d)) = m.event.and_then(|e| e.event) {
@@ -65,7 +69,7 @@ pub async fn run() -> Result<Report> {
             .await
             .map_err(|_| fail("filling the rings", "timed out"))?
             .map_err(|e| fail("filling the rings", e))?;
-        if got < OUTPUT_BYTES {
+        if got < output_bytes {
             return Err(fail("filling the rings", format!("a process printed {got} bytes")));
         }
         streams.push(stream);
@@ -78,7 +82,7 @@ pub async fn run() -> Result<Report> {
     let envd = host_envd(&[]);
     settle().await;
     let watches_idle_kib = procfs::rss_kib(envd.pid())?;
-    let dirs: Vec<Scratch> = (0..WATCHES).map(|i| Scratch::new(&format!("bench-mem-{i}"))).collect();
+    let dirs: Vec<Scratch> = (0..limits.max_watches).map(|i| Scratch::new(&format!("bench-mem-{i}"))).collect();
     let mut open = Vec::new();
     for d in &dirs {
         let req = WatchDirRequest { path: d.at("."), recursive: true, ..Default::default() };
@@ -98,11 +102,17 @@ pub async fn run() -> Result<Report> {
         idle_kib,
         full_rings_kib,
         processes: PROCESSES,
-        ring_bytes: 256 * 1024,
+        ring_bytes: limits.ring_bytes,
         watches_kib,
-        watches: WATCHES,
+        watches: limits.max_watches,
         watches_idle_kib,
     })
+}
+
+/// The daemon's limits, as it reports them.
+async fn limits(envd: &Envd) -> Result<Limits> {
+    let info = envd.daemon().await.info(InfoRequest {}).await.map_err(|e| fail("Daemon/Info", e))?.into_inner();
+    info.limits.ok_or_else(|| fail("Daemon/Info", "no limits"))
 }
 
 async fn settle() {

@@ -63,7 +63,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let sandbox = world.docker_sandbox("scale", &image("envd"), true).await?;
     let mut tokens = Vec::new();
     for i in 0..=STREAMS / PER_TOKEN {
-        tokens.push(world.token(&format!("scale-{i}"), "user").await?);
+        tokens.push(world.relay.token(&format!("scale-{i}"), "user").await.secret);
     }
     let world = Arc::new(world);
     let relay_pid = world.relay.pid();

@@ -116,8 +116,8 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let mut world = RelayWorld::start(&[]);
     let daemon = world.docker_sandbox("stream", &image("envd"), true).await?;
     let plain = world.docker_sandbox("plain", &image("plain"), false).await?;
-    let token = world.token("bench", "user").await?;
-    let mcp_token = world.token("bench-mcp", "mcp").await?;
+    let token = world.relay.token("bench", "user").await.secret;
+    let mcp_token = world.relay.token("bench-mcp", "mcp").await.secret;
     let mcp = Mcp::connect(world.addr(), &mcp_token).await?;
     let container = container_of(&daemon);
     let mut s = Setup { world, token, mcp, daemon, plain, container };
