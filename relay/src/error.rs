@@ -1,50 +1,84 @@
-//! The relay's API errors: a code, an HTTP status and a message, rendered as
-//! `{"error": {"code": "...", "message": "..."}}`.
-use axum::{
-    http::StatusCode,
-    response::{IntoResponse, Response},
-    Json,
-};
+//! The relay's domain errors. They say what went wrong in the domain's terms (not found, a named
+//! limit, a paused sandbox, a daemon that failed) and know nothing of HTTP: `api/` maps each to
+//! a status and code in one place, and MCP renders the same enum as its tool errors.
+use crate::{providers::ProviderError, store::StoreError};
 
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{message}")]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub code: &'static str,
-    pub message: String,
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A limit a request can run into, by the setting that sets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    BackgroundPerToken,
+    StreamsPerToken,
+    StreamsTotal,
+    WatchesPerToken,
 }
 
-macro_rules! ctor {
-    ($($name:ident => $status:ident, $code:literal),* $(,)?) => {
-        impl ApiError {
-            $(pub fn $name(message: impl Into<String>) -> Self {
-                Self { status: StatusCode::$status, code: $code, message: message.into() }
-            })*
+impl Limit {
+    /// The setting's variable, which every refusal names so an operator knows what to raise.
+    pub fn setting(self) -> &'static str {
+        match self {
+            Limit::BackgroundPerToken => "HANGAR_BACKGROUND_MAX_PER_TOKEN",
+            Limit::StreamsPerToken => "HANGAR_STREAM_MAX_PER_TOKEN",
+            Limit::StreamsTotal => "HANGAR_STREAM_MAX_TOTAL",
+            Limit::WatchesPerToken => "HANGAR_WATCH_MAX_PER_TOKEN",
         }
-    };
-}
-
-ctor! {
-    bad_request => BAD_REQUEST, "invalid_argument",
-    unauthenticated => UNAUTHORIZED, "unauthenticated",
-    forbidden => FORBIDDEN, "permission_denied",
-    not_found => NOT_FOUND, "not_found",
-    conflict => CONFLICT, "already_exists",
-    too_many => TOO_MANY_REQUESTS, "resource_exhausted",
-    unavailable => SERVICE_UNAVAILABLE, "unavailable",
-    bad_gateway => BAD_GATEWAY, "sandbox_error",
-    internal => INTERNAL_SERVER_ERROR, "internal",
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
-        (self.status, Json(body)).into_response()
     }
 }
 
-impl From<crate::store::StoreError> for ApiError {
-    fn from(e: crate::store::StoreError) -> Self {
-        ApiError::internal(format!("state store: {e}"))
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request itself is wrong: a bad argument, a path outside the sandbox, a missing `cwd`.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such thing, or not the caller's (another token's process does not exist for it).
+    #[error("{0}")]
+    NotFound(String),
+    /// The caller's token may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// It exists already (a sandbox's name).
+    #[error("{0}")]
+    Conflict(String),
+    /// One of the relay's limits refused it.
+    #[error("{}: {message}", limit.setting())]
+    Limit { limit: Limit, message: String },
+    /// The sandbox's daemon refused it for a limit of its own.
+    #[error("{0}")]
+    DaemonLimit(String),
+    #[error("sandbox {sandbox:?} is paused: resume it first")]
+    Paused { sandbox: String },
+    /// What was asked needs the sandbox's daemon, and it has none.
+    #[error("sandbox {sandbox:?} has no daemon: {what} needs the daemon")]
+    NeedsDaemon { sandbox: String, what: &'static str },
+    /// The relay cannot take it now: shutting down, or the call was cancelled.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The sandbox's provider failed (the Docker Engine, a daemon that would not start).
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// The sandbox's daemon failed or answered what it should not.
+    #[error("{0}")]
+    Daemon(String),
+    /// The relay's own state could not be read or written.
+    #[error("state store: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl Error {
+    pub fn invalid(m: impl Into<String>) -> Error {
+        Error::Invalid(m.into())
+    }
+
+    pub fn not_found(m: impl Into<String>) -> Error {
+        Error::NotFound(m.into())
+    }
+
+    pub fn daemon(m: impl Into<String>) -> Error {
+        Error::Daemon(m.into())
+    }
+
+    pub fn unavailable(m: impl Into<String>) -> Error {
+        Error::Unavailable(m.into())
     }
 }

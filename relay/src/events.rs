@@ -169,3 +169,50 @@ impl DetachedEnded<'_> {
             "a background process without a daemon ended");
     }
 }
+
+pub struct CleanupFailed<'a> {
+    /// What was being cleaned up.
+    pub what: &'a str,
+    pub error: &'a str,
+}
+impl CleanupFailed<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "cleanup_failed", what = self.what, error = self.error, "cleanup failed");
+    }
+}
+
+pub struct PollFailed<'a> {
+    pub sandbox: &'a str,
+    pub error: &'a str,
+}
+impl PollFailed<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "poll_failed", sandbox = self.sandbox, error = self.error,
+            "looking at background processes without a daemon failed");
+    }
+}
+
+pub struct RevocationDone<'a> {
+    pub token: &'a str,
+    pub streams: usize,
+    pub processes: usize,
+}
+impl RevocationDone<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "revocation_done", token = self.token, streams = self.streams,
+            processes = self.processes, "a revoked token's streams ended and its processes killed");
+    }
+}
+
+pub struct RevocationIncomplete<'a> {
+    pub token: &'a str,
+    /// The sandbox whose processes could not be killed, or `*` when none could be looked at.
+    pub sandbox: &'a str,
+    pub error: &'a str,
+}
+impl RevocationIncomplete<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "revocation_incomplete", token = self.token, sandbox = self.sandbox,
+            error = self.error, "a revoked token's processes could not all be killed");
+    }
+}

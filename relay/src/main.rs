@@ -13,7 +13,7 @@ async fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let Cli { command: Command::Serve(config) } = Cli::parse();
-    let bound = match hangar_relay::bind(&config).await {
+    let bound = match hangar_relay::app::bind(&config).await {
         Ok(b) => b,
         Err(e) => {
             eprintln!("hangar-relay: {e}");
@@ -29,7 +29,7 @@ async fn main() -> std::process::ExitCode {
         let _ = writeln!(out, "hangar-relay listening on http://{addr}");
     }
     let _ = out.flush();
-    match hangar_relay::serve(bound).await {
+    match hangar_relay::app::serve(bound).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hangar-relay: {e}");

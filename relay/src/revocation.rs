@@ -1,34 +1,43 @@
 //! What revoking a token does beyond the store: its open streams end with `revoked`, and the
-//! streamed commands and background processes it started are killed. Run at once by
-//! `DELETE /api/tokens/{id}`, and every `HANGAR_STREAM_RECHECK_SECONDS` for tokens with open
-//! streams (revoked by anyone else with access to the store).
+//! streamed commands and background processes it started are killed. Run at once by the token
+//! route's revoke, and every `HANGAR_STREAM_RECHECK_SECONDS` for tokens with open streams
+//! (revoked by anyone else with access to the store). What could not be killed is said in the
+//! log (`revocation_incomplete`), never dropped.
 use std::sync::Arc;
 
-use crate::{auth::Caller, detached::Detached, processes::At, store::Scope, streams::Reason, Relay};
+use crate::{
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+    events, processes,
+    store::Scope,
+    streams::Reason,
+};
 
-pub async fn revoked(relay: &Relay, token_id: &str) {
-    // Streamed commands die with their streams (their kill guard stays armed for `revoked`).
-    relay.streams.close_token(token_id, Reason::Revoked);
-    let who = Caller { token_id: token_id.to_string(), name: String::new(), scope: Scope::User };
-    let Ok(sandboxes) = relay.store.sandboxes() else { return };
-    for mut row in sandboxes.into_iter().filter(|s| s.state == "running") {
-        let envd = match relay.sandboxes.daemon(&relay.store, &mut row).await {
-            Ok(Some(envd)) => envd,
-            Ok(None) => {
-                let d = Detached { relay, sandbox: &row, caller: &who };
-                for p in d.list().await.unwrap_or_default().iter().filter(|p| p.state == "running") {
-                    let _ = d.kill(&p.process_id).await;
-                }
-                continue;
-            }
-            Err(_) => continue,
-        };
-        let at = At { envd: &envd, key: &relay.key, caller: &who, sandbox: &row };
-        let Ok(list) = relay.processes.list(&at).await else { continue };
-        for p in list.iter().filter(|p| p.state == "running") {
-            let _ = relay.processes.kill(&at, &p.process_id).await;
-        }
+/// What a revocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revoked {
+    pub streams: usize,
+    pub processes: usize,
+}
+
+/// Revokes a live token, then ends what it has open and running.
+pub async fn revoke(relay: &Relay, token_id: &str) -> Result<Revoked> {
+    if !relay.store.revoke_token(token_id)? {
+        return Err(Error::not_found(format!("no live token {token_id:?}")));
     }
+    events::TokenRevoked { id: token_id }.emit();
+    Ok(revoked(relay, token_id).await)
+}
+
+/// Ends what a revoked token has open and running.
+pub async fn revoked(relay: &Relay, token_id: &str) -> Revoked {
+    // Streamed commands die with their streams (their kill guard stays armed for `revoked`).
+    let streams = relay.streams.close_token(token_id, Reason::Revoked);
+    let who = Caller { token_id: token_id.to_string(), name: String::new(), scope: Scope::User };
+    let processes = processes::kill_everywhere(relay, &who).await;
+    events::RevocationDone { token: token_id, streams, processes }.emit();
+    Revoked { streams, processes }
 }
 
 /// Every recheck interval, ends what revoked tokens still have open.
@@ -38,9 +47,13 @@ pub async fn recheck(relay: Arc<Relay>) {
     loop {
         tick.tick().await;
         for token in relay.streams.tokens() {
-            let live = matches!(relay.store.token(&token), Ok(Some(t)) if t.revoked_at.is_none());
-            if !live {
-                revoked(&relay, &token).await;
+            match relay.store.token(&token) {
+                Ok(Some(t)) if t.revoked_at.is_none() => {}
+                Ok(_) => {
+                    revoked(&relay, &token).await;
+                }
+                // Not known to be revoked: ask again next time.
+                Err(e) => events::RevocationIncomplete { token: &token, sandbox: "*", error: &e.to_string() }.emit(),
             }
         }
     }

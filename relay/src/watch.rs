@@ -1,17 +1,16 @@
 //! Directory watches through the sandbox's daemon (envd's WatchDir, inotify), admitted against
 //! the stream limits and closed like every stream. The REST SSE route and the MCP watch
 //! resources both read these.
-use std::time::SystemTime;
-
 use futures::Stream;
 use hangar_proto::{ext::watch_event, filesystem::WatchDirRequest};
 
 use crate::{
+    app::Relay,
     auth::Caller,
     envd::daemon_error,
-    error::ApiError,
-    streams::{Kind, Reason},
-    Relay,
+    error::Result,
+    streams::{Front, Kind, Reason},
+    time,
 };
 
 /// One thing a watch reports.
@@ -25,10 +24,6 @@ pub enum WatchItem {
     Closed { reason: Reason, message: Option<String> },
 }
 
-fn now_rfc3339() -> String {
-    hangar_proto::Timestamp::from(SystemTime::now()).to_string()
-}
-
 /// Watches `path` (absolute, or relative to the sandbox's working directory) in the sandbox
 /// `reference`. Needs the daemon; counts as a watch for `HANGAR_WATCH_MAX_PER_TOKEN`.
 pub async fn watch(
@@ -37,17 +32,12 @@ pub async fn watch(
     reference: &str,
     path: &str,
     recursive: bool,
-    kind: Kind,
-) -> Result<impl Stream<Item = WatchItem> + Send + 'static, ApiError> {
-    let mut row = relay.sandboxes.get(&relay.store, reference)?;
+    front: Front,
+) -> Result<impl Stream<Item = WatchItem> + Send + 'static> {
+    let mut row = relay.sandboxes.get(reference)?;
     let path = relay.sandboxes.resolve_path(&row, path)?;
-    let Some(envd) = relay.sandboxes.daemon(&relay.store, &mut row).await? else {
-        return Err(ApiError::unavailable(format!(
-            "sandbox {:?} has no daemon: watching a directory needs the daemon",
-            row.name
-        )));
-    };
-    let mut admitted = relay.streams.open(caller, &row.id, kind)?;
+    let envd = relay.sandboxes.require_daemon(&mut row, "watching a directory").await?;
+    let mut admitted = relay.streams.open(caller, &row.id, Kind::Watch, front)?;
     let req = WatchDirRequest { path, recursive, include_entry: false, allow_network_mounts: false };
     let mut watch = envd.files().watch_dir(req).await.map_err(|s| daemon_error("watching", s))?.into_inner();
     Ok(async_stream::stream! {
@@ -82,7 +72,7 @@ pub async fn watch(
                     let kind = hangar_proto::filesystem::EventType::try_from(f.r#type)
                         .map(|t| t.as_str_name().trim_start_matches("EVENT_TYPE_").to_ascii_lowercase())
                         .unwrap_or_else(|_| "unknown".into());
-                    let data = serde_json::json!({ "seq": seq, "ts": now_rfc3339(), "name": f.name, "type": kind });
+                    let data = serde_json::json!({ "seq": seq, "ts": time::now(), "name": f.name, "type": kind });
                     if admitted.send(data.to_string().len() as u64).await.is_err() {
                         admitted.end(Reason::MaxBytes);
                         yield WatchItem::Closed { reason: Reason::MaxBytes, message: None };

@@ -13,7 +13,11 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::store::{self, Scope, Store, StoreError, TokenRow};
+use crate::{
+    error::{Error, Result},
+    events,
+    store::{self, Scope, Store, StoreError, TokenRow},
+};
 
 /// Who is calling: a live token.
 #[derive(Debug, Clone)]
@@ -57,6 +61,21 @@ pub fn mint(name: &str, scope: Scope) -> (TokenRow, String) {
     (row, secret)
 }
 
+/// Mints and stores a token named `name` with the scope named `scope`; the row and the secret,
+/// which is shown once and never kept.
+pub fn create(store: &Store, name: &str, scope: &str) -> Result<(TokenRow, String)> {
+    let scope = Scope::parse(scope)
+        .ok_or_else(|| Error::invalid(format!("scope {scope:?}: one of admin, user, mcp, jobs")))?;
+    let name = name.trim();
+    if name.is_empty() || name.len() > 128 {
+        return Err(Error::invalid("name: 1 to 128 characters"));
+    }
+    let (row, secret) = mint(name, scope);
+    store.insert_token(&row)?;
+    events::TokenCreated { id: &row.id, name: &row.name, scope: scope.as_str() }.emit();
+    Ok((row, secret))
+}
+
 /// A row for a secret chosen by the operator (`HANGAR_ADMIN_TOKEN`).
 pub fn adopt(name: &str, scope: Scope, secret: &str) -> TokenRow {
     TokenRow {
@@ -70,7 +89,7 @@ pub fn adopt(name: &str, scope: Scope, secret: &str) -> TokenRow {
 }
 
 /// The live token `presented` is, if any.
-pub fn verify(store: &Store, presented: &str) -> Result<Option<Caller>, StoreError> {
+pub fn verify(store: &Store, presented: &str) -> std::result::Result<Option<Caller>, StoreError> {
     if presented.is_empty() {
         return Ok(None);
     }

@@ -8,6 +8,7 @@ use hangar_proto::{
     ext::{daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest},
     process::process_client::ProcessClient,
 };
+use crate::error::Error;
 use tonic::{
     metadata::MetadataValue,
     service::interceptor::InterceptedService,
@@ -82,16 +83,15 @@ impl Envd {
     }
 }
 
-/// A daemon's refusal as the relay's error; `what` says what was being done.
-pub fn daemon_error(what: &str, s: Status) -> crate::error::ApiError {
-    use crate::error::ApiError;
+/// A daemon's refusal as the relay's error; `what` says what was being done. The daemon's
+/// codes say whose fault it was: the request's (invalid, not found), or the daemon's.
+pub fn daemon_error(what: &str, s: Status) -> Error {
+    let m = format!("{what}: {}", s.message());
     match s.code() {
-        Code::NotFound => ApiError::not_found(format!("{what}: {}", s.message())),
-        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
-            ApiError::bad_request(format!("{what}: {}", s.message()))
-        }
-        Code::PermissionDenied => ApiError::forbidden(format!("{what}: {}", s.message())),
-        Code::ResourceExhausted => ApiError::too_many(format!("{what}: {}", s.message())),
-        _ => ApiError::bad_gateway(format!("{what}: the sandbox's daemon answered {}", s.message())),
+        Code::NotFound => Error::NotFound(m),
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => Error::Invalid(m),
+        Code::PermissionDenied => Error::Forbidden(m),
+        Code::ResourceExhausted => Error::DaemonLimit(m),
+        _ => Error::Daemon(format!("{what}: the sandbox's daemon answered {}", s.message())),
     }
 }

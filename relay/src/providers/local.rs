@@ -114,6 +114,10 @@ impl Provider for LocalProvider {
         "local"
     }
 
+    fn host_root(&self, sandbox: &SandboxRow) -> Option<PathBuf> {
+        Some(self.dir(sandbox).join("work"))
+    }
+
     async fn create(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError> {
         if !sandbox.options.as_object().is_none_or(|o| o.is_empty()) {
             return Err(ProviderError::BadOptions("the local provider takes no options".into()));
@@ -171,8 +175,12 @@ impl Provider for LocalProvider {
         timeout: Duration,
     ) -> Result<ExecOutput, ProviderError> {
         let work = self.dir(sandbox).join("work");
+        let dir = cwd.map(PathBuf::from).unwrap_or(work.clone());
+        if !dir.is_dir() {
+            return Err(ProviderError::NoSuchDirectory(dir.to_string_lossy().into_owned()));
+        }
         let mut cmd = Command::new("/bin/bash");
-        cmd.arg("-lc").arg(command).current_dir(cwd.map(PathBuf::from).unwrap_or(work.clone()));
+        cmd.arg("-lc").arg(command).current_dir(dir);
         cmd.env("HOME", &work).stdin(Stdio::null()).process_group(0).kill_on_drop(true);
         let child = cmd.output();
         match tokio::time::timeout(timeout, child).await {

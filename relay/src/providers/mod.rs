@@ -7,7 +7,7 @@
 pub mod docker;
 pub mod local;
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use crate::{envd::Envd, store::SandboxRow};
 
@@ -33,7 +33,13 @@ pub enum ProviderError {
     /// What the sandbox was made of (its container) no longer exists.
     #[error("{0}")]
     Gone(String),
+    /// The provider's exec was given a working directory that does not exist.
+    #[error("cwd {0:?} is not an existing directory")]
+    NoSuchDirectory(String),
 }
+
+/// How much of each output (stdout, stderr) a provider's own exec keeps: its last 256 KiB.
+pub const EXEC_OUTPUT_BYTES: usize = 256 * 1024;
 
 /// What a provider's own exec (no daemon) returns.
 #[derive(Debug, Clone, Default)]
@@ -47,6 +53,11 @@ pub struct ExecOutput {
 #[tonic::async_trait]
 pub trait Provider: Send + Sync {
     fn name(&self) -> &'static str;
+    /// The host directory a sandbox's files live in, when they are on the relay's own host:
+    /// the paths clients name there are confined to it. `None` elsewhere.
+    fn host_root(&self, _sandbox: &SandboxRow) -> Option<PathBuf> {
+        None
+    }
     /// Creates the sandbox: fills in its workdir and, when it has one, its daemon.
     async fn create(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError>;
     /// Makes sure a running sandbox's daemon answers, restarting it where the provider can.

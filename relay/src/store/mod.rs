@@ -6,7 +6,6 @@
 use std::{
     path::Path,
     sync::{Mutex, MutexGuard},
-    time::{SystemTime, UNIX_EPOCH},
 };
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -17,6 +16,9 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A row holds a value this relay does not know (written by a newer relay, or by hand).
+    #[error("{table} {id}: unknown {column} {value:?}")]
+    Unknown { table: &'static str, id: String, column: &'static str, value: String },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
@@ -62,14 +64,38 @@ pub struct TokenRow {
     pub revoked_at: Option<i64>,
 }
 
+/// A sandbox's state as the relay keeps it (a destroyed sandbox has no row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    Running,
+    Paused,
+}
+
+impl SandboxState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SandboxState> {
+        match s {
+            "running" => Some(SandboxState::Running),
+            "paused" => Some(SandboxState::Paused),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SandboxRow {
     pub id: String,
     pub name: String,
     pub provider: String,
     pub options: serde_json::Value,
-    /// `running`, `paused` or `destroyed`.
-    pub state: String,
+    pub state: SandboxState,
     pub workdir: Option<String>,
     #[serde(skip)]
     pub envd_url: Option<String>,
@@ -82,9 +108,7 @@ pub struct SandboxRow {
     pub created_at: i64,
 }
 
-pub fn now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
-}
+pub use crate::time::now_secs as now;
 
 pub struct Store {
     conn: Mutex<Connection>,
@@ -190,7 +214,7 @@ impl Store {
                 s.name,
                 s.provider,
                 s.options.to_string(),
-                s.state,
+                s.state.as_str(),
                 s.workdir,
                 s.envd_url,
                 s.envd_token,
@@ -205,7 +229,7 @@ impl Store {
     pub fn update_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
             "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7 WHERE id = ?1",
-            params![s.id, s.state, s.workdir, s.envd_url, s.envd_token, s.envd_pid, s.daemon],
+            params![s.id, s.state.as_str(), s.workdir, s.envd_url, s.envd_token, s.envd_pid, s.daemon],
         )?;
         Ok(())
     }
@@ -294,12 +318,21 @@ impl Store {
     }
 }
 
+/// A column whose text this relay does not know, as the row's read error.
+fn unknown(table: &'static str, id: String, column: &'static str, value: String) -> rusqlite::Error {
+    let e = StoreError::Unknown { table, id, column, value };
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+}
+
 fn token_row(r: &Row<'_>) -> rusqlite::Result<TokenRow> {
     let scope: String = r.get("scope")?;
+    let id: String = r.get("id")?;
+    // A scope this relay does not know is an error, never quietly `user`.
+    let Some(scope) = Scope::parse(&scope) else { return Err(unknown("token", id, "scope", scope)) };
     Ok(TokenRow {
-        id: r.get("id")?,
+        id,
         name: r.get("name")?,
-        scope: Scope::parse(&scope).unwrap_or(Scope::User),
+        scope,
         hash: r.get("hash")?,
         created_at: r.get("created_at")?,
         revoked_at: r.get("revoked_at")?,
@@ -308,12 +341,15 @@ fn token_row(r: &Row<'_>) -> rusqlite::Result<TokenRow> {
 
 fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
     let options: String = r.get("options")?;
+    let id: String = r.get("id")?;
+    let state: String = r.get("state")?;
+    let Some(state) = SandboxState::parse(&state) else { return Err(unknown("sandbox", id, "state", state)) };
     Ok(SandboxRow {
-        id: r.get("id")?,
+        id,
         name: r.get("name")?,
         provider: r.get("provider")?,
         options: serde_json::from_str(&options).unwrap_or(serde_json::Value::Null),
-        state: r.get("state")?,
+        state,
         workdir: r.get("workdir")?,
         envd_url: r.get("envd_url")?,
         envd_token: r.get("envd_token")?,

@@ -18,37 +18,54 @@ use std::{
 
 use tokio::sync::watch;
 
-use crate::{auth::Caller, config::Limits, error::ApiError};
+use crate::{
+    auth::Caller,
+    config::Limits,
+    error::{Error, Limit},
+};
 pub use metrics::Metrics;
 
+/// What a stream carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
+    /// A streamed command's output.
     Exec,
+    /// A background process's output (attach).
     Process,
+    /// A directory's changes.
     Watch,
-    /// A streamed `exec` tool call over MCP.
-    McpExec,
-    /// A `process` tool `attach` over MCP.
-    McpProcess,
-    /// A subscription to an MCP watch resource.
-    McpWatch,
+}
+
+/// Who serves it: the front end that opened it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Front {
+    /// REST and Server-Sent Events under `/api`.
+    Rest,
+    /// The MCP endpoint (a tool call, or a resource subscription).
+    Mcp,
 }
 
 impl Kind {
     /// Whether it counts against `HANGAR_WATCH_MAX_PER_TOKEN`.
     pub fn is_watch(self) -> bool {
-        matches!(self, Kind::Watch | Kind::McpWatch)
+        matches!(self, Kind::Watch)
     }
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Exec => "exec",
-            Kind::Process => "process",
-            Kind::Watch => "watch",
-            Kind::McpExec => "mcp_exec",
-            Kind::McpProcess => "mcp_process",
-            Kind::McpWatch => "mcp_watch",
-        }
+    /// Whether `HANGAR_STREAM_MAX_HOURS` applies (a command's stream lasts as long as it runs).
+    fn has_lifetime(self) -> bool {
+        !matches!(self, Kind::Exec)
+    }
+}
+
+/// The `kind` label of the metrics, events and spans: the kind, prefixed `mcp_` when MCP serves it.
+pub fn label(kind: Kind, front: Front) -> &'static str {
+    match (front, kind) {
+        (Front::Rest, Kind::Exec) => "exec",
+        (Front::Rest, Kind::Process) => "process",
+        (Front::Rest, Kind::Watch) => "watch",
+        (Front::Mcp, Kind::Exec) => "mcp_exec",
+        (Front::Mcp, Kind::Process) => "mcp_process",
+        (Front::Mcp, Kind::Watch) => "mcp_watch",
     }
 }
 
@@ -125,9 +142,9 @@ impl Streams {
     }
 
     /// Admits a new stream or says which limit refuses it.
-    pub fn open(self: &Arc<Self>, caller: &Caller, sandbox: &str, kind: Kind) -> Result<Stream, ApiError> {
+    pub fn open(self: &Arc<Self>, caller: &Caller, sandbox: &str, kind: Kind, front: Front) -> Result<Stream, Error> {
         if self.shutting_down.load(Ordering::SeqCst) {
-            return Err(ApiError::unavailable("the relay is shutting down: no new streams"));
+            return Err(Error::unavailable("the relay is shutting down: no new streams"));
         }
         let mut entries = self.lock();
         let (mut total, mut mine, mut my_watches) = (0, 0, 0);
@@ -142,51 +159,29 @@ impl Streams {
         }
         let l = &self.limits;
         if total >= l.streams_total {
-            return Err(ApiError::too_many(format!(
-                "HANGAR_STREAM_MAX_TOTAL: {total} streams are open (limit {})",
-                l.streams_total
-            )));
+            let message = format!("{total} streams are open (limit {})", l.streams_total);
+            return Err(Error::Limit { limit: Limit::StreamsTotal, message });
         }
         if mine >= l.streams_per_token {
-            return Err(ApiError::too_many(format!(
-                "HANGAR_STREAM_MAX_PER_TOKEN: this token has {mine} open streams (limit {})",
-                l.streams_per_token
-            )));
+            let message = format!("this token has {mine} open streams (limit {})", l.streams_per_token);
+            return Err(Error::Limit { limit: Limit::StreamsPerToken, message });
         }
         if kind.is_watch() && my_watches >= l.watches_per_token {
-            return Err(ApiError::too_many(format!(
-                "HANGAR_WATCH_MAX_PER_TOKEN: this token has {my_watches} open watches (limit {})",
-                l.watches_per_token
-            )));
+            let message = format!("this token has {my_watches} open watches (limit {})", l.watches_per_token);
+            return Err(Error::Limit { limit: Limit::WatchesPerToken, message });
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (close, closed) = watch::channel(None);
         entries.insert(id, Entry { token: caller.token_id.clone(), sandbox: sandbox.to_string(), kind, close });
         drop(entries);
-        self.metrics.open.with_label_values(&[kind.as_str()]).inc();
-        let span = match kind {
-            Kind::Exec => {
-                tracing::info_span!("stream exec", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
-            }
-            Kind::Process => {
-                tracing::info_span!("stream process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
-            }
-            Kind::McpWatch => {
-                tracing::info_span!("stream mcp_watch", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
-            }
-            Kind::McpProcess => {
-                tracing::info_span!("stream mcp_process", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
-            }
-            Kind::McpExec => {
-                tracing::info_span!("stream mcp_exec", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
-            }
-            Kind::Watch => {
-                tracing::info_span!("stream watch", sandbox, token = %caller.token_id, bytes = tracing::field::Empty, reason = tracing::field::Empty)
-            }
-        };
+        let label = label(kind, front);
+        self.metrics.open.with_label_values(&[label]).inc();
+        let span = tracing::info_span!("stream", kind = label, sandbox, token = %caller.token_id,
+            bytes = tracing::field::Empty, reason = tracing::field::Empty);
         Ok(Stream {
             id,
             kind,
+            label,
             streams: self.clone(),
             closed,
             started: Instant::now(),
@@ -278,6 +273,7 @@ impl Pace {
 pub struct Stream {
     id: u64,
     kind: Kind,
+    label: &'static str,
     streams: Arc<Streams>,
     closed: watch::Receiver<Option<Reason>>,
     started: Instant,
@@ -296,10 +292,7 @@ impl Stream {
     /// Resolves when something outside the stream ends it: revocation, pause, destroy, shutdown,
     /// or its lifetime (for `Process` and `Watch` streams).
     pub async fn closed(&mut self) -> Reason {
-        let lifetime = match self.kind {
-            Kind::Exec | Kind::McpExec => None,
-            _ => Some(self.started + self.streams.limits.lifetime()),
-        };
+        let lifetime = self.kind.has_lifetime().then(|| self.started + self.streams.limits.lifetime());
         let until = async move {
             match lifetime {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -318,9 +311,10 @@ impl Stream {
         }
     }
 
-    /// Accounts for a message of `n` bytes about to be sent: waits as the pace requires, and says
-    /// `Err(MaxBytes)` once the stream's byte cap would be passed (the message is then not sent).
-    pub async fn send(&mut self, n: u64) -> Result<(), Reason> {
+    /// Accounts for a message of `n` bytes about to be sent and says how long to wait before
+    /// sending it (the pace), or `Err(MaxBytes)` once the stream's byte cap would be passed (the
+    /// message is then not sent). It never waits itself, so a reader can keep its place.
+    pub fn charge(&mut self, n: u64) -> Result<Duration, Reason> {
         if self.bytes + n > self.streams.limits.max_bytes {
             return Err(Reason::MaxBytes);
         }
@@ -329,15 +323,20 @@ impl Stream {
             self.streams
                 .metrics
                 .first_output
-                .with_label_values(&[self.kind.as_str()])
+                .with_label_values(&[self.label])
                 .observe(self.started.elapsed().as_secs_f64());
         }
-        let wait = self.pace.take(n + MESSAGE_OVERHEAD);
+        self.bytes += n;
+        self.streams.metrics.bytes.with_label_values(&[self.label]).inc_by(n);
+        Ok(self.pace.take(n + MESSAGE_OVERHEAD))
+    }
+
+    /// `charge`, then the wait it asks for.
+    pub async fn send(&mut self, n: u64) -> Result<(), Reason> {
+        let wait = self.charge(n)?;
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        self.bytes += n;
-        self.streams.metrics.bytes.with_label_values(&[self.kind.as_str()]).inc_by(n);
         Ok(())
     }
 
@@ -352,11 +351,11 @@ impl Drop for Stream {
         let reason = self.reason.unwrap_or(Reason::Client);
         self.streams.lock().remove(&self.id);
         let m = &self.streams.metrics;
-        m.open.with_label_values(&[self.kind.as_str()]).dec();
-        m.closed.with_label_values(&[self.kind.as_str(), reason.as_str()]).inc();
+        m.open.with_label_values(&[self.label]).dec();
+        m.closed.with_label_values(&[self.label, reason.as_str()]).inc();
         self.span.record("bytes", self.bytes);
         self.span.record("reason", reason.as_str());
-        crate::events::StreamClosed { kind: self.kind.as_str(), reason: reason.as_str(), bytes: self.bytes }.emit();
+        crate::events::StreamClosed { kind: self.label, reason: reason.as_str(), bytes: self.bytes }.emit();
     }
 }
 

@@ -3,7 +3,6 @@
 //! clients get sessions. Tools are thin: they check arguments and call the same domain modules
 //! as the REST handlers (`exec`, `sandboxes`, `streams`), so limits, ownership and closing are
 //! the same.
-mod process;
 pub mod resources;
 mod tools;
 
@@ -33,7 +32,8 @@ use rmcp::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{auth::Caller, error::ApiError, store::Scope, Relay};
+use super::{auth, error::classify, extract::MAX_BODY_BYTES, ApiError};
+use crate::{app::Relay, auth::Caller, error::Error};
 
 /// Where the endpoint is served.
 pub const PATH: &str = "/mcp";
@@ -61,9 +61,9 @@ pub struct Hangar {
 /// cancelled, ends the SDK's streams and sessions.
 pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: CancellationToken) -> Router<Arc<Relay>> {
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(allowed_hosts)
         .with_cancellation_token(shutdown)
-        .with_max_request_body_bytes(super::rest::MAX_BODY_BYTES);
+        .with_allowed_hosts(allowed_hosts.clone())
+        .with_max_request_body_bytes(MAX_BODY_BYTES);
     let service_relay = relay.clone();
     let hub = resources::Hub::new(relay.clone());
     let service = StreamableHttpService::new(
@@ -77,18 +77,53 @@ pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: Cancellat
         Arc::new(LocalSessionManager::default()),
         config,
     );
+    let hosts = Arc::new(allowed_hosts);
     Router::new()
         .nest_service(PATH, service)
-        .layer(middleware::from_fn(refuse_jobs))
-        .layer(middleware::from_fn_with_state(relay, super::rest::authenticate))
+        .layer(middleware::from_fn(auth::sandbox_scopes))
+        .layer(middleware::from_fn(move |req, next| allowed_host(hosts.clone(), req, next)))
+        .layer(middleware::from_fn_with_state(relay, auth::authenticate))
 }
 
-/// A `jobs` token can only read its own jobs: no sandboxes, so no MCP.
-async fn refuse_jobs(req: Request, next: Next) -> Response {
-    if req.extensions().get::<Caller>().is_some_and(|c| c.scope == Scope::Jobs) {
-        return ApiError::forbidden("a jobs token can only read its own jobs").into_response();
+/// DNS-rebinding protection, before the SDK's own check of the same list, so that a refusal
+/// is the relay's JSON error and names the setting to change.
+async fn allowed_host(allowed: Arc<Vec<String>>, req: Request, next: Next) -> Response {
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()))
+        .unwrap_or_default();
+    if host_allowed(&host, &allowed) {
+        return next.run(req).await;
     }
-    next.run(req).await
+    ApiError::forbidden(format!(
+        "Host {host:?} is not allowed at {PATH}: add it to --mcp-allowed-hosts (HANGAR_MCP_ALLOWED_HOSTS)"
+    ))
+    .into_response()
+}
+
+/// Whether `host` (a `Host` header: name and optional port) is one of `allowed`, each a name
+/// (any port) or a name and port. Names compare without case and IPv6 brackets; an empty list
+/// allows every host.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    fn split(a: &str) -> Option<(String, Option<u16>)> {
+        let a = a.trim();
+        if a.is_empty() {
+            return None;
+        }
+        let norm = |h: &str| h.trim_matches(['[', ']']).to_ascii_lowercase();
+        match http::uri::Authority::try_from(a) {
+            Ok(auth) => Some((norm(auth.host()), auth.port_u16())),
+            Err(_) => Some((norm(a), None)),
+        }
+    }
+    if allowed.is_empty() {
+        return true;
+    }
+    let Some((name, port)) = split(host) else { return false };
+    allowed.iter().filter_map(|a| split(a)).any(|(n, p)| n == name && p.is_none_or(|p| Some(p) == port))
 }
 
 /// The caller the authentication layer put on the HTTP request this call came in.
@@ -162,7 +197,7 @@ impl ServerHandler for Hangar {
     ) -> Result<(), McpError> {
         let caller = caller(&context)?;
         if self.relay.streams.shutting_down() {
-            return Err(protocol_error(ApiError::unavailable("the relay is shutting down: no new subscriptions")));
+            return Err(protocol_error(Error::unavailable("the relay is shutting down: no new subscriptions")));
         }
         let sub = self.hub.subscribe(&caller, &request.uri).await.map_err(protocol_error)?;
         let peer = context.peer.clone();
@@ -200,7 +235,7 @@ impl ServerHandler for Hangar {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let caller = caller(context.request_context())?;
         if self.relay.streams.shutting_down() {
-            return Err(protocol_error(ApiError::unavailable("the relay is shutting down: no new subscriptions")));
+            return Err(protocol_error(Error::unavailable("the relay is shutting down: no new subscriptions")));
         }
         let uris = context.accepted().resource_subscriptions.clone().unwrap_or_default();
         let mut subs = Vec::new();
@@ -225,12 +260,31 @@ impl ServerHandler for Hangar {
 }
 
 /// A JSON-RPC error for a request that could not be served, whose message is the relay's error.
-fn protocol_error(e: ApiError) -> McpError {
-    let data = Some(serde_json::json!({ "code": e.code }));
-    let message = format!("{}: {}", e.code, e.message);
-    match e.code {
-        "invalid_argument" => McpError::invalid_params(message, data),
-        "not_found" => McpError::resource_not_found(message, data),
+fn protocol_error(e: Error) -> McpError {
+    let (_, code) = classify(&e);
+    let data = Some(serde_json::json!({ "code": code }));
+    let message = format!("{code}: {e}");
+    match e {
+        Error::Invalid(_) => McpError::invalid_params(message, data),
+        Error::NotFound(_) => McpError::resource_not_found(message, data),
         _ => McpError::internal_error(message, data),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn hosts_match_by_name_and_optional_port() {
+        let allowed: Vec<String> = ["localhost", "127.0.0.1:7470", "::1"].map(String::from).to_vec();
+        assert!(host_allowed("localhost:9999", &allowed));
+        assert!(host_allowed("LOCALHOST", &allowed));
+        assert!(host_allowed("127.0.0.1:7470", &allowed));
+        assert!(!host_allowed("127.0.0.1:7471", &allowed));
+        assert!(host_allowed("[::1]:80", &allowed));
+        assert!(!host_allowed("evil.example", &allowed));
+        assert!(!host_allowed("", &allowed));
+        assert!(host_allowed("anything", &[]));
     }
 }

@@ -17,7 +17,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::watch as signal;
 
-use crate::{auth::Caller, error::ApiError, streams::Kind, watch::WatchItem, Relay};
+use crate::{
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+    streams::Front,
+    watch::WatchItem,
+};
 
 /// Events a watch resource keeps for reading.
 pub const KEPT_EVENTS: usize = 200;
@@ -58,9 +64,9 @@ struct WatchQuery {
 
 impl Resource {
     /// The resource and the `since` a read asks for.
-    pub fn parse(uri: &str) -> Result<(Resource, Option<u64>), ApiError> {
+    pub fn parse(uri: &str) -> Result<(Resource, Option<u64>)> {
         let bad = |why: &str| {
-            ApiError::bad_request(format!(
+            Error::invalid(format!(
                 "resource {uri:?}: {why}; expected hangar://sandboxes/<sandbox>/watch?path=<dir>[&recursive=true][&since=<next>]"
             ))
         };
@@ -184,7 +190,7 @@ impl Hub {
 
     /// Starts following `uri` for the caller (or joins the one already running). Refused over
     /// the watch or stream limits, and without the sandbox's daemon.
-    pub async fn subscribe(self: &Arc<Self>, caller: &Caller, uri: &str) -> Result<Subscription, ApiError> {
+    pub async fn subscribe(self: &Arc<Self>, caller: &Caller, uri: &str) -> Result<Subscription> {
         let (resource, _) = Resource::parse(uri)?;
         let key = (caller.token_id.clone(), resource.key());
         let existing = self.map().get(&key).cloned();
@@ -192,7 +198,7 @@ impl Hub {
             return Ok(sub);
         }
         let Resource::SandboxWatch { sandbox, path, recursive } = &resource;
-        let items = crate::watch::watch(&self.relay, caller, sandbox, path, *recursive, Kind::McpWatch).await?;
+        let items = crate::watch::watch(&self.relay, caller, sandbox, path, *recursive, Front::Mcp).await?;
         let (changed, _) = signal::channel(0);
         let followed = Arc::new_cyclic(|weak: &std::sync::Weak<Followed>| {
             let weak = weak.clone();
@@ -247,15 +253,15 @@ impl Hub {
             return Ok(sub);
         }
         self.map().insert(key.clone(), followed.clone());
-        self.hold(key, followed).ok_or_else(|| ApiError::bad_gateway("the watch ended as it started"))
+        self.hold(key, followed).ok_or_else(|| Error::daemon("the watch ended as it started"))
     }
 
     /// `{events, next, watching}`: the kept events newer than `since`.
-    pub async fn read(&self, caller: &Caller, uri: &str) -> Result<Value, ApiError> {
+    pub async fn read(&self, caller: &Caller, uri: &str) -> Result<Value> {
         let (resource, since) = Resource::parse(uri)?;
         let key = (caller.token_id.clone(), resource.key());
         let Resource::SandboxWatch { sandbox, .. } = &resource;
-        let row = self.relay.sandboxes.get(&self.relay.store, sandbox)?;
+        let row = self.relay.sandboxes.get(sandbox)?;
         let followed = self.map().get(&key).cloned();
         let Some(f) = followed else {
             let message = if row.daemon {

@@ -1,26 +1,23 @@
 //! `POST /api/sandboxes/{ref}/exec` (the result at the end) and `.../exec/stream` (SSE: `stdout`
 //! and `stderr` events as it prints, then one `result`).
-use std::{convert::Infallible, sync::Arc, time::Duration};
+use std::{convert::Infallible, sync::Arc};
 
 use axum::{
     extract::{Path, State},
-    response::sse::{Event, KeepAlive, Sse},
+    response::sse::{Event, Sse},
     Extension, Json,
 };
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
-use super::{require_sandbox_scope, Body};
+use super::sse;
 use crate::{
+    api::{extract::Body, ApiError},
+    app::Relay,
     auth::Caller,
-    error::ApiError,
     exec::{self, ExecEvent, ExecRequest, ExecResult},
-    streams::Kind,
-    Relay,
+    streams::Front,
 };
-
-/// A comment this often keeps proxies from timing the connection out.
-pub const SSE_KEEPALIVE: Duration = Duration::from_secs(15);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,20 +29,18 @@ pub struct ExecBody {
 }
 
 fn request(b: ExecBody) -> Result<ExecRequest, ApiError> {
-    ExecRequest::new(b.command, b.cwd, b.timeout)
+    Ok(ExecRequest::new(b.command, b.cwd, b.timeout)?)
 }
 
 pub async fn exec(
     State(relay): State<Arc<Relay>>,
-    Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
     Body(body): Body<ExecBody>,
 ) -> Result<Json<ExecResult>, ApiError> {
-    require_sandbox_scope(&caller)?;
     Ok(Json(exec::run(&relay, &reference, request(body)?).await?))
 }
 
-fn sse(ev: &ExecEvent) -> Event {
+fn event(ev: &ExecEvent) -> Event {
     match ev {
         ExecEvent::Stdout(t) => Event::default().event("stdout").json_data(serde_json::json!({ "data": t })),
         ExecEvent::Stderr(t) => Event::default().event("stderr").json_data(serde_json::json!({ "data": t })),
@@ -60,7 +55,6 @@ pub async fn exec_stream(
     Path(reference): Path<String>,
     Body(body): Body<ExecBody>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    require_sandbox_scope(&caller)?;
-    let events = exec::stream(relay, &caller, &reference, request(body)?, Kind::Exec).await?;
-    Ok(Sse::new(events.map(|ev| Ok(sse(&ev)))).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
+    let events = exec::stream(relay, &caller, &reference, request(body)?, Front::Rest).await?;
+    Ok(Sse::new(events.map(|ev| Ok(event(&ev)))).keep_alive(sse::keep_alive()))
 }

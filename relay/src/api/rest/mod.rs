@@ -1,39 +1,32 @@
 //! REST and Server-Sent Events under `/api`, with `Authorization: Bearer` on every route but
-//! `GET /health`.
+//! `GET /health`. Scopes are router layers: tokens are admin-only; sandbox routes refuse `jobs`.
 mod exec;
 mod processes;
 mod sandboxes;
+mod sse;
 mod tokens;
 mod watch;
 
 use std::sync::Arc;
 
 use axum::{
-    extract::{rejection::JsonRejection, DefaultBodyLimit, FromRequest, FromRequestParts, Request, State},
+    extract::{DefaultBodyLimit, State},
     http::StatusCode,
-    middleware::{self, Next},
+    middleware,
     response::{IntoResponse, Response},
-    routing::{get, post},
+    routing::{delete, get, post},
     Router,
 };
-use serde::de::DeserializeOwned;
 
-use crate::{
-    auth::{self, Caller},
-    error::ApiError,
-    events,
-    store::Scope,
-    Relay,
-};
-
-/// The largest JSON body accepted.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+use super::{auth, extract::MAX_BODY_BYTES, ApiError};
+use crate::app::Relay;
 
 pub fn router(relay: Arc<Relay>) -> Router {
-    let api = Router::new()
-        .route("/metrics", get(metrics))
+    let tokens = Router::new()
         .route("/api/tokens", post(tokens::create).get(tokens::list))
-        .route("/api/tokens/{id}", axum::routing::delete(tokens::revoke))
+        .route("/api/tokens/{id}", delete(tokens::revoke))
+        .route_layer(middleware::from_fn(auth::admin_scope));
+    let sandboxes = Router::new()
         .route("/api/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/api/sandboxes/{sandbox}", get(sandboxes::get).delete(sandboxes::destroy))
         .route("/api/sandboxes/{sandbox}/pause", post(sandboxes::pause))
@@ -45,8 +38,13 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sandboxes/{sandbox}/processes/{id}/stream", get(processes::stream))
         .route("/api/sandboxes/{sandbox}/processes/{id}/input", post(processes::input))
         .route("/api/sandboxes/{sandbox}/watch", get(watch::watch))
-        .fallback(|| async { ApiError::not_found("no such route") })
-        .layer(middleware::from_fn_with_state(relay.clone(), authenticate));
+        .route_layer(middleware::from_fn(auth::sandbox_scopes));
+    let api = Router::new()
+        .route("/metrics", get(metrics))
+        .merge(tokens)
+        .merge(sandboxes)
+        .fallback(|| async { ApiError::no_route() })
+        .layer(middleware::from_fn_with_state(relay.clone(), auth::authenticate));
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .merge(api)
@@ -57,71 +55,4 @@ pub fn router(relay: Arc<Relay>) -> Router {
 /// Prometheus text: the `hangar_stream*` families. Any valid token may read it.
 async fn metrics(State(relay): State<Arc<Relay>>) -> Response {
     ([(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], relay.streams.metrics.render()).into_response()
-}
-
-pub(crate) async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, next: Next) -> Response {
-    let presented = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    let caller = match presented.map(|p| auth::verify(&relay.store, p)) {
-        Some(Ok(Some(c))) => c,
-        Some(Err(e)) => return ApiError::from(e).into_response(),
-        _ => {
-            events::AuthRefused { path: req.uri().path() }.emit();
-            return ApiError::unauthenticated("a valid `Authorization: Bearer <token>` is required").into_response();
-        }
-    };
-    req.extensions_mut().insert(caller);
-    next.run(req).await
-}
-
-/// Tokens allowed to use sandboxes: any scope but `jobs`.
-pub fn require_sandbox_scope(caller: &Caller) -> Result<(), ApiError> {
-    if caller.scope == Scope::Jobs {
-        return Err(ApiError::forbidden("a jobs token can only read its own jobs"));
-    }
-    Ok(())
-}
-
-pub fn require_admin(caller: &Caller) -> Result<(), ApiError> {
-    if caller.scope != Scope::Admin {
-        return Err(ApiError::forbidden("this needs an admin token"));
-    }
-    Ok(())
-}
-
-/// A query string whose rejections are the relay's JSON errors.
-pub struct Params<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(v)) => Ok(Params(v)),
-            Err(e) => Err(ApiError::bad_request(e.body_text())),
-        }
-    }
-}
-
-/// A JSON body whose rejections are the relay's JSON errors.
-pub struct Body<T>(pub T);
-
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(Body(v)),
-            Err(JsonRejection::BytesRejection(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError {
-                status: StatusCode::PAYLOAD_TOO_LARGE,
-                code: "resource_exhausted",
-                message: format!("request body larger than {MAX_BODY_BYTES} bytes"),
-            }),
-            Err(e) => Err(ApiError::bad_request(e.body_text())),
-        }
-    }
 }

@@ -4,19 +4,19 @@ use std::{convert::Infallible, sync::Arc};
 
 use axum::{
     extract::{Path, State},
-    response::sse::{Event, KeepAlive, Sse},
+    response::sse::{Event, Sse},
     Extension,
 };
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
 
-use super::{exec::SSE_KEEPALIVE, processes::close_event, require_sandbox_scope, Params};
+use super::sse;
 use crate::{
+    api::{extract::Params, ApiError},
+    app::Relay,
     auth::Caller,
-    error::ApiError,
-    streams::Kind,
+    streams::Front,
     watch::{self, WatchItem},
-    Relay,
 };
 
 #[derive(Deserialize)]
@@ -33,9 +33,8 @@ pub async fn watch(
     Path(reference): Path<String>,
     Params(q): Params<WatchQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    require_sandbox_scope(&caller)?;
     let path = q.path.unwrap_or_default();
-    let items = watch::watch(&relay, &caller, &reference, &path, q.recursive, Kind::Watch).await?;
+    let items = watch::watch(&relay, &caller, &reference, &path, q.recursive, Front::Rest).await?;
     let events = items.filter_map(|item| async move {
         let ev = match item {
             WatchItem::Change { seq, data } => {
@@ -46,9 +45,9 @@ pub async fn watch(
                 .id(seq.to_string())
                 .json_data(serde_json::json!({ "seq": seq, "dropped": dropped, "message": "events were lost: rescan the directory" }))
                 .ok()?,
-            WatchItem::Closed { reason, message } => close_event(reason, message.as_deref()),
+            WatchItem::Closed { reason, message } => sse::close_event(reason, message.as_deref()),
         };
         Some(Ok(ev))
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(SSE_KEEPALIVE)))
+    Ok(Sse::new(events).keep_alive(sse::keep_alive()))
 }

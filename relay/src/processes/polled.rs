@@ -9,13 +9,19 @@ use std::time::Duration;
 
 use futures::Stream;
 
+use super::{
+    output::{Output, OutputStream},
+    ProcessState, ProcessView,
+};
 use crate::{
-    auth::{self, Caller},
-    error::ApiError,
-    processes::{OffsetText, Output, ProcessView},
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+    events,
     providers::ExecOutput,
-    store::{self, DetachedRow, SandboxRow},
-    Relay,
+    store::{self, DetachedRow, SandboxRow, SandboxState},
+    streams::Reason,
+    text::{exit_status, OffsetText},
 };
 
 /// Exited processes stay listed this long.
@@ -66,47 +72,42 @@ fn parse_probe(line: &str) -> Option<Probe> {
     Some(Probe { running, code, size })
 }
 
-pub struct Detached<'a> {
+/// A caller's detached processes in one sandbox.
+pub struct Polled<'a> {
     pub relay: &'a Relay,
     pub sandbox: &'a SandboxRow,
     pub caller: &'a Caller,
 }
 
-impl Detached<'_> {
-    async fn run(&self, script: &str, cwd: Option<&str>) -> Result<ExecOutput, ApiError> {
+impl Polled<'_> {
+    async fn run(&self, script: &str, cwd: Option<&str>) -> Result<ExecOutput> {
         let out = self.relay.sandboxes.exec_fallback(self.sandbox, script, cwd, SCRIPT_TIMEOUT).await?;
         if out.timed_out {
-            return Err(ApiError::bad_gateway("the sandbox did not answer a background-process command in time"));
+            return Err(Error::daemon("the sandbox did not answer a background-process command in time"));
         }
         Ok(out)
     }
 
-    fn rows(&self) -> Result<Vec<DetachedRow>, ApiError> {
+    fn rows(&self) -> Result<Vec<DetachedRow>> {
         Ok(self.relay.store.detached(&self.sandbox.id, &self.caller.token_id, store::now() - RETENTION_SECONDS)?)
     }
 
-    fn row(&self, id: &str) -> Result<DetachedRow, ApiError> {
-        self.rows()?.into_iter().find(|r| r.id == id).ok_or_else(|| {
-            ApiError::not_found(format!("no process {id:?} of yours in sandbox {:?}", self.sandbox.name))
-        })
+    fn row(&self, id: &str) -> Result<DetachedRow> {
+        self.rows()?.into_iter().find(|r| r.id == id).ok_or_else(|| super::not_yours(id, &self.sandbox.name))
     }
 
     fn view(&self, d: &DetachedRow, p: &Probe) -> ProcessView {
-        let ts = |t: i64| hangar_proto::Timestamp { seconds: t, nanos: 0 }.to_string();
-        let status = (!p.running).then(|| match p.code {
-            Some(c) => format!("exit status {c}"),
-            None => "signal: killed".to_string(),
-        });
+        let status = (!p.running).then(|| exit_status(p.code));
         ProcessView {
             process_id: d.id.clone(),
             sandbox: self.sandbox.name.clone(),
             pid: u32::try_from(d.pid).unwrap_or(0),
             command: d.command.clone(),
-            state: if p.running { "running" } else { "exited" },
+            state: if p.running { ProcessState::Running } else { ProcessState::Exited },
             exit_code: (!p.running).then(|| p.code.unwrap_or(-1)),
             status,
-            started_at: Some(ts(d.started_at)),
-            ended_at: d.ended_at.map(ts),
+            started_at: Some(d.started_at as f64),
+            ended_at: d.ended_at.map(|t| t as f64),
             output_bytes: p.size,
             adopted: false,
             polled: true,
@@ -114,7 +115,7 @@ impl Detached<'_> {
     }
 
     /// Looks at one process and, with `since`, reads its output from there (at most a chunk).
-    async fn poll(&self, d: &DetachedRow, since: Option<u64>) -> Result<(Probe, Vec<u8>), ApiError> {
+    async fn poll(&self, d: &DetachedRow, since: Option<u64>) -> Result<(Probe, Vec<u8>)> {
         let read = since
             .map(|s| format!("; tail -c +{} {DIR}/{}.out 2>/dev/null | head -c {READ_CHUNK}", s + 1, d.id))
             .unwrap_or_default();
@@ -122,7 +123,7 @@ impl Detached<'_> {
         let out = self.run(&script, None).await?;
         let nl = out.stdout.iter().position(|b| *b == b'\n').unwrap_or(out.stdout.len());
         let probe = parse_probe(&String::from_utf8_lossy(&out.stdout[..nl]))
-            .ok_or_else(|| ApiError::bad_gateway("the sandbox answered a process probe with nonsense"))?;
+            .ok_or_else(|| Error::daemon("the sandbox answered a process probe with nonsense"))?;
         let data = out.stdout.get(nl + 1..).unwrap_or_default().to_vec();
         if !probe.running && d.ended_at.is_none() {
             self.ended(d)?;
@@ -131,14 +132,13 @@ impl Detached<'_> {
     }
 
     /// Records the end the first time it is seen.
-    fn ended(&self, d: &DetachedRow) -> Result<(), ApiError> {
+    fn ended(&self, d: &DetachedRow) -> Result<()> {
         self.relay.store.end_detached(&d.id, store::now())?;
-        crate::events::DetachedEnded { sandbox: &self.sandbox.name, process_id: &d.id }.emit();
+        events::DetachedEnded { sandbox: &self.sandbox.name, process_id: &d.id }.emit();
         Ok(())
     }
 
-    pub async fn start(&self, command: &str, cwd: Option<&str>) -> Result<ProcessView, ApiError> {
-        let id = format!("p_{}", auth::random_hex(6));
+    pub async fn start(&self, id: String, command: &str, cwd: Option<&str>) -> Result<ProcessView> {
         // setsid: its own session and process group, so the kill reaches its children; the
         // wrapper records the exit code. Only the setsid is put in the background (not an `&&`
         // list, whose subshell would hold the exec's output open until the process ends).
@@ -148,7 +148,7 @@ impl Detached<'_> {
         );
         let out = self.run(&script, cwd).await?;
         if out.exit_code != 0 {
-            return Err(ApiError::bad_request(format!(
+            return Err(Error::invalid(format!(
                 "could not start the process: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
@@ -158,7 +158,7 @@ impl Detached<'_> {
             .last()
             .and_then(|l| l.trim().parse().ok())
             .filter(|p| *p > 1)
-            .ok_or_else(|| ApiError::bad_gateway("the sandbox did not report the process's pid"))?;
+            .ok_or_else(|| Error::daemon("the sandbox did not report the process's pid"))?;
         let row = DetachedRow {
             id,
             sandbox_id: self.sandbox.id.clone(),
@@ -172,7 +172,7 @@ impl Detached<'_> {
         Ok(self.view(&row, &Probe { running: true, code: None, size: 0 }))
     }
 
-    pub async fn list(&self) -> Result<Vec<ProcessView>, ApiError> {
+    pub async fn list(&self) -> Result<Vec<ProcessView>> {
         let rows = self.rows()?;
         if rows.is_empty() {
             return Ok(vec![]);
@@ -195,35 +195,14 @@ impl Detached<'_> {
         Ok(views)
     }
 
-    pub async fn get(&self, id: &str) -> Result<ProcessView, ApiError> {
+    pub async fn get(&self, id: &str) -> Result<ProcessView> {
         let d = self.row(id)?;
         let (p, _) = self.poll(&d, None).await?;
         Ok(self.view(&d, &p))
     }
 
-    /// The output from `since` (default 0: the file keeps all of it) as text, and the next offset.
-    pub async fn read(&self, id: &str, since: Option<u64>) -> Result<(ProcessView, String, u64), ApiError> {
-        let d = self.row(id)?;
-        let since = since.unwrap_or(0);
-        let mut text = OffsetText::starting_at(since);
-        let (p, data) = self.poll(&d, Some(since)).await?;
-        let mut out = String::new();
-        let mut next = since;
-        if let Some((t, n)) = text.push(since, &data) {
-            out.push_str(&t);
-            next = n;
-        }
-        if !p.running {
-            if let Some((t, n)) = text.flush() {
-                out.push_str(&t);
-                next = n;
-            }
-        }
-        Ok((self.view(&d, &p), out, next))
-    }
-
     /// SIGTERM to the process group, SIGKILL 3 s later if anyone is left.
-    pub async fn kill(&self, id: &str) -> Result<(), ApiError> {
+    pub async fn kill(&self, id: &str) -> Result<()> {
         let d = self.row(id)?;
         let script = format!(
             "kill -TERM -- -{pid} 2>/dev/null; (sleep 3; kill -KILL -- -{pid} 2>/dev/null) > /dev/null 2>&1 < /dev/null &",
@@ -243,17 +222,20 @@ pub async fn watch_unattached(relay: std::sync::Arc<Relay>) {
         let Ok(owners) = relay.store.detached_owners_running() else { continue };
         for (sandbox_id, token_id) in owners {
             let Ok(Some(sandbox)) = relay.store.sandbox(&sandbox_id) else { continue };
-            if sandbox.state != "running" {
+            if sandbox.state != SandboxState::Running {
                 continue;
             }
             let caller = Caller { token_id, name: String::new(), scope: store::Scope::User };
             // `list` records the ends it sees.
-            let _ = Detached { relay: &relay, sandbox: &sandbox, caller: &caller }.list().await;
+            if let Err(e) = (Polled { relay: &relay, sandbox: &sandbox, caller: &caller }).list().await {
+                events::PollFailed { sandbox: &sandbox.name, error: &e.to_string() }.emit();
+            }
         }
     }
 }
 
-/// Output from `since` as it is written, polled every 0.5 s, then the end.
+/// Output from `since` as it is written, polled every 0.5 s, then the end. The first poll
+/// says where output is (`Start`) and reads from `since` at once.
 pub fn output(
     relay: std::sync::Arc<Relay>,
     sandbox: SandboxRow,
@@ -262,31 +244,34 @@ pub fn output(
     since: Option<u64>,
 ) -> impl Stream<Item = Output> + Send + 'static {
     async_stream::stream! {
-        let at = Detached { relay: &relay, sandbox: &sandbox, caller: &caller };
+        let at = Polled { relay: &relay, sandbox: &sandbox, caller: &caller };
+        let broken = |e: Error| Output::Closed { reason: Reason::Error, message: Some(e.to_string()) };
         let d = match at.row(&id) {
             Ok(d) => d,
-            Err(e) => { yield Output::Broken(e.message); return; }
+            Err(e) => { yield broken(e); return; }
         };
         let mut next = since.unwrap_or(0);
         let mut text = OffsetText::starting_at(next);
-        yield Output::Start { oldest: 0, next };
+        let mut first = true;
         loop {
             let (p, data) = match at.poll(&d, Some(next)).await {
                 Ok(x) => x,
-                Err(e) => { yield Output::Broken(e.message); return; }
+                Err(e) => { yield broken(e); return; }
             };
+            if first {
+                first = false;
+                yield Output::Start { oldest: 0, next: p.size.max(next) };
+            }
             let got = data.len() as u64;
             if let Some((data, n)) = text.push(next, &data) {
-                yield Output::Data { data, stream: "stdout", next: n };
+                yield Output::Data { data, stream: OutputStream::Stdout, next: n };
             }
             next += got;
             if !p.running && got == 0 {
                 if let Some((data, n)) = text.flush() {
-                    yield Output::Data { data, stream: "stdout", next: n };
+                    yield Output::Data { data, stream: OutputStream::Stdout, next: n };
                 }
-                let exit_code = p.code.unwrap_or(-1);
-                let status = p.code.map(|c| format!("exit status {c}")).unwrap_or_else(|| "signal: killed".into());
-                yield Output::End { exit_code, status, total: next };
+                yield Output::End { exit_code: p.code.unwrap_or(-1), status: exit_status(p.code), total: next };
                 return;
             }
             if got < READ_CHUNK as u64 {

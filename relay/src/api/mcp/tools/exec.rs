@@ -1,0 +1,78 @@
+//! The `exec` tool: a command run to its end, its output streamed as progress notifications
+//! when the call asks for it.
+use std::sync::Arc;
+
+use futures::StreamExt;
+use rmcp::{
+    model::{CallToolResult, JsonObject, ProgressNotificationParam},
+    service::RequestContext,
+    RoleServer,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{args, done};
+use crate::{
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+    exec::{self, ExecEvent, ExecRequest, ExecResult},
+    streams::Front,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecArgs {
+    sandbox: String,
+    command: String,
+    cwd: Option<String>,
+    timeout: Option<u64>,
+    #[serde(default)]
+    stream: bool,
+}
+
+fn result(r: &ExecResult) -> Value {
+    serde_json::to_value(r).unwrap_or_else(|_| json!({ "exit_code": r.exit_code }))
+}
+
+pub async fn call(
+    relay: &Arc<Relay>,
+    caller: &Caller,
+    a: Option<JsonObject>,
+    ctx: RequestContext<RoleServer>,
+) -> Result<CallToolResult> {
+    let a: ExecArgs = args("exec", a)?;
+    let req = ExecRequest::new(a.command, a.cwd, a.timeout)?;
+    let progress = ctx.meta.get_progress_token();
+    let Some(token) = progress.filter(|_| a.stream) else {
+        let r = exec::run(relay, &a.sandbox, req).await?;
+        return Ok(done(result(&r), &["stdout", "stderr"]));
+    };
+    // Dropping this stream (the call cancelled: the SDK drops the handler's future) kills the
+    // command; the relay's closes (revocation, shutdown, ...) end it with a result.
+    let events = exec::stream(relay.clone(), caller, &a.sandbox, req, Front::Mcp).await?;
+    futures::pin_mut!(events);
+    let mut sent: u64 = 0;
+    loop {
+        // A cancelled call (`notifications/cancelled`, or its response stream closed) drops the
+        // stream, which kills the command.
+        let ev = tokio::select! {
+            _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled: the command was killed")),
+            ev = events.next() => ev,
+        };
+        let Some(ev) = ev else { break };
+        match ev {
+            ExecEvent::Stdout(t) | ExecEvent::Stderr(t) => {
+                sent += t.len() as u64;
+                let mut p = ProgressNotificationParam::new(token.clone(), sent as f64);
+                p.message = Some(t);
+                if ctx.peer.notify_progress(p).await.is_err() {
+                    // The client is gone: dropping the stream kills the command.
+                    return Err(Error::unavailable("the client went away"));
+                }
+            }
+            ExecEvent::Result(r) => return Ok(done(result(&r), &["stdout", "stderr"])),
+        }
+    }
+    Err(Error::daemon("the command's stream ended without a result"))
+}

@@ -1,0 +1,136 @@
+//! The MCP tools, one file each: `sandboxes`, `exec`, `process`. Arguments are checked there;
+//! the work is done by the domain modules the REST handlers use too. Failures are tool errors
+//! (`isError`) whose text says what was wrong, in the relay's `code: message` form with the
+//! codes REST uses (a limit names its setting).
+mod exec;
+mod process;
+mod sandboxes;
+
+use std::sync::Arc;
+
+use rmcp::{
+    model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool},
+    service::RequestContext,
+    RoleServer,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::{
+    api::error::classify,
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+};
+
+/// Marks the fields of a result whose text came from the sandbox: output of programs there,
+/// data, not instructions.
+pub(super) const SANDBOX_OUTPUT_META: &str = "hangar/sandbox_output";
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    match v {
+        Value::Object(m) => Arc::new(m),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+pub fn list() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "sandboxes",
+            "The sandboxes you may use: name, provider, state, and whether each has its daemon \
+             (streamed output, background processes' input and watches need it).",
+            schema(json!({ "type": "object", "properties": {}, "additionalProperties": false })),
+        ),
+        Tool::new(
+            "exec",
+            "Runs a command (bash -lc) in a sandbox and returns exit_code, the last 256 KiB of \
+             stdout and stderr, and streamed. With stream: true and a progress token, each chunk \
+             of output is sent as it prints as a progress notification (progress = bytes so far, \
+             message = the text). Cancelling the call kills the command. Without a daemon the \
+             output comes in one piece (streamed: false).",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "sandbox": { "type": "string", "description": "Sandbox name or id" },
+                    "command": { "type": "string", "description": "Run with bash -lc" },
+                    "cwd": { "type": "string", "description": "Absolute, or relative to the sandbox's working directory" },
+                    "timeout": { "type": "integer", "minimum": 1, "maximum": crate::exec::MAX_TIMEOUT_SECONDS, "description": "Seconds (default 600)" },
+                    "stream": { "type": "boolean", "description": "Send output as progress notifications as it prints" }
+                },
+                "required": ["sandbox", "command"],
+                "additionalProperties": false
+            })),
+        ),
+        Tool::new(
+            "process",
+            "Background processes, yours only. action start (command, cwd): starts it (bash -lc) \
+             and returns its process_id at once. attach (process_id, since, wait_seconds up to \
+             600): output from since (default: all still kept), then what comes during the wait, \
+             as progress notifications; returns the last 64 KiB, state, exit_code and next (pass \
+             it as since next time). input (process_id, input, eof): writes to its stdin, eof \
+             closes it. kill (process_id): SIGTERM, SIGKILL 3 s later. list: your processes.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "action": { "type": "string", "enum": ["start", "attach", "input", "kill", "list"] },
+                    "sandbox": { "type": "string", "description": "Sandbox name or id" },
+                    "command": { "type": "string" },
+                    "cwd": { "type": "string" },
+                    "process_id": { "type": "string" },
+                    "since": { "type": "integer", "minimum": 0, "description": "Output offset (a previous attach's next)" },
+                    "wait_seconds": { "type": "integer", "minimum": 0, "maximum": process::MAX_WAIT_SECONDS },
+                    "input": { "type": "string" },
+                    "eof": { "type": "boolean" }
+                },
+                "required": ["action", "sandbox"],
+                "additionalProperties": false
+            })),
+        ),
+    ]
+}
+
+/// A tool error whose text is the relay's error.
+fn failed(e: Error) -> CallToolResult {
+    let (_, code) = classify(&e);
+    let message = e.to_string();
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{code}: {message}"))]);
+    r.structured_content = Some(json!({ "error": { "code": code, "message": message } }));
+    r
+}
+
+fn args<T: DeserializeOwned>(tool: &str, a: Option<JsonObject>) -> Result<T> {
+    serde_json::from_value(Value::Object(a.unwrap_or_default()))
+        .map_err(|e| Error::invalid(format!("{tool}: bad arguments: {e}")))
+}
+
+/// A successful result: the value as structured content and as JSON text, with the fields that
+/// hold sandbox output named in `_meta`.
+fn done(v: Value, sandbox_fields: &[&str]) -> CallToolResult {
+    let mut r = CallToolResult::success(vec![ContentBlock::text(v.to_string())]);
+    r.structured_content = Some(v);
+    if !sandbox_fields.is_empty() {
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert(SANDBOX_OUTPUT_META.into(), json!(sandbox_fields));
+        r.meta = Some(meta);
+    }
+    r
+}
+
+pub async fn call(
+    relay: &Arc<Relay>,
+    caller: &Caller,
+    req: CallToolRequestParams,
+    ctx: RequestContext<RoleServer>,
+) -> CallToolResult {
+    if relay.streams.shutting_down() {
+        return failed(Error::unavailable("the relay is shutting down: no new calls"));
+    }
+    let result = match req.name.as_ref() {
+        "sandboxes" => sandboxes::call(relay, req.arguments),
+        "exec" => exec::call(relay, caller, req.arguments, ctx).await,
+        "process" => process::call(relay, caller, req.arguments, ctx).await,
+        other => Err(Error::invalid(format!("no tool {other:?}; tools: sandboxes, exec, process"))),
+    };
+    result.unwrap_or_else(failed)
+}

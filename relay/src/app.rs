@@ -1,0 +1,143 @@
+//! The application: the state every request shares (`Relay`), binding it to its port, and
+//! serving the APIs until a signal. The binary only parses flags and calls these.
+use std::{net::SocketAddr, sync::Arc};
+
+use crate::{
+    api, auth,
+    config::{self, Config},
+    events, processes, providers, revocation, sandboxes, store, streams,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("state directory {path}: {source}")]
+    StateDir { path: std::path::PathBuf, source: std::io::Error },
+    #[error("state store: {0}")]
+    Store(#[from] store::StoreError),
+    #[error("MAC key: {0}")]
+    Key(std::io::Error),
+    #[error("binding {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("the default sandbox: {0}")]
+    DefaultSandbox(crate::error::Error),
+}
+
+/// What every request shares.
+pub struct Relay {
+    pub store: Arc<store::Store>,
+    pub key: auth::MacKey,
+    pub sandboxes: sandboxes::Sandboxes,
+    pub processes: processes::Processes,
+    pub limits: config::Limits,
+    pub streams: Arc<streams::Streams>,
+}
+
+/// A relay bound to its port, with the admin secret to show if one was generated.
+pub struct Bound {
+    pub listener: tokio::net::TcpListener,
+    pub relay: Arc<Relay>,
+    pub generated_admin_secret: Option<String>,
+    /// `Host` values the MCP endpoint accepts.
+    pub mcp_allowed_hosts: Vec<String>,
+}
+
+pub async fn bind(config: &Config) -> Result<Bound, StartError> {
+    let dir = &config.state_dir;
+    let io = |source| StartError::StateDir { path: dir.clone(), source };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+    }
+    let store = Arc::new(store::Store::open(&dir.join("relay.sqlite"))?);
+    let key = auth::MacKey::load_or_create(&dir.join("mac.key")).map_err(StartError::Key)?;
+
+    let mut generated_admin_secret = None;
+    // An empty variable is no token: it must never become a secret that an empty header matches.
+    match config.admin_token.as_deref().filter(|t| !t.trim().is_empty()) {
+        Some(secret) if auth::verify(&store, secret)?.is_none() => {
+            store.insert_token(&auth::adopt("admin", store::Scope::Admin, secret))?;
+        }
+        Some(_) => {}
+        None if !store.any_admin()? => {
+            let (row, secret) = auth::mint("admin", store::Scope::Admin);
+            store.insert_token(&row)?;
+            generated_admin_secret = Some(secret);
+        }
+        None => {}
+    }
+
+    let local = providers::local::LocalProvider::new(dir.join("sandboxes"), config.envd_bin());
+    // Docker is reached lazily: the relay starts without it, and says in its log whether it is there.
+    let docker = providers::docker::DockerProvider::new();
+    docker.connect_in_background();
+    let streams = streams::Streams::new(config.limits.clone());
+    let sandboxes = sandboxes::Sandboxes::new(store.clone(), streams.clone(), vec![Box::new(local), Box::new(docker)]);
+    let relay = Arc::new(Relay {
+        store,
+        key,
+        sandboxes,
+        processes: processes::Processes::default(),
+        limits: config.limits.clone(),
+        streams,
+    });
+    relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| StartError::Bind { addr: config.listen, source })?;
+    Ok(Bound { listener, relay, generated_admin_secret, mcp_allowed_hosts: config.mcp_allowed_hosts.clone() })
+}
+
+/// How long MCP responses cut off by a shutdown have to reach their clients.
+const MCP_RESULTS_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Serves until SIGTERM or SIGINT. Then every open stream ends at once with `shutdown`, new
+/// streams are refused, and the process exits once responses have flushed (10 s at the most).
+/// Sandboxes and their processes keep running.
+pub async fn serve(bound: Bound) -> std::io::Result<()> {
+    use axum::serve::ListenerExt as _;
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    if let Ok(addr) = bound.listener.local_addr() {
+        events::Listening { addr }.emit();
+    }
+    let relay = bound.relay;
+    let recheck = tokio::spawn(revocation::recheck(relay.clone()));
+    let unattached = tokio::spawn(processes::watch_unattached(relay.clone()));
+    let mcp_shutdown = tokio_util::sync::CancellationToken::new();
+    let app = api::router(relay.clone(), bound.mcp_allowed_hosts, mcp_shutdown.clone());
+    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
+    let streams = relay.streams.clone();
+    // TCP_NODELAY: an SSE event or MCP notification goes out when written, not after the
+    // previous one's ACK.
+    let listener = bound.listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let closed = streams.shutdown();
+        // The MCP calls and subscriptions the shutdown just ended get a moment to send their
+        // results before the SDK closes its streams and sessions.
+        tokio::spawn(async move {
+            tokio::time::sleep(MCP_RESULTS_GRACE).await;
+            mcp_shutdown.cancel();
+        });
+        events::ShuttingDown { streams: closed }.emit();
+        let _ = stopping_tx.send(());
+    });
+    let result = tokio::select! {
+        r = server => r,
+        _ = async {
+            let _ = stopping.await;
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        } => Ok(()),
+    };
+    recheck.abort();
+    unattached.abort();
+    result
+}

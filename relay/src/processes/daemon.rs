@@ -1,0 +1,240 @@
+//! Background processes through the sandbox's daemon, owned by MAC'd tags, found again by
+//! their tag after a relay restart.
+//!
+//! Ownership is the tag `hangar:<id>:<MAC>`, the MAC of (owner token, sandbox, id) under the
+//! relay's key. Every lookup recomputes the caller's tag and selects by it exactly, so another
+//! token's process does not exist for the caller, and a tag made up inside the sandbox (which
+//! cannot know the key) matches nobody.
+use futures::Stream;
+use hangar_proto::{
+    ext::{attach_event, AttachRequest, ListRequest as ExtList, OutputStream as Which, ProcessStatus, SignalRequest},
+    process::{
+        process_event, process_input, process_selector, CloseStdinRequest, ProcessConfig, ProcessInput,
+        ProcessSelector, SendInputRequest, StartRequest,
+    },
+};
+use tonic::Code;
+
+use super::{
+    output::{Output, OutputStream},
+    valid_id, ProcessState, ProcessView, KILL_GRACE_MS,
+};
+use crate::{
+    auth::{Caller, MacKey},
+    envd::{daemon_error, Envd},
+    error::{Error, Result},
+    store::SandboxRow,
+    streams::Reason,
+    text::OffsetText,
+    time,
+};
+
+const TAG_PREFIX: &str = "hangar:";
+pub fn tag(key: &MacKey, caller: &Caller, sandbox: &SandboxRow, id: &str) -> String {
+    format!("{TAG_PREFIX}{id}:{}", key.mac(&[&caller.token_id, &sandbox.id, id]))
+}
+
+/// The id in `tag` if the tag is the caller's in this sandbox.
+fn owned_id<'t>(key: &MacKey, caller: &Caller, sandbox: &SandboxRow, tag: &'t str) -> Option<&'t str> {
+    let (id, mac) = tag.strip_prefix(TAG_PREFIX)?.split_once(':')?;
+    (valid_id(id) && key.verify(&[&caller.token_id, &sandbox.id, id], mac)).then_some(id)
+}
+
+fn by_tag(tag: String) -> Option<ProcessSelector> {
+    Some(ProcessSelector { selector: Some(process_selector::Selector::Tag(tag)) })
+}
+
+/// A caller's view of one sandbox: whose processes, where, and the daemon to ask.
+pub struct At<'a> {
+    pub envd: &'a Envd,
+    pub key: &'a MacKey,
+    pub caller: &'a Caller,
+    pub sandbox: &'a SandboxRow,
+}
+
+impl At<'_> {
+    fn tag(&self, id: &str) -> String {
+        tag(self.key, self.caller, self.sandbox, id)
+    }
+
+    fn view(&self, id: &str, p: &ProcessStatus, adopted: bool) -> ProcessView {
+        let exit = p.exit.as_ref();
+        let command = p.config.as_ref().and_then(|c| c.args.get(1).cloned()).unwrap_or_default();
+        let exited = p.state == hangar_proto::ext::ProcessState::Exited as i32;
+        ProcessView {
+            process_id: id.to_string(),
+            sandbox: self.sandbox.name.clone(),
+            pid: p.pid,
+            command,
+            state: if exited { ProcessState::Exited } else { ProcessState::Running },
+            exit_code: exit.map(|e| e.exit_code),
+            status: exit.map(|e| e.status.clone()),
+            started_at: p.started_at.as_ref().map(time::of_timestamp),
+            ended_at: exit.and_then(|e| e.ended_at.as_ref()).map(time::of_timestamp),
+            output_bytes: p.output_bytes,
+            adopted,
+            polled: false,
+        }
+    }
+
+    /// Everything the daemon lists, running and recently exited, whoever started it.
+    async fn all(&self) -> Result<Vec<ProcessStatus>> {
+        Ok(self
+            .envd
+            .processes()
+            .list(ExtList { running_only: false })
+            .await
+            .map_err(|s| daemon_error("listing processes", s))?
+            .into_inner()
+            .processes)
+    }
+
+    /// The caller's processes in the sandbox, running and recently exited; `adopted` says
+    /// which of them this run of the relay did not start.
+    pub async fn list(&self, adopted: impl Fn(&str) -> bool) -> Result<Vec<ProcessView>> {
+        Ok(self
+            .all()
+            .await?
+            .iter()
+            .filter_map(|p| {
+                let id = owned_id(self.key, self.caller, self.sandbox, p.tag.as_deref()?)?;
+                Some(self.view(id, p, adopted(id)))
+            })
+            .collect())
+    }
+
+    pub async fn get(&self, id: &str, adopted: bool) -> Result<ProcessView> {
+        let wanted = self.tag(id);
+        let running = hangar_proto::ext::ProcessState::Running as i32;
+        self.all()
+            .await?
+            .iter()
+            .filter(|p| p.tag.as_deref() == Some(wanted.as_str()))
+            .max_by_key(|p| (p.state == running, p.started_at.map(|t| (t.seconds, t.nanos))))
+            .map(|p| self.view(id, p, adopted))
+            .ok_or_else(|| super::not_yours(id, &self.sandbox.name))
+    }
+
+    /// Starts `command` (bash -lc) and returns as soon as it runs. The relay lets go of the start
+    /// stream at once, so only the daemon's ring keeps its output and nothing slows it down.
+    pub async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView> {
+        let at = self;
+        let req = StartRequest {
+            process: Some(ProcessConfig {
+                cmd: "/bin/bash".into(),
+                args: vec!["-lc".into(), command.to_string()],
+                envs: Default::default(),
+                cwd,
+            }),
+            pty: None,
+            tag: Some(at.tag(&id)),
+            stdin: Some(true),
+        };
+        let started_at = time::now();
+        let mut stream =
+            at.envd.process().start(req).await.map_err(|s| daemon_error("starting the process", s))?.into_inner();
+        let pid = match stream.message().await {
+            Ok(Some(m)) => match m.event.and_then(|e| e.event) {
+                Some(process_event::Event::Start(s)) => s.pid,
+                _ => return Err(Error::daemon("the daemon did not report the process's start")),
+            },
+            Ok(None) => return Err(Error::daemon("the daemon ended the start stream at once")),
+            Err(s) => return Err(daemon_error("starting the process", s)),
+        };
+        drop(stream);
+        Ok(ProcessView {
+            process_id: id,
+            sandbox: at.sandbox.name.clone(),
+            pid,
+            command: command.to_string(),
+            state: ProcessState::Running,
+            exit_code: None,
+            status: None,
+            started_at: Some(started_at),
+            ended_at: None,
+            output_bytes: 0,
+            adopted: false,
+            polled: false,
+        })
+    }
+
+    pub async fn input(&self, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
+        let at = self;
+        let t = at.tag(id);
+        if !data.is_empty() {
+            let req = SendInputRequest {
+                process: by_tag(t.clone()),
+                input: Some(ProcessInput { input: Some(process_input::Input::Stdin(data)) }),
+            };
+            at.envd.process().send_input(req).await.map_err(|s| daemon_error("writing input", s))?;
+        }
+        if eof {
+            at.envd
+                .process()
+                .close_stdin(CloseStdinRequest { process: by_tag(t) })
+                .await
+                .map_err(|s| daemon_error("closing stdin", s))?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to the process group, SIGKILL 3 s later if anyone in it is still alive.
+    pub async fn kill(&self, id: &str) -> Result<()> {
+        let at = self;
+        let req = SignalRequest {
+            process: by_tag(at.tag(id)),
+            signal: libc::SIGTERM,
+            escalate_after_ms: Some(KILL_GRACE_MS),
+        };
+        match at.envd.processes().signal(req).await {
+            Ok(_) => Ok(()),
+            // Exited already (its group is empty): it is as killed as it gets, if it is the caller's.
+            Err(s) if s.code() == Code::NotFound => self.get(id, false).await.map(|_| ()),
+            Err(s) => Err(daemon_error("signalling the process", s)),
+        }
+    }
+
+    /// Output from `since` (default: the oldest byte the daemon still keeps), then live output,
+    /// then the end.
+    pub async fn attach(&self, id: &str, since: Option<u64>) -> Result<impl Stream<Item = Output> + Send + 'static> {
+        let at = self;
+        let req = AttachRequest { process: by_tag(at.tag(id)), since };
+        let mut stream = at.envd.processes().attach(req).await.map_err(|s| daemon_error("attaching", s))?.into_inner();
+        Ok(async_stream::stream! {
+            let mut text = OffsetText::default();
+            let broken = |m: &str| Output::Closed { reason: Reason::Error, message: Some(m.to_string()) };
+            loop {
+                let ev = match stream.message().await {
+                    Ok(Some(m)) => m.event.and_then(|e| e.event),
+                    Ok(None) => { yield broken("the daemon ended the stream"); return; }
+                    Err(s) => { yield broken(s.message()); return; }
+                };
+                match ev {
+                    Some(attach_event::Event::Start(s)) => {
+                        text.restart_at(since.unwrap_or(s.oldest_offset));
+                        yield Output::Start { oldest: s.oldest_offset, next: s.next_offset };
+                    }
+                    Some(attach_event::Event::Data(d)) => {
+                        let stream = if d.stream == Which::Stderr as i32 { OutputStream::Stderr } else { OutputStream::Stdout };
+                        if let Some((data, next)) = text.push(d.offset, &d.data) {
+                            yield Output::Data { data, stream, next };
+                        }
+                    }
+                    Some(attach_event::Event::Gap(g)) => {
+                        text.restart_at(g.to);
+                        yield Output::Gap { from: g.from, to: g.to };
+                    }
+                    Some(attach_event::Event::End(e)) => {
+                        if let Some((data, next)) = text.flush() {
+                            yield Output::Data { data, stream: OutputStream::Stdout, next };
+                        }
+                        let exit = e.exit.unwrap_or_default();
+                        yield Output::End { exit_code: exit.exit_code, status: exit.status, total: e.total_bytes };
+                        return;
+                    }
+                    Some(attach_event::Event::Keepalive(_)) | None => {}
+                }
+            }
+        })
+    }
+}

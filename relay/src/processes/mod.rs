@@ -1,0 +1,418 @@
+//! Background processes: started, listed, read, fed and killed for the token that started them,
+//! whichever backend the sandbox has. The APIs call only this façade; it owns the per-token
+//! limit, ownership checks and stream admission, and returns one output type both render.
+//!
+//! - `daemon`: through the sandbox's daemon; ownership is a MAC'd envd tag.
+//! - `polled`: without a daemon, detached through the provider's exec and polled; ownership is
+//!   the relay's own row.
+//! - `output`: the items a read yields and the one fold into `since / output / lost / next`.
+mod daemon;
+mod output;
+mod polled;
+
+use std::{
+    collections::{HashMap, HashSet},
+    pin::Pin,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::{Stream, StreamExt};
+use serde::Serialize;
+
+pub use output::{Chunk, OnData, Output, OutputStream, BACKLOG_QUIET};
+pub use polled::watch_unattached;
+
+use crate::{
+    app::Relay,
+    auth::{self, Caller},
+    envd::Envd,
+    error::{Error, Limit, Result},
+    events,
+    exec::check_command,
+    store::{SandboxRow, SandboxState},
+    streams::{self, Front, Kind, Reason},
+    time::Epoch,
+};
+
+/// SIGTERM, then SIGKILL this long after if anyone in its group is left.
+pub const KILL_GRACE_MS: u32 = 3000;
+
+/// A process id as the relay makes them: `p_` and 12 hex digits.
+pub fn valid_id(id: &str) -> bool {
+    id.len() == 14 && id.starts_with("p_") && id[2..].bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// A process id as the relay makes them; anything else is nobody's process.
+fn check_id(id: &str) -> Result<()> {
+    if valid_id(id) {
+        Ok(())
+    } else {
+        Err(Error::not_found(format!("no process {id:?}")))
+    }
+}
+
+/// Another token's process, or none: the caller cannot tell them apart.
+fn not_yours(id: &str, sandbox: &str) -> Error {
+    Error::not_found(format!("no process {id:?} of yours in sandbox {sandbox:?}"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessState {
+    Running,
+    Exited,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessView {
+    pub process_id: String,
+    pub sandbox: String,
+    pub pid: u32,
+    pub command: String,
+    pub state: ProcessState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    pub started_at: Option<Epoch>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<Epoch>,
+    /// Bytes written so far: where the next byte will be.
+    pub output_bytes: u64,
+    /// Found again by its tag, not started by this run of the relay.
+    pub adopted: bool,
+    /// Run without a daemon: detached, its output in a file the relay polls (no input).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub polled: bool,
+}
+
+type Owner = (String, String);
+
+/// What the relay keeps about background processes across requests.
+#[derive(Default)]
+pub struct Processes {
+    /// (sandbox id, process id) of those this run of the relay started: the others are adopted.
+    started: Mutex<HashSet<Owner>>,
+    /// One lock per (token, sandbox): counting the running processes and starting one more
+    /// happen under it, so concurrent starts never pass the per-token limit together.
+    starting: Mutex<HashMap<Owner, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Processes {
+    fn remember(&self, sandbox: &str, id: &str) {
+        self.started.lock().unwrap_or_else(|p| p.into_inner()).insert((sandbox.to_string(), id.to_string()));
+    }
+
+    fn adopted(&self, sandbox: &str, id: &str) -> bool {
+        !self.started.lock().unwrap_or_else(|p| p.into_inner()).contains(&(sandbox.to_string(), id.to_string()))
+    }
+
+    fn start_lock(&self, token: &str, sandbox: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        // Locks nobody holds or waits for are dropped, so the map stays as small as the starts in flight.
+        map.retain(|_, l| Arc::strong_count(l) > 1);
+        map.entry((token.to_string(), sandbox.to_string())).or_default().clone()
+    }
+}
+
+/// Where a sandbox's background processes live.
+enum Backend {
+    Daemon { row: SandboxRow, envd: Envd },
+    Polled(SandboxRow),
+}
+
+impl Backend {
+    fn row(&self) -> &SandboxRow {
+        match self {
+            Backend::Daemon { row, .. } | Backend::Polled(row) => row,
+        }
+    }
+}
+
+async fn backend(relay: &Relay, reference: &str) -> Result<Backend> {
+    let mut row = relay.sandboxes.get(reference)?;
+    Ok(match relay.sandboxes.daemon(&mut row).await? {
+        Some(envd) => Backend::Daemon { row, envd },
+        None => Backend::Polled(row),
+    })
+}
+
+fn at<'a>(relay: &'a Relay, caller: &'a Caller, row: &'a SandboxRow, envd: &'a Envd) -> daemon::At<'a> {
+    daemon::At { envd, key: &relay.key, caller, sandbox: row }
+}
+
+/// The caller's processes in the sandbox, running and recently exited.
+async fn list_in(relay: &Relay, caller: &Caller, b: &Backend) -> Result<Vec<ProcessView>> {
+    match b {
+        Backend::Daemon { row, envd } => {
+            at(relay, caller, row, envd).list(|id| relay.processes.adopted(&row.id, id)).await
+        }
+        Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.list().await,
+    }
+}
+
+/// Starts `command` (bash -lc) and returns as soon as it runs, within
+/// `HANGAR_BACKGROUND_MAX_PER_TOKEN` running processes per token and sandbox.
+pub async fn start(
+    relay: &Relay,
+    caller: &Caller,
+    reference: &str,
+    command: &str,
+    cwd: Option<String>,
+) -> Result<ProcessView> {
+    check_command(command)?;
+    let b = backend(relay, reference).await?;
+    let row = b.row();
+    let cwd = cwd.map(|c| relay.sandboxes.resolve_cwd(row, &c)).transpose()?;
+    let lock = relay.processes.start_lock(&caller.token_id, &row.id);
+    let _held = lock.lock().await;
+    let limit = relay.limits.background_per_token;
+    let running = list_in(relay, caller, &b).await?.iter().filter(|p| p.state == ProcessState::Running).count();
+    if running >= limit {
+        let message =
+            format!("this token already has {running} running background processes in this sandbox (limit {limit})");
+        return Err(Error::Limit { limit: Limit::BackgroundPerToken, message });
+    }
+    let id = format!("p_{}", auth::random_hex(6));
+    let view = match &b {
+        Backend::Daemon { row, envd } => at(relay, caller, row, envd).start(id, command, cwd).await?,
+        Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.start(id, command, cwd.as_deref()).await?,
+    };
+    relay.processes.remember(&row.id, &view.process_id);
+    Ok(view)
+}
+
+/// The caller's processes in the sandbox, running and recently exited.
+pub async fn list(relay: &Relay, caller: &Caller, reference: &str) -> Result<Vec<ProcessView>> {
+    list_in(relay, caller, &backend(relay, reference).await?).await
+}
+
+async fn get_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<ProcessView> {
+    match b {
+        Backend::Daemon { row, envd } => {
+            at(relay, caller, row, envd).get(id, relay.processes.adopted(&row.id, id)).await
+        }
+        Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.get(id).await,
+    }
+}
+
+/// One of the caller's processes (another token's is not found).
+pub async fn get(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> Result<ProcessView> {
+    check_id(id)?;
+    get_in(relay, caller, &backend(relay, reference).await?, id).await
+}
+
+/// Writes to its stdin; `eof` closes it. Needs the daemon.
+pub async fn input(relay: &Relay, caller: &Caller, reference: &str, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
+    check_id(id)?;
+    if data.is_empty() && !eof {
+        return Err(Error::invalid("nothing to do: give input, eof, or both"));
+    }
+    match backend(relay, reference).await? {
+        Backend::Daemon { row, envd } => at(relay, caller, &row, &envd).input(id, data, eof).await,
+        Backend::Polled(row) => {
+            // Ownership first: another token's id is not found.
+            polled::Polled { relay, sandbox: &row, caller }.get(id).await?;
+            Err(Error::NeedsDaemon { sandbox: row.name, what: "input to a background process" })
+        }
+    }
+}
+
+/// SIGTERM to its process group, SIGKILL 3 s later if it is still running.
+pub async fn kill(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> Result<()> {
+    check_id(id)?;
+    kill_in(relay, caller, &backend(relay, reference).await?, id).await
+}
+
+async fn kill_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<()> {
+    match b {
+        Backend::Daemon { row, envd } => at(relay, caller, row, envd).kill(id).await,
+        Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.kill(id).await,
+    }
+}
+
+/// Kills every running process `caller` has in the sandbox (its token was revoked); how many.
+pub async fn kill_all(relay: &Relay, caller: &Caller, row: &SandboxRow) -> Result<usize> {
+    let b = backend(relay, &row.id).await?;
+    let running: Vec<ProcessView> =
+        list_in(relay, caller, &b).await?.into_iter().filter(|p| p.state == ProcessState::Running).collect();
+    for p in &running {
+        kill_in(relay, caller, &b, &p.process_id).await?;
+    }
+    Ok(running.len())
+}
+
+type Items = Pin<Box<dyn Stream<Item = Output> + Send>>;
+
+/// The output from `since` (default: all still kept), then live, then the end; with the
+/// sandbox's id. Ownership is checked before anything streams.
+async fn follow(relay: &Arc<Relay>, caller: &Caller, reference: &str, id: &str, since: Option<u64>) -> Result<(String, Items)> {
+    check_id(id)?;
+    Ok(match backend(relay, reference).await? {
+        Backend::Daemon { row, envd } => {
+            let items = at(relay, caller, &row, &envd).attach(id, since).await?;
+            (row.id, Box::pin(items))
+        }
+        Backend::Polled(row) => {
+            polled::Polled { relay, sandbox: &row, caller }.get(id).await?;
+            let sandbox_id = row.id.clone();
+            (sandbox_id, Box::pin(polled::output(relay.clone(), row, caller.clone(), id.to_string(), since)))
+        }
+    })
+}
+
+/// A process's output as an admitted stream: paced and capped like every stream, and ended by
+/// the relay's closes (revocation, pause, destroy, shutdown, lifetime), each said as `Closed`.
+pub struct Attached {
+    items: Items,
+    admitted: streams::Stream,
+    /// An item read and charged for, waiting for its pace: `next` stays cancel-safe.
+    pending: Option<(Output, tokio::time::Instant)>,
+    over: bool,
+}
+
+impl Attached {
+    /// The next item; `None` after the last.
+    pub async fn next(&mut self) -> Option<Output> {
+        if self.over {
+            return None;
+        }
+        if self.pending.is_none() {
+            // A close first: a destroyed sandbox's daemon stream breaks too, and why is the destroy.
+            let item = tokio::select! {
+                biased;
+                reason = self.admitted.closed() => Output::Closed { reason, message: None },
+                item = self.items.next() => item.unwrap_or(Output::Closed {
+                    reason: Reason::Error,
+                    message: Some("the output stream ended early".into()),
+                }),
+            };
+            let mut ready = tokio::time::Instant::now();
+            let item = match &item {
+                Output::Data { data, .. } => match self.admitted.charge(data.len() as u64) {
+                    Ok(wait) => {
+                        ready += wait;
+                        item
+                    }
+                    Err(reason) => Output::Closed { reason, message: None },
+                },
+                _ => item,
+            };
+            self.pending = Some((item, ready));
+        }
+        if let Some((_, ready)) = &self.pending {
+            tokio::time::sleep_until(*ready).await;
+        }
+        let (item, _) = self.pending.take()?;
+        match &item {
+            Output::End { .. } => self.admitted.end(Reason::Done),
+            Output::Closed { reason, .. } => self.admitted.end(*reason),
+            _ => {}
+        }
+        self.over = item.is_last();
+        Some(item)
+    }
+
+    /// Records why the reader stopped early (the first reason given wins).
+    pub fn end(&mut self, reason: Reason) {
+        self.admitted.end(reason);
+    }
+
+    /// The items as a stream, ending after the last.
+    pub fn into_stream(self) -> impl Stream<Item = Output> + Send {
+        futures::stream::unfold(self, |mut a| async move { a.next().await.map(|o| (o, a)) })
+    }
+}
+
+/// Follows a process's output as a stream admitted against the limits (`front` says who serves it).
+pub async fn attach(
+    relay: &Arc<Relay>,
+    caller: &Caller,
+    reference: &str,
+    id: &str,
+    since: Option<u64>,
+    front: Front,
+) -> Result<Attached> {
+    let (sandbox_id, items) = follow(relay, caller, reference, id, since).await?;
+    let admitted = relay.streams.open(caller, &sandbox_id, Kind::Process, front)?;
+    Ok(Attached { items, admitted, pending: None, over: false })
+}
+
+/// How a read goes: from where, how long it waits for more, how much text it keeps.
+pub struct Read {
+    pub since: Option<u64>,
+    pub wait: Duration,
+    pub tail: usize,
+    /// Read as a stream admitted for this front end (it waits, so it counts); `None` for a
+    /// read that returns what was already written.
+    pub admit: Option<Front>,
+}
+
+/// Reads a process's output (what was written before the read, and what comes during its
+/// wait); `on_data` sees each piece as it comes. The process as it is after the read.
+pub async fn read(
+    relay: &Arc<Relay>,
+    caller: &Caller,
+    reference: &str,
+    id: &str,
+    how: Read,
+    on_data: OnData<'_>,
+) -> Result<(ProcessView, Chunk)> {
+    let chunk = match how.admit {
+        Some(front) => {
+            let mut attached = attach(relay, caller, reference, id, how.since, front).await?;
+            let chunk = {
+                let items = futures::stream::unfold(&mut attached, |a| async move {
+                    let item = a.next().await?;
+                    Some((item, a))
+                });
+                output::fold(items, how.since, how.wait, how.tail, on_data).await
+            };
+            // A read that ended by its own choice (its wait was over) ends as done.
+            attached.end(if chunk.is_ok() { Reason::Done } else { Reason::Client });
+            chunk?
+        }
+        None => {
+            let (_, items) = follow(relay, caller, reference, id, how.since).await?;
+            output::fold(items, how.since, how.wait, how.tail, on_data).await?
+        }
+    };
+    let view = get(relay, caller, reference, id).await?;
+    Ok((view, chunk))
+}
+
+/// Ends what a revoked token has running in every running sandbox; failures are said, not dropped.
+pub async fn kill_everywhere(relay: &Relay, caller: &Caller) -> usize {
+    let sandboxes = match relay.sandboxes.list() {
+        Ok(s) => s,
+        Err(e) => {
+            events::RevocationIncomplete { token: &caller.token_id, sandbox: "*", error: &e.to_string() }.emit();
+            return 0;
+        }
+    };
+    let mut killed = 0;
+    for row in sandboxes.iter().filter(|s| s.state == SandboxState::Running) {
+        match kill_all(relay, caller, row).await {
+            Ok(n) => killed += n,
+            Err(e) => {
+                events::RevocationIncomplete { token: &caller.token_id, sandbox: &row.name, error: &e.to_string() }
+                    .emit()
+            }
+        }
+    }
+    killed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_the_relays_own_form() {
+        assert!(valid_id("p_0123456789ab"));
+        assert!(!valid_id("p_0123456789AB"));
+        assert!(!valid_id("p_0123"));
+        assert!(!valid_id("../../etc/pas"));
+    }
+}

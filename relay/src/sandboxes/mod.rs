@@ -1,0 +1,249 @@
+//! Sandboxes: lookups by id or name, lifecycle through their provider (closing their streams on
+//! pause and destroy), their daemons, and the paths clients name in them.
+mod paths;
+
+use std::{collections::HashMap, path::PathBuf, sync::Arc, sync::Mutex, time::Duration};
+
+use crate::{
+    auth,
+    envd::Envd,
+    error::{Error, Result},
+    events,
+    providers::{ExecOutput, Provider},
+    store::{self, SandboxRow, SandboxState, Store},
+    streams::{Reason, Streams},
+};
+
+pub use paths::check as check_path;
+
+pub const DEFAULT_SANDBOX: &str = "default";
+
+/// How long a known daemon has to answer `Info` before the provider is asked instead.
+const KNOWN_DAEMON_CHECK: Duration = Duration::from_secs(1);
+
+pub struct Sandboxes {
+    store: Arc<Store>,
+    streams: Arc<Streams>,
+    providers: Vec<Box<dyn Provider>>,
+    /// Serializes daemon (re)starts so two requests never start two daemons for one sandbox.
+    starting: tokio::sync::Mutex<()>,
+    /// The daemon last found for each sandbox (by id), on its open connection. A request asks
+    /// it first, with one `Info` call; only when that fails does it take the provider's path
+    /// (inspect the container, connect, restart) under `starting`. Without this, every stream
+    /// paid for a Docker inspect and a new connection, one request at a time (bench/: 512
+    /// streams took 20 s to open).
+    found: Mutex<HashMap<String, Envd>>,
+}
+
+/// Sandbox names become parts of URLs and resource names: keep them plain.
+pub fn valid_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
+}
+
+impl Sandboxes {
+    pub fn new(store: Arc<Store>, streams: Arc<Streams>, providers: Vec<Box<dyn Provider>>) -> Self {
+        Self { store, streams, providers, starting: tokio::sync::Mutex::new(()), found: Mutex::new(HashMap::new()) }
+    }
+
+    fn provider(&self, name: &str) -> Result<&dyn Provider> {
+        self.providers.iter().find(|p| p.name() == name).map(|p| p.as_ref()).ok_or_else(|| {
+            let known: Vec<_> = self.providers.iter().map(|p| p.name()).collect();
+            Error::invalid(format!("unknown provider {name:?}; known: {}", known.join(", ")))
+        })
+    }
+
+    pub async fn create(&self, name: &str, provider: &str, options: serde_json::Value) -> Result<SandboxRow> {
+        if !valid_name(name) {
+            return Err(Error::invalid(format!(
+                "sandbox name {name:?}: 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit"
+            )));
+        }
+        let p = self.provider(provider)?;
+        if self.store.sandbox(name)?.is_some() {
+            return Err(Error::Conflict(format!("a sandbox named {name:?} exists")));
+        }
+        let mut row = SandboxRow {
+            id: format!("sbx_{}", auth::random_hex(8)),
+            name: name.to_string(),
+            provider: provider.to_string(),
+            options,
+            state: SandboxState::Running,
+            workdir: None,
+            envd_url: None,
+            envd_token: None,
+            envd_pid: None,
+            daemon: false,
+            created_at: store::now(),
+        };
+        {
+            let _g = self.starting.lock().await;
+            p.create(&mut row).await?;
+        }
+        if let Err(e) = self.store.insert_sandbox(&row) {
+            if let Err(undo) = p.destroy(&row).await {
+                events::CleanupFailed { what: "destroying a sandbox whose row could not be stored", error: &undo.to_string() }
+                    .emit();
+            }
+            return Err(e.into());
+        }
+        events::SandboxChanged { name, provider, change: "created" }.emit();
+        Ok(row)
+    }
+
+    pub fn get(&self, reference: &str) -> Result<SandboxRow> {
+        self.store.sandbox(reference)?.ok_or_else(|| Error::not_found(format!("no sandbox {reference:?}")))
+    }
+
+    pub fn list(&self) -> Result<Vec<SandboxRow>> {
+        Ok(self.store.sandboxes()?)
+    }
+
+    /// A path a client names (a watch's directory), absolute or relative to the sandbox's
+    /// working directory. In a local sandbox it must stay inside the sandbox's directory.
+    pub fn resolve_path(&self, row: &SandboxRow, path: &str) -> Result<String> {
+        match self.local_root(row) {
+            Some(root) => Ok(paths::confine(&root, path)?.to_string_lossy().into_owned()),
+            None => {
+                check_path(path)?;
+                Ok(path.to_string())
+            }
+        }
+    }
+
+    /// A command's working directory, which must exist: checked here where the sandbox's files
+    /// are on this host, and by the daemon or the provider's exec elsewhere.
+    pub fn resolve_cwd(&self, row: &SandboxRow, cwd: &str) -> Result<String> {
+        let path = self.resolve_path(row, cwd)?;
+        if self.local_root(row).is_some() && !std::path::Path::new(&path).is_dir() {
+            return Err(no_such_dir(cwd));
+        }
+        Ok(path)
+    }
+
+    /// The host directory a sandbox's paths are confined to, where its files are on this host.
+    fn local_root(&self, row: &SandboxRow) -> Option<PathBuf> {
+        self.provider(&row.provider).ok()?.host_root(row)
+    }
+
+    /// Refuses work in a paused sandbox.
+    pub fn runnable(&self, row: &SandboxRow) -> Result<()> {
+        match row.state {
+            SandboxState::Paused => Err(Error::Paused { sandbox: row.name.clone() }),
+            SandboxState::Running => Ok(()),
+        }
+    }
+
+    /// The sandbox's daemon, started again where the provider can; `None` without one.
+    pub async fn daemon(&self, row: &mut SandboxRow) -> Result<Option<Envd>> {
+        self.runnable(row)?;
+        if let Some(known) = self.known(&row.id) {
+            if known.alive(KNOWN_DAEMON_CHECK).await.is_ok() {
+                return Ok(Some(known));
+            }
+            self.forget(&row.id);
+        }
+        let p = self.provider(&row.provider)?;
+        let _g = self.starting.lock().await;
+        // Found by a request that held the lock before this one (this one forgot the old one).
+        if let Some(known) = self.known(&row.id) {
+            return Ok(Some(known));
+        }
+        // Another request may have restarted it while this one waited.
+        if let Some(fresh) = self.store.sandbox(&row.id)? {
+            *row = fresh;
+        }
+        let before = row.clone();
+        let result = p.daemon(row).await;
+        if result.is_err() {
+            row.daemon = false;
+        }
+        if *row != before {
+            self.store.update_sandbox(row)?;
+        }
+        match &result {
+            Ok(Some(envd)) => {
+                self.lock_found().insert(row.id.clone(), envd.clone());
+            }
+            _ => self.forget(&row.id),
+        }
+        Ok(result?)
+    }
+
+    /// The daemon, or the error that says `what` needs one.
+    pub async fn require_daemon(&self, row: &mut SandboxRow, what: &'static str) -> Result<Envd> {
+        self.daemon(row).await?.ok_or_else(|| Error::NeedsDaemon { sandbox: row.name.clone(), what })
+    }
+
+    fn lock_found(&self) -> std::sync::MutexGuard<'_, HashMap<String, Envd>> {
+        self.found.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn known(&self, id: &str) -> Option<Envd> {
+        self.lock_found().get(id).cloned()
+    }
+
+    /// Drops the daemon known for a sandbox: the next request asks the provider.
+    fn forget(&self, id: &str) {
+        self.lock_found().remove(id);
+    }
+
+    /// The provider's own exec (`bash -lc`, output in one piece), for sandboxes without a daemon.
+    pub async fn exec_fallback(
+        &self,
+        row: &SandboxRow,
+        command: &str,
+        cwd: Option<&str>,
+        timeout: Duration,
+    ) -> Result<ExecOutput> {
+        self.runnable(row)?;
+        let out = self.provider(&row.provider)?.exec(row, command, cwd, timeout).await;
+        match out {
+            Err(crate::providers::ProviderError::NoSuchDirectory(_)) => Err(no_such_dir(cwd.unwrap_or_default())),
+            other => Ok(other?),
+        }
+    }
+
+    /// Pauses or resumes the sandbox; a pause ends its streams first (with `paused`).
+    pub async fn set_paused(&self, row: &mut SandboxRow, paused: bool) -> Result<()> {
+        let p = self.provider(&row.provider)?;
+        if paused {
+            self.streams.close_sandbox(&row.id, Reason::Paused);
+        }
+        self.forget(&row.id);
+        if paused {
+            p.pause(row).await?;
+        } else {
+            p.resume(row).await?;
+        }
+        row.state = if paused { SandboxState::Paused } else { SandboxState::Running };
+        self.store.update_sandbox(row)?;
+        events::SandboxChanged { name: &row.name, provider: &row.provider, change: row.state.as_str() }.emit();
+        Ok(())
+    }
+
+    /// Destroys the sandbox and everything in it; its streams end first (with `destroyed`).
+    pub async fn destroy(&self, row: &SandboxRow) -> Result<()> {
+        self.streams.close_sandbox(&row.id, Reason::Destroyed);
+        self.forget(&row.id);
+        self.provider(&row.provider)?.destroy(row).await?;
+        self.store.delete_sandbox(&row.id)?;
+        events::SandboxChanged { name: &row.name, provider: &row.provider, change: "destroyed" }.emit();
+        Ok(())
+    }
+
+    /// The `default` local sandbox exists from the first start, so examples need no set-up.
+    pub async fn ensure_default(&self) -> Result<()> {
+        if self.store.sandbox(DEFAULT_SANDBOX)?.is_none() {
+            self.create(DEFAULT_SANDBOX, "local", serde_json::json!({})).await?;
+        }
+        Ok(())
+    }
+}
+
+fn no_such_dir(cwd: &str) -> Error {
+    Error::invalid(format!("cwd {cwd:?} is not an existing directory in the sandbox"))
+}

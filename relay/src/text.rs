@@ -1,0 +1,209 @@
+//! Output bytes as text: chunked UTF-8 decoding that never splits a character, the same with
+//! byte offsets to resume from, bounded tails, and the wording of an exit. The one place the
+//! relay turns sandbox bytes into strings; it does no I/O.
+//!
+//! Invalid UTF-8 becomes U+FFFD: these text forms are lossy for binary output.
+
+/// Decodes UTF-8 that arrives in chunks which may split a character: an incomplete character at
+/// the end of a chunk waits for the next one.
+#[derive(Debug, Default)]
+pub struct Utf8Decoder {
+    pending: Vec<u8>,
+}
+
+impl Utf8Decoder {
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let mut out = String::new();
+        loop {
+            match std::str::from_utf8(&self.pending) {
+                Ok(s) => {
+                    out.push_str(s);
+                    self.pending.clear();
+                    return out;
+                }
+                Err(e) => {
+                    let valid = e.valid_up_to();
+                    out.push_str(&String::from_utf8_lossy(&self.pending[..valid]));
+                    match e.error_len() {
+                        Some(bad) => {
+                            out.push(char::REPLACEMENT_CHARACTER);
+                            self.pending.drain(..valid + bad);
+                        }
+                        None => {
+                            self.pending.drain(..valid);
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Turns offset-addressed bytes into text without splitting characters: an incomplete character
+/// at the end waits for its next bytes, and the resume offset stays before it.
+#[derive(Debug, Default)]
+pub struct OffsetText {
+    /// Offset of the first byte not yet handed out (including `pending`).
+    at: u64,
+    pending: Vec<u8>,
+}
+
+impl OffsetText {
+    pub fn starting_at(at: u64) -> Self {
+        OffsetText { at, pending: Vec::new() }
+    }
+
+    /// The text of `data` (which starts at `offset`) not handed out before, and the offset after
+    /// it; `None` while only part of a character has come.
+    pub fn push(&mut self, offset: u64, data: &[u8]) -> Option<(String, u64)> {
+        let expected = self.at + self.pending.len() as u64;
+        // Skip anything already covered (a resume from inside a chunk).
+        let skip = expected.saturating_sub(offset).min(data.len() as u64) as usize;
+        self.pending.extend_from_slice(&data[skip..]);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            // Invalid bytes are not text: hand them out replaced, whole.
+            Err(_) => self.pending.len(),
+        };
+        if valid == 0 {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+        self.pending.drain(..valid);
+        self.at += valid as u64;
+        Some((text, self.at))
+    }
+
+    /// Hands out what waits for the rest of a character (the output ended without it).
+    pub fn flush(&mut self) -> Option<(String, u64)> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.at += self.pending.len() as u64;
+        self.pending.clear();
+        Some((text, self.at))
+    }
+
+    /// Starts again at `at` (after a gap), dropping what waited.
+    pub fn restart_at(&mut self, at: u64) {
+        *self = OffsetText::starting_at(at);
+    }
+}
+
+/// The last `cap` bytes of an output.
+#[derive(Debug)]
+pub struct Tail {
+    cap: usize,
+    buf: Vec<u8>,
+}
+
+impl Tail {
+    pub fn new(cap: usize) -> Tail {
+        Tail { cap, buf: Vec::new() }
+    }
+
+    pub fn push(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+        // Trim only once it is twice the cap, so pushes cost amortized O(1).
+        if self.buf.len() > 2 * self.cap {
+            self.buf.drain(..self.buf.len() - self.cap);
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[self.buf.len().saturating_sub(self.cap)..]
+    }
+
+    pub fn into_bytes(mut self) -> Vec<u8> {
+        let start = self.buf.len().saturating_sub(self.cap);
+        self.buf.drain(..start);
+        self.buf
+    }
+
+    /// The tail as text, starting at a character boundary.
+    pub fn text(&self) -> String {
+        let mut tail = self.bytes();
+        while let [first, rest @ ..] = tail {
+            if first & 0b1100_0000 == 0b1000_0000 {
+                tail = rest;
+            } else {
+                break;
+            }
+        }
+        String::from_utf8_lossy(tail).into_owned()
+    }
+}
+
+/// The last `cap` bytes of `s`, starting on a character boundary.
+pub fn tail_str(s: &str, cap: usize) -> &str {
+    let mut start = s.len().saturating_sub(cap);
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// How a process ended, worded as the daemon words it: `exit status N`, or `signal: killed`
+/// when it was killed and left no code.
+pub fn exit_status(code: Option<i32>) -> String {
+    match code {
+        Some(c) => format!("exit status {c}"),
+        None => "signal: killed".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_characters_decode_once_whole() {
+        let mut d = Utf8Decoder::default();
+        let euro = "€".as_bytes();
+        assert_eq!(d.push(&euro[..1]), "");
+        assert_eq!(d.push(&euro[1..]), "€");
+        assert_eq!(d.push(b"a\xffb"), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn offset_text_never_splits_a_character_and_offsets_resume_exactly() {
+        let mut t = OffsetText::starting_at(10);
+        let euro = "€".as_bytes();
+        assert_eq!(t.push(10, b"ab"), Some(("ab".into(), 12)));
+        assert_eq!(t.push(12, &euro[..2]), None, "half a character waits");
+        assert_eq!(t.push(14, &euro[2..]), Some(("€".into(), 15)));
+        // A chunk that starts before what was handed out is trimmed.
+        assert_eq!(t.push(13, &[euro[1], euro[2], b'z']), Some(("z".into(), 16)));
+        assert_eq!(t.push(16, &euro[..1]), None);
+        assert_eq!(t.flush(), Some(("\u{fffd}".into(), 17)), "an output that ends mid-character");
+    }
+
+    #[test]
+    fn tails_keep_the_end_on_a_character_boundary() {
+        let cap = 1024;
+        let mut t = Tail::new(cap);
+        t.push(&vec![b'x'; cap * 3]);
+        t.push("é".as_bytes());
+        let s = t.text();
+        assert!(s.len() <= cap && s.ends_with('é'));
+        assert!(!s.starts_with('\u{fffd}'));
+        assert_eq!(t.into_bytes().len(), cap);
+    }
+
+    #[test]
+    fn string_tails_start_on_a_character() {
+        assert_eq!(tail_str("aé", 1), "");
+        assert_eq!(tail_str("aéb", 2), "b");
+        assert_eq!(tail_str("abc", 10), "abc");
+    }
+
+    #[test]
+    fn exits_are_worded_once() {
+        assert_eq!(exit_status(Some(3)), "exit status 3");
+        assert_eq!(exit_status(None), "signal: killed");
+    }
+}
