@@ -29,8 +29,8 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use super::{ExecOutput, Provider, ProviderError};
-use crate::{auth, envd::Envd, events, exec::RESULT_TAIL_BYTES, store::SandboxRow};
+use super::{ExecOutput, Provider, ProviderError, EXEC_OUTPUT_BYTES};
+use crate::{auth, envd::Envd, events, store::SandboxRow};
 
 /// E2B's envd port, where hangar-envd listens inside a container.
 pub const ENVD_PORT: u16 = 49983;
@@ -265,15 +265,16 @@ fn first_file(tar: &[u8]) -> Option<&[u8]> {
     tar.get(512..512usize.checked_add(size)?)
 }
 
-/// The last bytes of an output: enough for the relay's result tail.
+/// The last bytes of an output: at least its last `EXEC_OUTPUT_BYTES`, at most twice that (it is
+/// trimmed only then, so a long output is not moved at every chunk).
 #[derive(Default)]
 struct Bounded(Vec<u8>);
 
 impl Bounded {
     fn push(&mut self, b: &[u8]) {
         self.0.extend_from_slice(b);
-        if self.0.len() > 2 * RESULT_TAIL_BYTES {
-            self.0.drain(..self.0.len() - RESULT_TAIL_BYTES);
+        if self.0.len() > 2 * EXEC_OUTPUT_BYTES {
+            self.0.drain(..self.0.len() - EXEC_OUTPUT_BYTES);
         }
     }
 }

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use crate::{envd::Envd, store::SandboxRow};
 
+/// How much of each output (stdout, stderr) a provider's own exec keeps: its last 256 KiB.
+pub const EXEC_OUTPUT_BYTES: usize = 256 * 1024;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
     #[error("{0}")]
