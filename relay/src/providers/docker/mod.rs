@@ -12,13 +12,13 @@
 //!
 //! Invariant: the Docker socket is reached lazily. The relay starts without Docker; a docker
 //! sandbox then fails with `ProviderError::Unreachable`, and the next call tries again.
+mod engine;
 mod options;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use bollard::{
     container::LogOutput,
-    errors::Error as DockerError,
     exec::{StartExecOptions, StartExecResults},
     models::{ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ExecConfig, HostConfig},
     query_parameters::{
@@ -30,6 +30,7 @@ use bollard::{
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
+use self::engine::{answer, container_ip, engine, env_of, first_file, gone, has_daemon, state_of, status};
 use self::options::{bad, Options, ENV_EXEC_MARK, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
 use super::{ExecOutput, Provider, ProviderError, EXEC_OUTPUT_BYTES};
 use crate::{auth, envd::Envd, events, store::SandboxRow};
@@ -62,88 +63,6 @@ const MAX_PASSWD_ARCHIVE: usize = 1024 * 1024;
 /// The container of a sandbox. Sandbox ids are relay-made (`sbx_<hex>`), never client text.
 pub fn container_name(sandbox: &SandboxRow) -> String {
     format!("hangar-{}", sandbox.id)
-}
-
-/// What Docker answered, for an error message.
-fn answer(e: &DockerError) -> String {
-    match e {
-        DockerError::DockerResponseServerError { message, .. } => message.trim().to_string(),
-        e => e.to_string(),
-    }
-}
-
-fn status(e: &DockerError) -> Option<u16> {
-    match e {
-        DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
-        _ => None,
-    }
-}
-
-/// An Engine error in the provider's terms: Docker not answering is `Unreachable`, an error it
-/// answered with is `Engine`.
-fn engine(context: &str, e: DockerError) -> ProviderError {
-    match e {
-        DockerError::DockerResponseServerError { status_code, message } => {
-            ProviderError::Engine(format!("{context}: Docker answered {status_code}: {}", message.trim()))
-        }
-        DockerError::SocketNotFoundError(path) => {
-            ProviderError::Unreachable(format!("{context}: Docker is not reachable: no socket at {path} (DOCKER_HOST)"))
-        }
-        DockerError::RequestTimeoutError => ProviderError::Unreachable(format!(
-            "{context}: Docker is not reachable: no answer within {ENGINE_TIMEOUT:?}"
-        )),
-        e @ (DockerError::IOError { .. }
-        | DockerError::HyperResponseError { .. }
-        | DockerError::HyperLegacyError { .. }
-        | DockerError::HttpClientError { .. }) => {
-            ProviderError::Unreachable(format!("{context}: Docker is not reachable: {e}"))
-        }
-        e => ProviderError::Engine(format!("{context}: {e}")),
-    }
-}
-
-fn gone(sandbox: &SandboxRow) -> ProviderError {
-    ProviderError::Gone(format!(
-        "sandbox {:?}: its container {} is gone (removed outside hangar); destroy the sandbox",
-        sandbox.name,
-        container_name(sandbox)
-    ))
-}
-
-/// The container's first IP address on any network.
-fn container_ip(info: &ContainerInspectResponse) -> Option<String> {
-    let networks = info.network_settings.as_ref()?.networks.as_ref()?;
-    // The default bridge first, then any other network in a stable order.
-    let mut found: Vec<(&String, &String)> = networks
-        .iter()
-        .filter_map(|(name, endpoint)| endpoint.ip_address.as_ref().filter(|ip| !ip.is_empty()).map(|ip| (name, ip)))
-        .collect();
-    found.sort_by_key(|(name, _)| (name.as_str() != "bridge", name.as_str()));
-    found.first().map(|(_, ip)| ip.to_string())
-}
-
-fn env_of<'a>(env: &'a [String], key: &str) -> Option<&'a str> {
-    env.iter().rev().find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-fn has_daemon(labels: Option<&HashMap<String, String>>) -> bool {
-    labels.and_then(|l| l.get(LABEL_ENVD)).is_some_and(|v| v == "true")
-}
-
-fn state_of(info: &ContainerInspectResponse) -> Option<ContainerStateStatusEnum> {
-    info.state.as_ref().and_then(|s| s.status)
-}
-
-/// The content of the first entry of a tar archive (the Engine's archive of one path), when it
-/// is a regular file.
-fn first_file(tar: &[u8]) -> Option<&[u8]> {
-    let header = tar.get(..512)?;
-    if !matches!(header.get(156), Some(b'0' | 0)) {
-        return None;
-    }
-    let size = std::str::from_utf8(header.get(124..136)?).ok()?.trim_matches(|c: char| c == '\0' || c == ' ');
-    let size = usize::from_str_radix(size, 8).ok()?;
-    tar.get(512..512usize.checked_add(size)?)
 }
 
 /// The last bytes of an output: at least its last `EXEC_OUTPUT_BYTES`, at most twice that (it is
@@ -727,34 +646,5 @@ impl Provider for DockerProvider {
             command.to_string(),
         ];
         self.run_exec(sandbox, cmd, user, timeout).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_first_file_of_a_tar() {
-        let mut tar = vec![0u8; 1024];
-        tar[..6].copy_from_slice(b"passwd");
-        tar[124..136].copy_from_slice(b"00000000005\0");
-        tar[156] = b'0';
-        tar[512..517].copy_from_slice(b"root:");
-        assert_eq!(first_file(&tar), Some(&b"root:"[..]));
-        tar[156] = b'2';
-        assert_eq!(first_file(&tar), None, "a symlink is not read");
-        tar[156] = b'0';
-        tar[124..136].copy_from_slice(b"77777777777\0");
-        assert_eq!(first_file(&tar), None, "a size past the end");
-        assert_eq!(first_file(&tar[..100]), None);
-    }
-
-    #[test]
-    fn env_lookup_takes_the_last_value() {
-        let env = vec!["A=1".to_string(), "AB=2".into(), "A=3".into()];
-        assert_eq!(env_of(&env, "A"), Some("3"));
-        assert_eq!(env_of(&env, "AB"), Some("2"));
-        assert_eq!(env_of(&env, "B"), None);
     }
 }
