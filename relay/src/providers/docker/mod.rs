@@ -14,6 +14,7 @@
 //! sandbox then fails with `ProviderError::Unreachable`, and the next call tries again.
 mod engine;
 mod options;
+mod scripts;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -32,6 +33,7 @@ use tokio::sync::OnceCell;
 
 use self::engine::{answer, container_ip, engine, env_of, first_file, gone, has_daemon, state_of, status};
 use self::options::{bad, Options, ENV_EXEC_MARK, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
+use self::scripts::{EXEC_SCRIPT, KILL_SCRIPT, WORKDIR_SCRIPT};
 use super::{ExecOutput, Provider, ProviderError, EXEC_OUTPUT_BYTES};
 use crate::{auth, envd::Envd, events, store::SandboxRow};
 
@@ -78,31 +80,6 @@ impl Bounded {
         }
     }
 }
-
-/// Runs the command after moving to its directory: `cwd` (absolute, `~`, `~/...`, or relative
-/// to the sandbox's workdir), else the sandbox's workdir, else the user's home, as the daemon
-/// resolves them. Arguments: $1 cwd, $2 workdir, $3 command.
-/// The daemon's token is no business of the command's (the daemon does not pass it on either).
-const EXEC_SCRIPT: &str = r#"unset HANGAR_ENVD_ACCESS_TOKEN
-base=${2:-$HOME}; d=${1:-$base}
-case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$base/$d ;; esac
-cd -- "$d" || exit 1
-exec bash -lc "$3""#;
-
-/// Makes the sandbox's workdir ($1) when the image lacks it, owned by the sandbox's user ($2,
-/// when there is one), so commands can write there. Run as root.
-const WORKDIR_SCRIPT: &str = r#"[ -d "$1" ] && exit 0
-mkdir -p -- "$1" || exit 1
-[ -z "$2" ] && exit 0
-case $2 in *:*) owner=$2 ;; *) owner=$2: ;; esac
-chown -- "$owner" "$1""#;
-
-/// Kills, with SIGKILL, every process whose environment carries the exec's mark ($1).
-const KILL_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
-  while IFS= read -r -d '' kv; do
-    if [[ $kv == "HANGAR_EXEC=$1" ]]; then kill -KILL "${d#/proc/}" 2>/dev/null; break; fi
-  done 2>/dev/null < "$d/environ"
-done"#;
 
 pub struct DockerProvider {
     client: Arc<OnceCell<Docker>>,
