@@ -12,6 +12,11 @@
 //!
 //! Invariant: the Docker socket is reached lazily. The relay starts without Docker; a docker
 //! sandbox then fails with `ProviderError::Unreachable`, and the next call tries again.
+//!
+//! This file is the provider itself: connecting to the Engine and each sandbox's lifecycle
+//! (create, daemon, pause, resume, destroy). Beside it: `options` (a sandbox's options, validated),
+//! `engine` (the Engine's answers in the provider's terms), `scripts` (the shell scripts run in a
+//! container) and `exec` (the fallback exec through the Engine).
 mod engine;
 mod exec;
 mod options;
@@ -38,13 +43,13 @@ use super::{ExecOutput, Provider, ProviderError};
 use crate::{auth, envd::Envd, events, store::SandboxRow};
 
 /// E2B's envd port, where hangar-envd listens inside a container.
-pub const ENVD_PORT: u16 = 49983;
+const ENVD_PORT: u16 = 49983;
 /// The label naming the sandbox a container belongs to.
-pub const LABEL_SANDBOX: &str = "hangar.sandbox";
+const LABEL_SANDBOX: &str = "hangar.sandbox";
 /// The label with the sandbox's name.
-pub const LABEL_SANDBOX_NAME: &str = "hangar.sandbox.name";
+const LABEL_SANDBOX_NAME: &str = "hangar.sandbox.name";
 /// The image label saying hangar-envd is the entrypoint (value `true`).
-pub const LABEL_ENVD: &str = "hangar.envd";
+const LABEL_ENVD: &str = "hangar.envd";
 
 /// How long one Engine request may take.
 const ENGINE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -61,7 +66,7 @@ const LOG_TAIL_BYTES: usize = 1024;
 const MAX_PASSWD_ARCHIVE: usize = 1024 * 1024;
 
 /// The container of a sandbox. Sandbox ids are relay-made (`sbx_<hex>`), never client text.
-pub fn container_name(sandbox: &SandboxRow) -> String {
+fn container_name(sandbox: &SandboxRow) -> String {
     format!("hangar-{}", sandbox.id)
 }
 
