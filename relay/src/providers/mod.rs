@@ -1,6 +1,7 @@
 //! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback) and
-//! `docker` (a container from a local image, its hangar-envd reached at the container's IP);
-//! Kubernetes and remote envds (E2B) implement the same trait.
+//! `docker` (a container from a local image, its hangar-envd reached at the container's IP).
+//! Kubernetes and remote envds (such as E2B's) are planned, not written; they would implement the
+//! same trait.
 //!
 //! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
 //! what runs inside.
@@ -10,6 +11,9 @@ pub mod local;
 use std::{path::PathBuf, time::Duration};
 
 use crate::{envd::Envd, store::SandboxRow};
+
+/// How much of each output (stdout, stderr) a provider's own exec keeps: its last 256 KiB.
+pub const EXEC_OUTPUT_BYTES: usize = 256 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {

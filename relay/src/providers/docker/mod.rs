@@ -12,13 +12,20 @@
 //!
 //! Invariant: the Docker socket is reached lazily. The relay starts without Docker; a docker
 //! sandbox then fails with `ProviderError::Unreachable`, and the next call tries again.
+//!
+//! This file is the provider itself: connecting to the Engine and each sandbox's lifecycle
+//! (create, daemon, pause, resume, destroy). Beside it: `options` (a sandbox's options, validated),
+//! `engine` (the Engine's answers in the provider's terms), `scripts` (the shell scripts run in a
+//! container) and `exec` (the fallback exec through the Engine).
+mod engine;
+mod exec;
+mod options;
+mod scripts;
+
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use bollard::{
-    container::LogOutput,
-    errors::Error as DockerError,
-    exec::{StartExecOptions, StartExecResults},
-    models::{ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ExecConfig, HostConfig},
+    models::{ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, HostConfig},
     query_parameters::{
         CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, LogsOptionsBuilder,
         RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -26,30 +33,23 @@ use bollard::{
     Docker,
 };
 use futures::StreamExt;
-use serde_json::Value;
 use tokio::sync::OnceCell;
 
+use self::engine::{answer, container_ip, engine, env_of, first_file, gone, has_daemon, state_of, status};
+use self::exec::Bounded;
+use self::options::{bad, Options, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
+use self::scripts::{EXEC_SCRIPT, WORKDIR_SCRIPT};
 use super::{ExecOutput, Provider, ProviderError};
-use crate::{auth, envd::Envd, events, exec::RESULT_TAIL_BYTES, store::SandboxRow};
+use crate::{auth, envd::Envd, events, store::SandboxRow};
 
 /// E2B's envd port, where hangar-envd listens inside a container.
-pub const ENVD_PORT: u16 = 49983;
+const ENVD_PORT: u16 = 49983;
 /// The label naming the sandbox a container belongs to.
-pub const LABEL_SANDBOX: &str = "hangar.sandbox";
+const LABEL_SANDBOX: &str = "hangar.sandbox";
 /// The label with the sandbox's name.
-pub const LABEL_SANDBOX_NAME: &str = "hangar.sandbox.name";
+const LABEL_SANDBOX_NAME: &str = "hangar.sandbox.name";
 /// The image label saying hangar-envd is the entrypoint (value `true`).
-pub const LABEL_ENVD: &str = "hangar.envd";
-
-/// Options a docker sandbox takes.
-const OPTIONS: &str = "image, env, workdir, user, memory_mb, cpus";
-/// Environment variables the provider sets for the daemon; a client cannot set these.
-const RESERVED_ENV_PREFIX: &str = "HANGAR_ENVD_";
-const ENV_TOKEN: &str = "HANGAR_ENVD_ACCESS_TOKEN";
-const ENV_USER: &str = "HANGAR_ENVD_DEFAULT_USER";
-const ENV_WORKDIR: &str = "HANGAR_ENVD_DEFAULT_WORKDIR";
-/// Marks a fallback exec's processes, so a timeout can find and kill all of them.
-const ENV_EXEC_MARK: &str = "HANGAR_EXEC";
+const LABEL_ENVD: &str = "hangar.envd";
 
 /// How long one Engine request may take.
 const ENGINE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -58,8 +58,6 @@ const STOP_SECONDS: i32 = 2;
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a (re)started container's daemon gets to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long to wait for an exec's exit code once its output has ended.
-const EXIT_CODE_WAIT: Duration = Duration::from_secs(5);
 
 /// How much of a failed container's log an error message quotes.
 const LOG_TAIL_BYTES: usize = 1024;
@@ -67,241 +65,10 @@ const LOG_TAIL_BYTES: usize = 1024;
 /// The largest archive of `/etc/passwd` read to check a user.
 const MAX_PASSWD_ARCHIVE: usize = 1024 * 1024;
 
-const MAX_ENV: usize = 256;
-const MAX_ENV_BYTES: usize = 64 * 1024;
-
-/// A docker sandbox's options, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Options {
-    pub image: String,
-    pub env: Vec<(String, String)>,
-    pub workdir: Option<String>,
-    pub user: Option<String>,
-    pub memory_mb: Option<u64>,
-    pub cpus: Option<f64>,
-}
-
-fn bad(m: impl Into<String>) -> ProviderError {
-    ProviderError::BadOptions(m.into())
-}
-
-fn valid_env_key(k: &str) -> bool {
-    let mut b = k.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
-        && k.len() <= 256
-}
-
-fn valid_user(u: &str) -> bool {
-    let mut b = u.bytes();
-    !u.is_empty()
-        && u.len() <= 32
-        && matches!(b.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
-        && b.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-' || c == b'.')
-}
-
-fn valid_image(i: &str) -> bool {
-    !i.is_empty() && i.len() <= 512 && i.bytes().all(|c| c.is_ascii_graphic()) && !i.starts_with('-')
-}
-
-impl Options {
-    pub fn parse(options: &Value) -> Result<Options, ProviderError> {
-        let empty = serde_json::Map::new();
-        let map = match options {
-            Value::Object(m) => m,
-            Value::Null => &empty,
-            _ => return Err(bad("options must be an object")),
-        };
-        if let Some(k) = map.keys().find(|k| !OPTIONS.split(", ").any(|o| o == k.as_str())) {
-            return Err(bad(format!("unknown option {k:?}; the docker provider takes {OPTIONS}")));
-        }
-        let image = match map.get("image") {
-            Some(Value::String(s)) if valid_image(s) => s.clone(),
-            Some(_) => return Err(bad("image: an image reference such as \"hangar-envd:latest\"")),
-            None => return Err(bad("the docker provider needs an image (options.image)")),
-        };
-        let mut env = Vec::new();
-        match map.get("env") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(vars)) => {
-                if vars.len() > MAX_ENV {
-                    return Err(bad(format!("env: at most {MAX_ENV} variables")));
-                }
-                let mut total = 0;
-                for (k, v) in vars {
-                    if !valid_env_key(k) {
-                        return Err(bad(format!("env: {k:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")));
-                    }
-                    if k.starts_with(RESERVED_ENV_PREFIX) || k == ENV_EXEC_MARK {
-                        return Err(bad(format!("env: {k} is set by hangar")));
-                    }
-                    let Value::String(v) = v else {
-                        return Err(bad(format!("env: the value of {k} must be a string")));
-                    };
-                    if v.contains('\0') {
-                        return Err(bad(format!("env: the value of {k} contains a NUL byte")));
-                    }
-                    total += k.len() + v.len() + 2;
-                    env.push((k.clone(), v.clone()));
-                }
-                if total > MAX_ENV_BYTES {
-                    return Err(bad(format!("env: at most {MAX_ENV_BYTES} bytes in all")));
-                }
-            }
-            Some(_) => return Err(bad("env: an object of names to string values")),
-        }
-        let workdir = match map.get("workdir") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(w)) if w.starts_with('/') && w.len() <= 4096 && !w.contains('\0') => Some(w.clone()),
-            Some(_) => return Err(bad("workdir: an absolute path")),
-        };
-        let user = match map.get("user") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(u)) if valid_user(u) => Some(u.clone()),
-            Some(_) => return Err(bad("user: a user name of the image's /etc/passwd, such as \"user\"")),
-        };
-        let memory_mb = match map.get("memory_mb") {
-            None | Some(Value::Null) => None,
-            Some(v) => match v.as_u64() {
-                Some(m) if (6..=1 << 24).contains(&m) => Some(m),
-                _ => return Err(bad("memory_mb: a whole number of MiB, 6 or more")),
-            },
-        };
-        let cpus = match map.get("cpus") {
-            None | Some(Value::Null) => None,
-            Some(v) => match v.as_f64() {
-                Some(c) if (0.01..=1024.0).contains(&c) => Some(c),
-                _ => return Err(bad("cpus: a number of CPUs from 0.01 to 1024")),
-            },
-        };
-        Ok(Options { image, env, workdir, user, memory_mb, cpus })
-    }
-}
-
 /// The container of a sandbox. Sandbox ids are relay-made (`sbx_<hex>`), never client text.
-pub fn container_name(sandbox: &SandboxRow) -> String {
+fn container_name(sandbox: &SandboxRow) -> String {
     format!("hangar-{}", sandbox.id)
 }
-
-/// What Docker answered, for an error message.
-fn answer(e: &DockerError) -> String {
-    match e {
-        DockerError::DockerResponseServerError { message, .. } => message.trim().to_string(),
-        e => e.to_string(),
-    }
-}
-
-fn status(e: &DockerError) -> Option<u16> {
-    match e {
-        DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
-        _ => None,
-    }
-}
-
-/// An Engine error in the provider's terms: Docker not answering is `Unreachable`, an error it
-/// answered with is `Engine`.
-fn engine(context: &str, e: DockerError) -> ProviderError {
-    match e {
-        DockerError::DockerResponseServerError { status_code, message } => {
-            ProviderError::Engine(format!("{context}: Docker answered {status_code}: {}", message.trim()))
-        }
-        DockerError::SocketNotFoundError(path) => {
-            ProviderError::Unreachable(format!("{context}: Docker is not reachable: no socket at {path} (DOCKER_HOST)"))
-        }
-        DockerError::RequestTimeoutError => ProviderError::Unreachable(format!(
-            "{context}: Docker is not reachable: no answer within {ENGINE_TIMEOUT:?}"
-        )),
-        e @ (DockerError::IOError { .. }
-        | DockerError::HyperResponseError { .. }
-        | DockerError::HyperLegacyError { .. }
-        | DockerError::HttpClientError { .. }) => {
-            ProviderError::Unreachable(format!("{context}: Docker is not reachable: {e}"))
-        }
-        e => ProviderError::Engine(format!("{context}: {e}")),
-    }
-}
-
-fn gone(sandbox: &SandboxRow) -> ProviderError {
-    ProviderError::Gone(format!(
-        "sandbox {:?}: its container {} is gone (removed outside hangar); destroy the sandbox",
-        sandbox.name,
-        container_name(sandbox)
-    ))
-}
-
-/// The container's first IP address on any network.
-fn container_ip(info: &ContainerInspectResponse) -> Option<String> {
-    let networks = info.network_settings.as_ref()?.networks.as_ref()?;
-    // The default bridge first, then any other network in a stable order.
-    let mut found: Vec<(&String, &String)> = networks
-        .iter()
-        .filter_map(|(name, endpoint)| endpoint.ip_address.as_ref().filter(|ip| !ip.is_empty()).map(|ip| (name, ip)))
-        .collect();
-    found.sort_by_key(|(name, _)| (name.as_str() != "bridge", name.as_str()));
-    found.first().map(|(_, ip)| ip.to_string())
-}
-
-fn env_of<'a>(env: &'a [String], key: &str) -> Option<&'a str> {
-    env.iter().rev().find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-fn has_daemon(labels: Option<&HashMap<String, String>>) -> bool {
-    labels.and_then(|l| l.get(LABEL_ENVD)).is_some_and(|v| v == "true")
-}
-
-fn state_of(info: &ContainerInspectResponse) -> Option<ContainerStateStatusEnum> {
-    info.state.as_ref().and_then(|s| s.status)
-}
-
-/// The content of the first entry of a tar archive (the Engine's archive of one path), when it
-/// is a regular file.
-fn first_file(tar: &[u8]) -> Option<&[u8]> {
-    let header = tar.get(..512)?;
-    if !matches!(header.get(156), Some(b'0' | 0)) {
-        return None;
-    }
-    let size = std::str::from_utf8(header.get(124..136)?).ok()?.trim_matches(|c: char| c == '\0' || c == ' ');
-    let size = usize::from_str_radix(size, 8).ok()?;
-    tar.get(512..512usize.checked_add(size)?)
-}
-
-/// The last bytes of an output: enough for the relay's result tail.
-#[derive(Default)]
-struct Bounded(Vec<u8>);
-
-impl Bounded {
-    fn push(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
-        if self.0.len() > 2 * RESULT_TAIL_BYTES {
-            self.0.drain(..self.0.len() - RESULT_TAIL_BYTES);
-        }
-    }
-}
-
-/// Runs the command after moving to its directory: `cwd` (absolute, `~`, `~/...`, or relative
-/// to the sandbox's workdir), else the sandbox's workdir, else the user's home, as the daemon
-/// resolves them. Arguments: $1 cwd, $2 workdir, $3 command.
-/// The daemon's token is no business of the command's (the daemon does not pass it on either).
-const EXEC_SCRIPT: &str = r#"unset HANGAR_ENVD_ACCESS_TOKEN
-base=${2:-$HOME}; d=${1:-$base}
-case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$base/$d ;; esac
-cd -- "$d" || exit 1
-exec bash -lc "$3""#;
-
-/// Makes the sandbox's workdir ($1) when the image lacks it, owned by the sandbox's user ($2,
-/// when there is one), so commands can write there. Run as root.
-const WORKDIR_SCRIPT: &str = r#"[ -d "$1" ] && exit 0
-mkdir -p -- "$1" || exit 1
-[ -z "$2" ] && exit 0
-case $2 in *:*) owner=$2 ;; *) owner=$2: ;; esac
-chown -- "$owner" "$1""#;
-
-/// Kills, with SIGKILL, every process whose environment carries the exec's mark ($1).
-const KILL_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
-  while IFS= read -r -d '' kv; do
-    if [[ $kv == "HANGAR_EXEC=$1" ]]; then kill -KILL "${d#/proc/}" 2>/dev/null; break; fi
-  done 2>/dev/null < "$d/environ"
-done"#;
 
 pub struct DockerProvider {
     client: Arc<OnceCell<Docker>>,
@@ -479,135 +246,6 @@ impl DockerProvider {
             )));
         }
         Ok(())
-    }
-
-    /// Runs `cmd` in the container through the Engine's exec API, collecting its output until it
-    /// ends or `timeout` passes; then every process of the exec is killed.
-    async fn run_exec(
-        &self,
-        sandbox: &SandboxRow,
-        cmd: Vec<String>,
-        user: Option<String>,
-        timeout: Duration,
-    ) -> Result<ExecOutput, ProviderError> {
-        let docker = self.docker().await?;
-        let name = container_name(sandbox);
-        let mark = auth::random_hex(12);
-        let config = ExecConfig {
-            attach_stdin: Some(false),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            env: Some(vec![format!("{ENV_EXEC_MARK}={mark}")]),
-            cmd: Some(cmd),
-            user: user.clone(),
-            ..Default::default()
-        };
-        let created = match docker.create_exec(&name, config).await {
-            Ok(c) => c,
-            Err(e) if status(&e) == Some(404) => return Err(gone(sandbox)),
-            Err(e) => return Err(engine("starting the command", e)),
-        };
-        // Whatever happens from here (a timeout, the caller going away), the exec's processes
-        // die with it unless it ends by itself.
-        let mut guard = KillOnDrop {
-            client: self.client.clone(),
-            sandbox: sandbox.name.clone(),
-            container: name.clone(),
-            user,
-            mark,
-            armed: true,
-        };
-        let started = docker
-            .start_exec(&created.id, Some(StartExecOptions { detach: false, tty: false, output_capacity: None }))
-            .await
-            .map_err(|e| engine("starting the command", e))?;
-        let StartExecResults::Attached { mut output, .. } = started else {
-            return Err(ProviderError::Engine("starting the command: Docker did not attach its output".into()));
-        };
-        let (mut stdout, mut stderr) = (Bounded::default(), Bounded::default());
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut timed_out = false;
-        loop {
-            match tokio::time::timeout_at(deadline, output.next()).await {
-                Ok(Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message }))) => stdout.push(&message),
-                Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
-                Ok(Some(Ok(LogOutput::StdIn { .. }))) => {}
-                Ok(Some(Err(e))) => return Err(engine("reading the command's output", e)),
-                Ok(None) => break,
-                Err(_) => {
-                    timed_out = true;
-                    break;
-                }
-            }
-        }
-        drop(output);
-        if timed_out {
-            guard.kill().await;
-            events::FallbackExecKilled { sandbox: &sandbox.name, reason: "timeout" }.emit();
-            return Ok(ExecOutput { exit_code: -1, stdout: stdout.0, stderr: stderr.0, timed_out: true });
-        }
-        guard.armed = false;
-        // The output ends a moment before the Engine records the exit code.
-        let until = tokio::time::Instant::now() + EXIT_CODE_WAIT;
-        let exit_code = loop {
-            let info = docker.inspect_exec(&created.id).await.map_err(|e| engine("inspecting the command", e))?;
-            match (info.running, info.exit_code) {
-                (Some(false), Some(code)) => break i32::try_from(code).unwrap_or(-1),
-                _ if tokio::time::Instant::now() >= until => break -1,
-                _ => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        };
-        Ok(ExecOutput { exit_code, stdout: stdout.0, stderr: stderr.0, timed_out: false })
-    }
-}
-
-/// Kills a fallback exec's processes (found by their environment mark, from a second exec) when
-/// its run ends early: at its timeout, or when the caller goes away. The second exec runs as the
-/// command's user: root in a container lacks CAP_SYS_PTRACE, so it could not read another
-/// user's `/proc/<pid>/environ`.
-struct KillOnDrop {
-    client: Arc<OnceCell<Docker>>,
-    sandbox: String,
-    container: String,
-    user: Option<String>,
-    mark: String,
-    armed: bool,
-}
-
-impl KillOnDrop {
-    fn killer(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (client, container, mark, user) =
-            (self.client.clone(), self.container.clone(), self.mark.clone(), self.user.clone());
-        async move {
-            let Some(docker) = client.get() else { return };
-            let config = ExecConfig {
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                cmd: Some(vec!["bash".into(), "-c".into(), KILL_SCRIPT.into(), "hangar-kill".into(), mark]),
-                user,
-                ..Default::default()
-            };
-            let Ok(created) = docker.create_exec(&container, config).await else { return };
-            if let Ok(StartExecResults::Attached { mut output, .. }) = docker.start_exec(&created.id, None).await {
-                let _ = tokio::time::timeout(Duration::from_secs(10), async { while output.next().await.is_some() {} })
-                    .await;
-            }
-        }
-    }
-
-    async fn kill(&mut self) {
-        self.armed = false;
-        self.killer().await;
-    }
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            events::FallbackExecKilled { sandbox: &self.sandbox, reason: "client" }.emit();
-            tokio::spawn(self.killer());
-        }
     }
 }
 
@@ -845,70 +483,5 @@ impl Provider for DockerProvider {
             command.to_string(),
         ];
         self.run_exec(sandbox, cmd, user, timeout).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn options_are_validated() {
-        let o = Options::parse(&json!({"image": "hangar-test:envd", "env": {"A": "1"}, "workdir": "/w",
-            "user": "user", "memory_mb": 256, "cpus": 0.5}))
-        .expect("valid");
-        assert_eq!(o.image, "hangar-test:envd");
-        assert_eq!(o.env, vec![("A".to_string(), "1".to_string())]);
-        assert_eq!(
-            (o.workdir.as_deref(), o.user.as_deref(), o.memory_mb, o.cpus),
-            (Some("/w"), Some("user"), Some(256), Some(0.5))
-        );
-        for bad in [
-            json!({}),
-            json!({"image": ""}),
-            json!({"image": 3}),
-            json!({"image": "a b"}),
-            json!({"image": "x", "nope": 1}),
-            json!({"image": "x", "env": ["A=1"]}),
-            json!({"image": "x", "env": {"1A": "x"}}),
-            json!({"image": "x", "env": {"A=B": "x"}}),
-            json!({"image": "x", "env": {"A": 1}}),
-            json!({"image": "x", "env": {"A": "a\u{0}b"}}),
-            json!({"image": "x", "env": {"HANGAR_ENVD_ACCESS_TOKEN": "mine"}}),
-            json!({"image": "x", "workdir": "rel"}),
-            json!({"image": "x", "user": "Root;"}),
-            json!({"image": "x", "memory_mb": 1}),
-            json!({"image": "x", "memory_mb": -5}),
-            json!({"image": "x", "cpus": 0}),
-            json!({"image": "x", "cpus": "1"}),
-            json!("image"),
-        ] {
-            assert!(matches!(Options::parse(&bad), Err(ProviderError::BadOptions(_))), "{bad}");
-        }
-    }
-
-    #[test]
-    fn the_first_file_of_a_tar() {
-        let mut tar = vec![0u8; 1024];
-        tar[..6].copy_from_slice(b"passwd");
-        tar[124..136].copy_from_slice(b"00000000005\0");
-        tar[156] = b'0';
-        tar[512..517].copy_from_slice(b"root:");
-        assert_eq!(first_file(&tar), Some(&b"root:"[..]));
-        tar[156] = b'2';
-        assert_eq!(first_file(&tar), None, "a symlink is not read");
-        tar[156] = b'0';
-        tar[124..136].copy_from_slice(b"77777777777\0");
-        assert_eq!(first_file(&tar), None, "a size past the end");
-        assert_eq!(first_file(&tar[..100]), None);
-    }
-
-    #[test]
-    fn env_lookup_takes_the_last_value() {
-        let env = vec!["A=1".to_string(), "AB=2".into(), "A=3".into()];
-        assert_eq!(env_of(&env, "A"), Some("3"));
-        assert_eq!(env_of(&env, "AB"), Some("2"));
-        assert_eq!(env_of(&env, "B"), None);
     }
 }
