@@ -273,32 +273,34 @@ pub async fn stream(
                 }
                 let relay = relay.clone();
                 let row = row.clone();
-                Box::pin(futures::stream::once(async move {
-                    relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await
-                })
-                .flat_map(|r| {
-                    let r = match r {
-                        Ok(o) => from_fallback(o),
-                        Err(e) => ExecResult {
-                            exit_code: -1,
-                            stdout: String::new(),
-                            stderr: String::new(),
-                            streamed: false,
-                            closed: Some(Reason::Error),
-                            error: Some(e.to_string()),
-                        },
-                    };
-                    // Without a daemon the output arrives in one piece at the end.
-                    let mut v = Vec::new();
-                    if !r.stdout.is_empty() {
-                        v.push(ExecEvent::Stdout(r.stdout.clone()));
-                    }
-                    if !r.stderr.is_empty() {
-                        v.push(ExecEvent::Stderr(r.stderr.clone()));
-                    }
-                    v.push(ExecEvent::Result(r));
-                    futures::stream::iter(v)
-                }))
+                Box::pin(
+                    futures::stream::once(async move {
+                        relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await
+                    })
+                    .flat_map(|r| {
+                        let r = match r {
+                            Ok(o) => from_fallback(o),
+                            Err(e) => ExecResult {
+                                exit_code: -1,
+                                stdout: String::new(),
+                                stderr: String::new(),
+                                streamed: false,
+                                closed: Some(Reason::Error),
+                                error: Some(e.to_string()),
+                            },
+                        };
+                        // Without a daemon the output arrives in one piece at the end.
+                        let mut v = Vec::new();
+                        if !r.stdout.is_empty() {
+                            v.push(ExecEvent::Stdout(r.stdout.clone()));
+                        }
+                        if !r.stderr.is_empty() {
+                            v.push(ExecEvent::Stderr(r.stderr.clone()));
+                        }
+                        v.push(ExecEvent::Result(r));
+                        futures::stream::iter(v)
+                    }),
+                )
             }
         };
     let name = row.name;

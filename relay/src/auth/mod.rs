@@ -64,8 +64,8 @@ pub fn mint(name: &str, scope: Scope) -> (TokenRow, String) {
 /// Mints and stores a token named `name` with the scope named `scope`; the row and the secret,
 /// which is shown once and never kept.
 pub fn create(store: &Store, name: &str, scope: &str) -> Result<(TokenRow, String)> {
-    let scope = Scope::parse(scope)
-        .ok_or_else(|| Error::invalid(format!("scope {scope:?}: one of admin, user, mcp, jobs")))?;
+    let scope =
+        Scope::parse(scope).ok_or_else(|| Error::invalid(format!("scope {scope:?}: one of admin, user, mcp, jobs")))?;
     let name = name.trim();
     if name.is_empty() || name.len() > 128 {
         return Err(Error::invalid("name: 1 to 128 characters"));

@@ -4,11 +4,11 @@
 //! as text, and ownership is decided by the relay's MAC, not by anything envd says.
 use std::time::Duration;
 
+use crate::error::Error;
 use hangar_proto::{
     ext::{daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest},
     process::process_client::ProcessClient,
 };
-use crate::error::Error;
 use tonic::{
     metadata::MetadataValue,
     service::interceptor::InterceptedService,

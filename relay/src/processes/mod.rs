@@ -177,7 +177,9 @@ pub async fn start(
     let id = format!("p_{}", auth::random_hex(6));
     let view = match &b {
         Backend::Daemon { row, envd } => at(relay, caller, row, envd).start(id, command, cwd).await?,
-        Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.start(id, command, cwd.as_deref()).await?,
+        Backend::Polled(row) => {
+            polled::Polled { relay, sandbox: row, caller }.start(id, command, cwd.as_deref()).await?
+        }
     };
     relay.processes.remember(&row.id, &view.process_id);
     Ok(view)
@@ -247,7 +249,13 @@ type Items = Pin<Box<dyn Stream<Item = Output> + Send>>;
 
 /// The output from `since` (default: all still kept), then live, then the end; with the
 /// sandbox's id. Ownership is checked before anything streams.
-async fn follow(relay: &Arc<Relay>, caller: &Caller, reference: &str, id: &str, since: Option<u64>) -> Result<(String, Items)> {
+async fn follow(
+    relay: &Arc<Relay>,
+    caller: &Caller,
+    reference: &str,
+    id: &str,
+    since: Option<u64>,
+) -> Result<(String, Items)> {
     check_id(id)?;
     Ok(match backend(relay, reference).await? {
         Backend::Daemon { row, envd } => {

@@ -148,7 +148,13 @@ pub type OnData<'a> = Box<dyn FnMut(String, u64) -> BoxFuture<'static, bool> + S
 /// Reads `items`: everything written before the read began, then what comes during `wait`, or
 /// up to the process's end or the read's close, whichever is first. At most `tail` bytes of
 /// text are kept (the end); `on_data` sees all of it.
-pub async fn fold<S>(items: S, since: Option<u64>, wait: Duration, tail: usize, mut on_data: OnData<'_>) -> Result<Chunk>
+pub async fn fold<S>(
+    items: S,
+    since: Option<u64>,
+    wait: Duration,
+    tail: usize,
+    mut on_data: OnData<'_>,
+) -> Result<Chunk>
 where
     S: Stream<Item = Output>,
 {

@@ -42,9 +42,6 @@ pub enum ProviderError {
     NoSuchDirectory(String),
 }
 
-/// How much of each output (stdout, stderr) a provider's own exec keeps: its last 256 KiB.
-pub const EXEC_OUTPUT_BYTES: usize = 256 * 1024;
-
 /// What a provider's own exec (no daemon) returns.
 #[derive(Debug, Clone, Default)]
 pub struct ExecOutput {

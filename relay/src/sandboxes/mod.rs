@@ -85,8 +85,11 @@ impl Sandboxes {
         }
         if let Err(e) = self.store.insert_sandbox(&row) {
             if let Err(undo) = p.destroy(&row).await {
-                events::CleanupFailed { what: "destroying a sandbox whose row could not be stored", error: &undo.to_string() }
-                    .emit();
+                events::CleanupFailed {
+                    what: "destroying a sandbox whose row could not be stored",
+                    error: &undo.to_string(),
+                }
+                .emit();
             }
             return Err(e.into());
         }

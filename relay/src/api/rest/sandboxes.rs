@@ -56,7 +56,10 @@ async fn set_paused(relay: Arc<Relay>, reference: String, paused: bool) -> Resul
     Ok(Json(row))
 }
 
-pub async fn pause(State(relay): State<Arc<Relay>>, Path(reference): Path<String>) -> Result<Json<SandboxRow>, ApiError> {
+pub async fn pause(
+    State(relay): State<Arc<Relay>>,
+    Path(reference): Path<String>,
+) -> Result<Json<SandboxRow>, ApiError> {
     set_paused(relay, reference, true).await
 }
 

@@ -23,24 +23,11 @@ use crate::{
     auth, events,
     providers::{ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
     store::SandboxRow,
+    text::Tail,
 };
 
 /// How long to wait for an exec's exit code once its output has ended.
 const EXIT_CODE_WAIT: Duration = Duration::from_secs(5);
-
-/// The last bytes of an output: at least its last `EXEC_OUTPUT_BYTES`, at most twice that (it is
-/// trimmed only then, so a long output is not moved at every chunk).
-#[derive(Default)]
-pub(super) struct Bounded(pub(super) Vec<u8>);
-
-impl Bounded {
-    pub(super) fn push(&mut self, b: &[u8]) {
-        self.0.extend_from_slice(b);
-        if self.0.len() > 2 * EXEC_OUTPUT_BYTES {
-            self.0.drain(..self.0.len() - EXEC_OUTPUT_BYTES);
-        }
-    }
-}
 
 impl DockerProvider {
     /// Runs `cmd` in the container through the Engine's exec API, collecting its output until it
@@ -87,7 +74,7 @@ impl DockerProvider {
         let StartExecResults::Attached { mut output, .. } = started else {
             return Err(ProviderError::Engine("starting the command: Docker did not attach its output".into()));
         };
-        let (mut stdout, mut stderr) = (Bounded::default(), Bounded::default());
+        let (mut stdout, mut stderr) = (Tail::new(EXEC_OUTPUT_BYTES), Tail::new(EXEC_OUTPUT_BYTES));
         let deadline = tokio::time::Instant::now() + timeout;
         let mut timed_out = false;
         loop {
@@ -107,7 +94,12 @@ impl DockerProvider {
         if timed_out {
             guard.kill().await;
             events::FallbackExecKilled { sandbox: &sandbox.name, reason: "timeout" }.emit();
-            return Ok(ExecOutput { exit_code: -1, stdout: stdout.0, stderr: stderr.0, timed_out: true });
+            return Ok(ExecOutput {
+                exit_code: -1,
+                stdout: stdout.into_bytes(),
+                stderr: stderr.into_bytes(),
+                timed_out: true,
+            });
         }
         guard.armed = false;
         // The output ends a moment before the Engine records the exit code.
@@ -120,7 +112,7 @@ impl DockerProvider {
                 _ => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         };
-        Ok(ExecOutput { exit_code, stdout: stdout.0, stderr: stderr.0, timed_out: false })
+        Ok(ExecOutput { exit_code, stdout: stdout.into_bytes(), stderr: stderr.into_bytes(), timed_out: false })
     }
 }
 

@@ -36,11 +36,10 @@ use futures::StreamExt;
 use tokio::sync::OnceCell;
 
 use self::engine::{answer, container_ip, engine, env_of, first_file, gone, has_daemon, state_of, status};
-use self::exec::Bounded;
 use self::options::{bad, Options, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
 use self::scripts::{EXEC_SCRIPT, WORKDIR_SCRIPT};
 use super::{ExecOutput, Provider, ProviderError};
-use crate::{auth, envd::Envd, events, store::SandboxRow};
+use crate::{auth, envd::Envd, events, store::SandboxRow, text::Tail};
 
 /// E2B's envd port, where hangar-envd listens inside a container.
 const ENVD_PORT: u16 = 49983;
@@ -183,7 +182,7 @@ impl DockerProvider {
             Err(_) => String::new(),
         };
         let opts = LogsOptionsBuilder::default().stdout(true).stderr(true).tail("20").build();
-        let mut log = Bounded::default();
+        let mut log = Tail::new(LOG_TAIL_BYTES);
         let mut lines = docker.logs(name, Some(opts));
         let read = async {
             while let Some(Ok(chunk)) = lines.next().await {
@@ -191,8 +190,7 @@ impl DockerProvider {
             }
         };
         let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
-        let tail = &log.0[log.0.len().saturating_sub(LOG_TAIL_BYTES)..];
-        let text = String::from_utf8_lossy(tail);
+        let text = log.text();
         let text = text.trim();
         if text.is_empty() {
             state
@@ -473,6 +471,8 @@ impl Provider for DockerProvider {
             .and_then(|c| c.env.as_deref())
             .and_then(|env| env_of(env, ENV_USER))
             .map(str::to_string);
+        // What the script says when it cannot enter the directory.
+        let no_dir = format!("hangar-no-such-directory:{}", auth::random_hex(8));
         let cmd = vec![
             "bash".to_string(),
             "-c".into(),
@@ -481,7 +481,12 @@ impl Provider for DockerProvider {
             cwd.unwrap_or_default().to_string(),
             sandbox.workdir.clone().unwrap_or_default(),
             command.to_string(),
+            no_dir.clone(),
         ];
-        self.run_exec(sandbox, cmd, user, timeout).await
+        let out = self.run_exec(sandbox, cmd, user, timeout).await?;
+        if out.exit_code == 1 && out.stdout.is_empty() && out.stderr == format!("{no_dir}\n").as_bytes() {
+            return Err(ProviderError::NoSuchDirectory(cwd.unwrap_or_default().to_string()));
+        }
+        Ok(out)
     }
 }

@@ -4,10 +4,11 @@
 
 /// Runs the command after moving to its directory: `cwd` (absolute, `~`, `~/...`, or relative
 /// to the sandbox's workdir), else the sandbox's workdir, else the user's home, as the daemon
-/// resolves them. Arguments: $1 cwd, $2 workdir, $3 command.
+/// resolves them. Arguments: $1 cwd, $2 workdir, $3 command, $4 a mark made for this exec.
 /// Why a script: `~` and relative paths need the user's home, which only the container knows.
-/// A directory that cannot be entered fails the command (exit code 1) rather than running it
-/// elsewhere. The command runs in a login shell (`bash -lc`, what `Provider::exec` promises),
+/// A directory that cannot be entered fails the command rather than running it elsewhere: the
+/// script prints the mark alone on stderr and exits 1, which the provider tells apart from any
+/// command's failure (the command has not run, so cannot know the mark yet). The command runs in a login shell (`bash -lc`, what `Provider::exec` promises),
 /// which replaces the script (`exec`), so the command's exit code is the exec's.
 /// The daemon's token is no business of the command's (the daemon does not pass it on either):
 /// the container's environment carries it (`options::ENV_TOKEN`) and an Engine exec inherits it,
@@ -15,7 +16,7 @@
 pub(super) const EXEC_SCRIPT: &str = r#"unset HANGAR_ENVD_ACCESS_TOKEN
 base=${2:-$HOME}; d=${1:-$base}
 case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$base/$d ;; esac
-cd -- "$d" || exit 1
+cd -- "$d" 2>/dev/null || { printf '%s\n' "$4" >&2; exit 1; }
 exec bash -lc "$3""#;
 
 /// Makes the sandbox's workdir ($1) when the image lacks it, owned by the sandbox's user ($2,
