@@ -48,7 +48,7 @@ pub struct Config {
     pub limits: Limits,
 }
 
-/// The streaming document's limits.
+/// The limits every stream, process and watch is held to (docs/operations.md lists them).
 #[derive(Debug, Clone, Args)]
 pub struct Limits {
     /// Running background processes per token (per sandbox).

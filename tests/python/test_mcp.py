@@ -246,10 +246,18 @@ def test_bad_arguments_are_clear_tool_errors(relay, mode):
                 ({"sandbox": "default", "command": "true", "timeout": 0}, "timeout: 1 to"),
                 ({"sandbox": "default", "command": "true", "colour": "red"}, "colour"),
                 ({"sandbox": "nope", "command": "true"}, 'no sandbox "nope"'),
+                ({"sandbox": "default", "command": "true", "cwd": "no/such/dir"}, "invalid_argument: cwd"),
+                ({"sandbox": "default", "command": "true", "cwd": "no/such/dir", "stream": True}, "invalid_argument: cwd"),
+                ({"sandbox": "default", "command": "echo a\u0000b"}, "invalid_argument: command must not contain a NUL"),
             ]
             out = []
             for args, want in cases:
-                r = await c.call_tool("exec", args)
+                async def ignore(progress, total, message):
+                    pass
+
+                # A streamed call needs a progress token: the callback makes the SDK send one.
+                cb = ignore if args.get("stream") else None
+                r = await c.call_tool("exec", args, progress_callback=cb)
                 out.append((r, want))
             return out
 
@@ -270,7 +278,11 @@ def test_a_jobs_token_no_token_and_a_foreign_host_are_refused():
         assert resp.status_code == 403, resp.text
         # Only the allowed hosts (DNS-rebinding protection): the default is loopback names.
         admin = {**h, "Authorization": f"Bearer {ADMIN}"}
-        assert httpx.post(f"{r.url}/mcp", json=body, headers={**admin, "Host": "evil.example"}).status_code == 403
+        resp = httpx.post(f"{r.url}/mcp", json=body, headers={**admin, "Host": "evil.example"})
+        assert resp.status_code == 403, resp.text
+        # The relay's JSON error, naming the setting that would allow it.
+        err = resp.json()["error"]
+        assert err["code"] == "permission_denied" and "--mcp-allowed-hosts" in err["message"], err
     finally:
         r.stop()
 
@@ -401,6 +413,7 @@ def test_process_bad_arguments_are_clear_tool_errors(relay, mode):
                 ({"action": "attach", "process_id": "p_000000000000", "wait_seconds": 601}, "wait_seconds: 0 to 600"),
                 ({"action": "explode"}, "unknown variant"),
                 ({"action": "attach", "process_id": "../etc"}, "no process"),
+                ({"action": "start", "command": "true", "cwd": "no/such/dir"}, "invalid_argument: cwd"),
             ]
             out = []
             for args, want in cases:

@@ -1,4 +1,4 @@
-//! E2B's `process.Process` service, with E2B envd's behaviours (see E2B-WIRE.md).
+//! E2B's `process.Process` service, with E2B envd's behaviours (docs/envd.md lists every difference).
 use std::{collections::HashMap, sync::Arc};
 
 use hangar_proto::process::{

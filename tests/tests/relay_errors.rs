@@ -1,0 +1,112 @@
+//! The relay's answers to requests it cannot serve: each is a JSON error with the right status
+//! and code, the same on every route that takes the same input, and nothing runs.
+use hangar_e2e::{
+    docker::{self, Containers, PLAIN_IMAGE},
+    relay::{Relay, StateDir, ADMIN},
+};
+use serde_json::{json, Value};
+
+fn code(r: &hangar_e2e::RawResponse) -> (u16, Value) {
+    (r.status, r.json()["error"]["code"].clone())
+}
+
+/// A `cwd` that does not exist, on every route that takes one, in the sandbox `sandbox`.
+async fn a_missing_cwd_is_refused_everywhere(relay: &Relay, sandbox: &str) {
+    let body = json!({"command": "echo ran", "cwd": "no/such/dir"});
+    for route in ["exec", "exec/stream", "processes"] {
+        let r = relay.call("POST", &format!("/api/sandboxes/{sandbox}/{route}"), Some(ADMIN), Some(body.clone())).await;
+        assert_eq!(code(&r), (400, json!("invalid_argument")), "{route}: {r:?}");
+        let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains("no/such/dir"), "{route}: the message names the cwd: {message}");
+    }
+    // Nothing was started by the refused calls.
+    let list = relay.call("GET", &format!("/api/sandboxes/{sandbox}/processes"), Some(ADMIN), None).await;
+    assert_eq!(list.json()["processes"], json!([]), "{list:?}");
+    // A directory that exists is fine.
+    let ok = relay
+        .call("POST", &format!("/api/sandboxes/{sandbox}/exec"), Some(ADMIN), Some(json!({"command": "mkdir -p d/e"})))
+        .await;
+    assert_eq!(ok.status, 200, "{ok:?}");
+    let ok = relay
+        .call(
+            "POST",
+            &format!("/api/sandboxes/{sandbox}/exec"),
+            Some(ADMIN),
+            Some(json!({"command": "pwd", "cwd": "d/e"})),
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{ok:?}");
+    assert!(ok.json()["stdout"].as_str().unwrap_or_default().trim_end().ends_with("/d/e"), "{ok:?}");
+}
+
+#[tokio::test]
+async fn a_missing_cwd_is_a_400_on_every_route() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    a_missing_cwd_is_refused_everywhere(&relay, "default").await;
+}
+
+#[tokio::test]
+async fn a_missing_cwd_is_a_400_without_a_daemon_too() {
+    if !docker::available("a_missing_cwd_is_a_400_without_a_daemon_too") {
+        return;
+    }
+    let mut containers = Containers::new();
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let name = containers.name("cwd");
+    let body = json!({"name": name, "provider": "docker", "options": {"image": PLAIN_IMAGE}});
+    let r = relay.call("POST", "/api/sandboxes", Some(ADMIN), Some(body)).await;
+    assert_eq!((r.status, r.json()["daemon"].clone()), (201, json!(false)), "{r:?}");
+    a_missing_cwd_is_refused_everywhere(&relay, &name).await;
+}
+
+#[tokio::test]
+async fn commands_no_kernel_would_run_are_a_400() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    for (route, command) in
+        [("exec", "echo a\u{0}b"), ("exec/stream", "\u{0}"), ("processes", "sleep 1\u{0}"), ("exec", " ")]
+    {
+        let r = relay
+            .call("POST", &format!("/api/sandboxes/default/{route}"), Some(ADMIN), Some(json!({ "command": command })))
+            .await;
+        assert_eq!(code(&r), (400, json!("invalid_argument")), "{route} {command:?}: {r:?}");
+    }
+    let r = relay.call("GET", "/api/sandboxes/default/watch?path=a%00b", Some(ADMIN), None).await;
+    assert_eq!(code(&r), (400, json!("invalid_argument")), "a watch of a path with a NUL: {r:?}");
+}
+
+#[tokio::test]
+async fn times_are_epoch_seconds_everywhere() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let near = |v: &Value, what: &str| {
+        let t = v.as_f64().unwrap_or_else(|| panic!("{what} is a number: {v}"));
+        assert!((t - now).abs() < 120.0, "{what} {t} is about now ({now})");
+    };
+    let sbx = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
+    near(&sbx["created_at"], "a sandbox's created_at");
+    let tok = relay.call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": "t", "scope": "user"}))).await.json();
+    near(&tok["created_at"], "a token's created_at");
+    assert_eq!(tok["revoked_at"], Value::Null);
+    let p = relay.call("POST", "/api/sandboxes/default/processes", Some(ADMIN), Some(json!({"command": "true"}))).await;
+    assert_eq!(p.status, 201, "{p:?}");
+    near(&p.json()["started_at"], "a started process's started_at");
+    let id = p.json()["process_id"].as_str().unwrap_or_default().to_string();
+    let ended = hangar_e2e::eventually(hangar_e2e::STEP * 50, "the process ends", || {
+        let r = futures::executor::block_on(relay.call(
+            "GET",
+            &format!("/api/sandboxes/default/processes/{id}"),
+            Some(ADMIN),
+            None,
+        ));
+        let v = r.json();
+        (v["process"]["state"] == json!("exited")).then_some(v)
+    })
+    .await;
+    near(&ended["process"]["started_at"], "an exited process's started_at");
+    near(&ended["process"]["ended_at"], "an exited process's ended_at");
+}
