@@ -380,6 +380,45 @@ async fn background_processes_per_token_are_limited() {
     assert!(started, "a killed process no longer counts");
 }
 
+/// The limit holds when the starts come all at once: of twelve concurrent starts from one token,
+/// exactly `HANGAR_BACKGROUND_MAX_PER_TOKEN` run and the rest are refused. A limit that counts the
+/// running processes and then starts one, without holding anything in between, lets them all in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_starts_stay_within_the_per_token_limit() {
+    const LIMIT: usize = 3;
+    const STARTS: usize = 12;
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_BACKGROUND_MAX_PER_TOKEN", &LIMIT.to_string())]);
+    let a = relay.token("a", "user").await.secret;
+    let body = json!({"command": "sleep 30"});
+    let answers = futures::future::join_all(
+        (0..STARTS).map(|_| relay.call("POST", "/api/sandboxes/default/processes", Some(&a), Some(body.clone()))),
+    )
+    .await;
+    let started: Vec<String> = answers
+        .iter()
+        .filter(|r| r.status == 201)
+        .map(|r| r.json()["process_id"].as_str().expect("a started process's id").to_string())
+        .collect();
+    let listed = relay.call("GET", "/api/sandboxes/default/processes", Some(&a), None).await.json();
+    let processes = listed["processes"].as_array().expect("a process list");
+    let running = processes.iter().filter(|p| p["state"] == "running").count();
+    for id in &started {
+        let r = relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(&a), None).await;
+        assert_eq!(r.status, 202, "killing {id}: {r:?}");
+    }
+
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
+    assert_eq!(started.len(), LIMIT, "{STARTS} concurrent starts with a limit of {LIMIT}: {statuses:?}");
+    assert_eq!(running, LIMIT, "running processes of the token after the starts");
+    for r in answers.iter().filter(|r| r.status != 201) {
+        let error = &r.json()["error"];
+        assert_eq!((r.status, error["code"].clone()), (429, json!("resource_exhausted")), "{r:?}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains("HANGAR_BACKGROUND_MAX_PER_TOKEN"), "the refusal names the setting: {r:?}");
+    }
+}
+
 /// A quiet stream still sends an SSE comment every 15 s, so proxies keep the connection open.
 #[tokio::test]
 async fn a_quiet_stream_sends_a_comment_every_15_seconds() {
