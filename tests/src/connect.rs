@@ -2,11 +2,7 @@
 //! reading a whole response ([`RawResponse`]), and Connect's envelopes (flag byte, 4-byte
 //! big-endian length, message) in request bodies and streamed responses ([`ConnectStream`],
 //! [`StreamOutcome`]).
-use std::{
-    convert::Infallible,
-    net::SocketAddr,
-    time::{Duration, Instant},
-};
+use std::{convert::Infallible, net::SocketAddr, time::Duration};
 
 use bytes::{Buf, Bytes, BytesMut};
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
@@ -14,7 +10,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 
-use crate::{within, Collected, HasEvent, STEP};
+use crate::{within, Collected, Deadline, HasEvent, STEP};
 use hangar_proto::process as pb;
 
 pub type ReqBody = BoxBody<Bytes, Infallible>;
@@ -213,14 +209,9 @@ impl ConnectStream {
             );
             return out;
         }
-        let deadline = Instant::now() + limit;
+        let deadline = Deadline::after(limit);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let env = match tokio::time::timeout(left, self.next_envelope()).await {
-                Err(_) => panic!("timed out after {limit:?} reading a Connect stream; so far: {out:#?}"),
-                Ok(e) => e,
-            };
-            match env {
+            match deadline.run(self.next_envelope(), || format!("reading a Connect stream; so far: {out:#?}")).await {
                 Ok(Some(e)) if e.is_end() => {
                     out.end = Some(e.json());
                 }

@@ -1,11 +1,11 @@
 //! Reading event streams to the end or to a condition, always bounded: process events from
 //! Start and Connect (gRPC, or Connect decoded into the same [`Collected`]), and hangar Attach
 //! streams ([`AttachLog`]).
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tonic::transport::Channel;
 
-use crate::{within, STEP};
+use crate::{within, Deadline, STEP};
 use hangar_proto::{
     ext::{self, attach_event, processes_client::ProcessesClient},
     process::{
@@ -137,14 +137,9 @@ pub async fn read_until<T: HasEvent>(
     what: &str,
     pred: impl Fn(&Collected) -> bool,
 ) {
-    let deadline = Instant::now() + limit;
+    let deadline = Deadline::after(limit);
     while !pred(c) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let msg = match tokio::time::timeout(left, s.message()).await {
-            Err(_) => panic!("timed out after {limit:?} waiting for {what}; so far: {c:#?}"),
-            Ok(m) => m,
-        };
-        match msg {
+        match deadline.run(s.message(), || format!("waiting for {what}; so far: {c:#?}")).await {
             Ok(Some(m)) => {
                 if let Some(ev) = m.into_event() {
                     c.push(ev);
@@ -165,14 +160,9 @@ pub async fn collect<T: HasEvent>(s: &mut tonic::Streaming<T>, limit: Duration) 
 
 /// Reads a gRPC process stream to its end into `c` (bounded by `limit`).
 pub async fn collect_into<T: HasEvent>(s: &mut tonic::Streaming<T>, c: &mut Collected, limit: Duration) {
-    let deadline = Instant::now() + limit;
+    let deadline = Deadline::after(limit);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let msg = match tokio::time::timeout(left, s.message()).await {
-            Err(_) => panic!("timed out after {limit:?} reading the process stream to its end; so far: {c:#?}"),
-            Ok(m) => m,
-        };
-        match msg {
+        match deadline.run(s.message(), || format!("reading the process stream to its end; so far: {c:#?}")).await {
             Ok(Some(m)) => {
                 if let Some(ev) = m.into_event() {
                     c.push(ev);
@@ -333,16 +323,22 @@ impl AttachLog {
                 attach_event::Event::Keepalive(_) => "keepalive".to_string(),
             })
             .collect();
-        if v.len() > 40 {
-            let tail = v.split_off(v.len() - 10);
-            v.truncate(30);
-            v.push("...".to_string());
-            v.extend(tail);
-        }
+        abridge(&mut v);
         if let Some(e) = &self.error {
             v.push(format!("error {e:?}"));
         }
         v
+    }
+}
+
+/// Shortens a long list of event descriptions for a failure message: the first 30, `...`, the
+/// last 10.
+pub fn abridge(v: &mut Vec<String>) {
+    if v.len() > 40 {
+        let tail = v.split_off(v.len() - 10);
+        v.truncate(30);
+        v.push("...".to_string());
+        v.extend(tail);
     }
 }
 
@@ -355,14 +351,9 @@ pub async fn collect_attach(s: &mut tonic::Streaming<ext::AttachResponse>, limit
 
 /// Reads an Attach stream to its end into `log` (bounded by `limit`).
 pub async fn collect_attach_into(s: &mut tonic::Streaming<ext::AttachResponse>, log: &mut AttachLog, limit: Duration) {
-    let deadline = Instant::now() + limit;
+    let deadline = Deadline::after(limit);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let msg = match tokio::time::timeout(left, s.message()).await {
-            Err(_) => panic!("timed out after {limit:?} reading an Attach stream; so far: {:?}", log.summary()),
-            Ok(m) => m,
-        };
-        match msg {
+        match deadline.run(s.message(), || format!("reading an Attach stream; so far: {:?}", log.summary())).await {
             Ok(Some(m)) => {
                 if let Some(ev) = m.event.and_then(|e| e.event) {
                     log.push(ev);

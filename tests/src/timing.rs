@@ -16,6 +16,29 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
     }
 }
 
+/// One bound for a sequence of waits (reading a stream to its end, say): each wait gets what is
+/// left of it.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    at: Instant,
+    limit: Duration,
+}
+
+impl Deadline {
+    pub fn after(limit: Duration) -> Deadline {
+        Deadline { at: Instant::now() + limit, limit }
+    }
+
+    /// Runs `fut` within what is left of the bound; when it runs out, fails the test with
+    /// "timed out after LIMIT " and `what()` (called only then, so it can describe the state).
+    pub async fn run<T>(&self, fut: impl Future<Output = T>, what: impl FnOnce() -> String) -> T {
+        match tokio::time::timeout(self.at.saturating_duration_since(Instant::now()), fut).await {
+            Ok(v) => v,
+            Err(_) => panic!("timed out after {:?} {}", self.limit, what()),
+        }
+    }
+}
+
 /// Polls `cond` every 20 ms until it holds; fails the test after `limit`.
 pub async fn wait_until(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
