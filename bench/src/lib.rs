@@ -12,7 +12,6 @@ pub mod error;
 pub mod machine;
 pub mod mcp;
 pub mod pipe;
-pub mod procfs;
 pub mod report;
 pub mod scenarios;
 pub mod stats;

@@ -213,21 +213,6 @@ pub fn gunzip(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The peak resident memory of `pid` so far (`VmHWM`), in KiB.
-pub fn vm_hwm_kib(pid: u32) -> u64 {
-    proc_status_kib(pid, "VmHWM").expect("VmHWM in /proc/PID/status")
-}
-
-/// A `kB` field of /proc/PID/status (`VmRSS`, `VmHWM`, ...); `None` if the process or the field
-/// is not there.
-pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// A large, position-dependent byte stream that is never held whole: one random-looking MiB
 /// block, with each MiB stamped with its index so a misplaced or repeated chunk is caught.
 pub struct Pattern {

@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::{
-    all_procs, build_request, descendants, envd_bin, full_body, read_raw, send_http1, within, RawResponse, STEP,
+    build_request, descendants, envd_bin, full_body, pids_with_all, read_raw, send_http1, within, RawResponse, STEP,
 };
 
 pub const ADMIN: &str = "admin-secret-for-tests";
@@ -45,18 +45,7 @@ impl StateDir {
     pub fn daemons(&self) -> Vec<u32> {
         // With the separator: `...-1` must not match the daemons of `...-10`.
         let needle = format!("{}/", self.0.to_string_lossy());
-        all_procs()
-            .into_iter()
-            .filter(|p| {
-                std::fs::read(format!("/proc/{}/cmdline", p.pid))
-                    .map(|c| {
-                        String::from_utf8_lossy(&c).contains(&needle)
-                            && String::from_utf8_lossy(&c).contains("hangar-envd")
-                    })
-                    .unwrap_or(false)
-            })
-            .map(|p| p.pid)
-            .collect()
+        pids_with_all(&[&needle, "hangar-envd"])
     }
 }
 

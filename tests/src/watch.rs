@@ -10,7 +10,7 @@ use tonic::{transport::Channel, Status, Streaming};
 
 pub use hangar_proto::filesystem as fspb;
 
-use crate::{within, Envd, STEP};
+use crate::{abridge, within, Envd, STEP};
 use fspb::{
     filesystem_client::FilesystemClient, watch_dir_response, EntryInfo, EventType, FilesystemEvent, WatchDirRequest,
     WatchDirResponse,
@@ -308,12 +308,7 @@ impl HangarWatch {
                 HangarEv::KeepAlive { seq } => format!("#{seq} keepalive"),
             })
             .collect();
-        if v.len() > 40 {
-            let tail = v.split_off(v.len() - 10);
-            v.truncate(20);
-            v.push("...".into());
-            v.extend(tail);
-        }
+        abridge(&mut v);
         v
     }
 }
@@ -480,12 +475,7 @@ impl FollowLog {
                 FollowEv::Start(_) | FollowEv::Keepalive(_) => "?".into(),
             })
             .collect();
-        if v.len() > 40 {
-            let tail = v.split_off(v.len() - 10);
-            v.truncate(20);
-            v.push("...".into());
-            v.extend(tail);
-        }
+        abridge(&mut v);
         v
     }
 

@@ -689,19 +689,20 @@ async fn one_gib_upload_and_download_in_flat_memory() {
     let r = stream_upload(&envd, &path, 4, STEP).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(stream_download_check(&envd, &path, STEP).await, 4 * MIB);
-    let before = vm_hwm_kib(envd.pid());
+    let hwm = || vm_hwm_kib(envd.pid()).expect("the daemon's VmHWM in /proc/PID/status");
+    let before = hwm();
 
     let started = std::time::Instant::now();
     let r = stream_upload(&envd, &path, SIZE_MIB, LIMIT).await;
     assert_eq!(r.status, 200, "{r:?}");
     let up = started.elapsed();
     assert_eq!(std::fs::metadata(dir.join("big.bin")).unwrap().len(), SIZE_MIB * MIB);
-    let after_upload = vm_hwm_kib(envd.pid());
+    let after_upload = hwm();
 
     let started = std::time::Instant::now();
     assert_eq!(stream_download_check(&envd, &path, LIMIT).await, SIZE_MIB * MIB);
     let down = started.elapsed();
-    let after = vm_hwm_kib(envd.pid());
+    let after = hwm();
     std::fs::remove_file(dir.join("big.bin")).unwrap();
 
     eprintln!(

@@ -7,25 +7,32 @@ use hangar_e2e::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundreds_of_short_processes_leave_no_zombie() {
+    const RUNS: usize = 300;
     let mut envd = Envd::start(&[]);
     let client = envd.process().await;
-    let mut done = 0;
-    for _batch in 0..6 {
-        let runs = (0..50).map(|_| {
+    // Each process exits with its own code, so an end event counts only if it is its process's.
+    let code = |i: usize| (i % 100) as i32 + 1;
+    let mut ended = Vec::with_capacity(RUNS);
+    for batch in 0..RUNS / 50 {
+        let runs = (batch * 50..(batch + 1) * 50).map(|i| {
             let mut c = client.clone();
             async move {
-                let mut req = start_req("/bin/true", &[]);
+                let mut req = start_req("/bin/sh", &["-c", &format!("exit {}", code(i))]);
                 req.stdin = Some(false);
-                grpc_run(&mut c, req, Duration::from_secs(30)).await
+                (i, grpc_run(&mut c, req, Duration::from_secs(30)).await)
             }
         });
-        for c in join_all(runs).await {
-            c.assert_well_formed();
-            assert_eq!(c.end().exit_code, 0, "{c:?}");
-            done += 1;
-        }
+        ended.extend(join_all(runs).await);
     }
-    assert_eq!(done, 300);
+    let wrong: Vec<_> = ended
+        .iter()
+        .filter(|(i, c)| !matches!(&c.end, Some(e) if e.exited && e.exit_code == code(*i)))
+        .map(|(i, c)| format!("#{i} (want exit {}): {:?}", code(*i), c.end))
+        .collect();
+    assert!(wrong.is_empty(), "{} of {RUNS} runs did not end with their own exit code: {wrong:#?}", wrong.len());
+    for (_, c) in &ended {
+        c.assert_well_formed();
+    }
     let me = envd.pid();
     wait_until(Duration::from_secs(5), "no zombie child of the daemon", || zombies_of(me).is_empty()).await;
     envd.assert_healthy_no_leaks(Duration::from_secs(2)).await;

@@ -29,7 +29,14 @@ async fn reflection_lists_the_services() {
         Some(MessageResponse::ListServicesResponse(l)) => l.service.into_iter().map(|s| s.name).collect(),
         other => panic!("want ListServicesResponse, got {other:?}"),
     };
-    for want in ["process.Process", "filesystem.Filesystem", "hangar.envd.v1.Processes", "hangar.envd.v1.Daemon"] {
+    // Every service in proto/: E2B's two and hangar's three.
+    for want in [
+        "process.Process",
+        "filesystem.Filesystem",
+        "hangar.envd.v1.Processes",
+        "hangar.envd.v1.Files",
+        "hangar.envd.v1.Daemon",
+    ] {
         assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
     }
     let second =

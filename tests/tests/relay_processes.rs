@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use hangar_e2e::{
-    build_request, envelope, full_body, is_running, pids_with,
+    build_request, envelope, eventually, ext, full_body, is_running, pb, pids_with, proc_stat, read_raw,
     relay::{Relay, Sse, StateDir, ADMIN},
-    send_http1, wait_until, STEP,
+    send_http1, wait_until, within, ConnectStream, HasEvent, STEP,
 };
 use serde_json::{json, Value};
 
@@ -202,49 +202,127 @@ async fn a_process_belongs_to_the_token_that_started_it() {
     }
 }
 
-/// The sandbox can reach its own daemon (a local sandbox isolates nothing) and start processes
-/// with any tag it likes; without the relay's key it cannot make one that is a token's.
+/// A sandbox's own daemon, reached straight as a process inside the sandbox can reach it (a local
+/// sandbox isolates nothing): its address and access token, read from the sandbox's directory.
+struct Daemon {
+    addr: std::net::SocketAddr,
+    token: String,
+}
+
+impl Daemon {
+    async fn of(state: &StateDir, relay: &Relay, sandbox: &str) -> Daemon {
+        let v = relay.call("GET", &format!("/api/sandboxes/{sandbox}"), Some(ADMIN), None).await.json();
+        let id = v["id"].as_str().unwrap_or_else(|| panic!("sandbox {sandbox} without an id: {v}"));
+        let dir = state.0.join("sandboxes").join(id);
+        let token = std::fs::read_to_string(dir.join("envd.token")).expect("the sandbox's envd.token");
+        // The daemon logs its address just after printing it to the relay: wait for the line.
+        let addr = eventually(STEP, "the daemon's address in envd.log", || {
+            std::fs::read_to_string(dir.join("envd.log"))
+                .ok()?
+                .split("addr=")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .and_then(|s| s.trim_matches('"').parse().ok())
+        })
+        .await;
+        Daemon { addr, token: token.trim().to_string() }
+    }
+
+    fn request(&self, path: &str, content_type: &str, body: Vec<u8>) -> hyper::Request<hangar_e2e::ReqBody> {
+        let headers = [("content-type", content_type), ("x-access-token", self.token.as_str())];
+        build_request("POST", path, self.addr, false, &headers, full_body(body.into()))
+    }
+
+    /// Starts `cmd args` with `tag` over Connect and returns the pid its start event reports.
+    /// envd answers a start that fails with HTTP 200 and the error in the end-of-stream envelope,
+    /// so only the start event shows that the process runs.
+    async fn start_tagged(&self, cmd: &str, args: &[&str], tag: &str) -> u32 {
+        let msg = json!({"process": {"cmd": cmd, "args": args}, "tag": tag}).to_string();
+        let req = self.request("/process.Process/Start", "application/connect+json", envelope(0, msg.as_bytes()));
+        let mut s =
+            ConnectStream::new(within(STEP, "a Start straight to the daemon", send_http1(self.addr, req)).await);
+        assert_eq!(s.status, 200, "Start with tag {tag:?}");
+        let first = s.next_within(STEP).await.expect("the Start stream").expect("a first envelope");
+        assert!(!first.is_end(), "the start with tag {tag:?} failed: {}", first.json());
+        let ev: pb::StartResponse = serde_json::from_value(first.json()).expect("a process event");
+        match ev.into_event() {
+            Some(pb::process_event::Event::Start(st)) => st.pid,
+            other => panic!("the first event of the start with tag {tag:?} is not start: {other:?}"),
+        }
+    }
+
+    /// The daemon's own list of its running processes: (pid, tag).
+    async fn running(&self) -> Vec<(u32, Option<String>)> {
+        let req =
+            self.request("/hangar.envd.v1.Processes/List", "application/json", b"{\"runningOnly\": true}".to_vec());
+        let r = read_raw(within(STEP, "the daemon's List", send_http1(self.addr, req)).await).await;
+        assert_eq!(r.status, 200, "the daemon's List: {r:?}");
+        let list: ext::ListResponse = serde_json::from_slice(&r.body).expect("a ListResponse");
+        list.processes.into_iter().map(|p| (p.pid, p.tag)).collect()
+    }
+}
+
+/// Every process id the relay lists for `tok`.
+async fn listed_ids(relay: &Relay, tok: &str) -> Vec<Value> {
+    let v = relay.call("GET", "/api/sandboxes/default/processes", Some(tok), None).await.json();
+    v["processes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no process list: {v}"))
+        .iter()
+        .map(|p| p["process_id"].clone())
+        .collect()
+}
+
+/// The admin's list holds only `real_id` and the user's nothing; neither can get the forged ids;
+/// the forgeries still run.
+async fn only_the_real_one_is_seen(relay: &Relay, user: &str, real_id: &str, forged: &[(u32, String)], when: &str) {
+    for (name, tok, want) in [("the admin", ADMIN, vec![json!(real_id)]), ("a user", user, vec![])] {
+        assert_eq!(listed_ids(relay, tok).await, want, "{name}'s processes {when}");
+        for id in ["p_0123456789ab", &format!("{real_id}x")] {
+            let r = relay.call("GET", &format!("/api/sandboxes/default/processes/{id}"), Some(tok), None).await;
+            assert_eq!(r.status, 404, "{name} asking for {id} {when}: {r:?}");
+        }
+    }
+    for (pid, tag) in forged {
+        assert!(is_running(*pid), "the forgery with tag {tag:?} (pid {pid}) ended {when}");
+    }
+}
+
+/// A process inside the sandbox can start processes with any tag it likes through its daemon;
+/// without the relay's key it cannot make one that is a token's. The forgeries run (their start
+/// events and /proc say so, and the daemon lists them with their tags), and still no token sees
+/// them, before or after a relay restart (when the relay adopts what it finds by tag).
 #[tokio::test]
 async fn a_tag_made_up_inside_the_sandbox_is_never_adopted() {
     let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[]);
-    let sandbox = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
-    let dir = state.0.join("sandboxes").join(sandbox["id"].as_str().unwrap());
-    let token = std::fs::read_to_string(dir.join("envd.token")).unwrap();
-    // The daemon logs its address just after printing it to the relay: wait for the line.
-    let addr: std::net::SocketAddr = hangar_e2e::eventually(STEP, "the daemon's address in envd.log", || {
-        std::fs::read_to_string(dir.join("envd.log"))
-            .ok()?
-            .split("addr=")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|s| s.trim_matches('"').parse().ok())
-    })
-    .await;
+    let mut relay = Relay::start(&state.0, &[]);
+    let daemon = Daemon::of(&state, &relay, "default").await;
+    let user = relay.token("a", "user").await.secret;
     let real = start(&relay, ADMIN, "sleep 30").await;
-    let real_id = real["process_id"].as_str().unwrap();
-    let listing = relay.call("GET", "/api/sandboxes/default/processes", Some(ADMIN), None).await.json();
-    assert_eq!(listing["processes"].as_array().unwrap().len(), 1);
+    let real_id = real["process_id"].as_str().expect("a process id").to_string();
     // Forgeries: a made-up MAC, and the real id with another MAC.
-    for tag in ["hangar:p_0123456789ab:AAAAAAAAAAAAAAAAAAAAAA".to_string(), format!("hangar:{real_id}x:AAAA")] {
-        let msg = json!({"process": {"cmd": "/bin/sleep", "args": ["30"]}, "tag": tag}).to_string();
-        let req = build_request(
-            "POST",
-            "/process.Process/Start",
-            addr,
-            false,
-            &[("content-type", "application/connect+json"), ("x-access-token", token.trim())],
-            full_body(envelope(0, msg.as_bytes()).into()),
-        );
-        let resp = send_http1(addr, req).await;
-        assert_eq!(resp.status(), 200);
+    let forged_tags = ["hangar:p_0123456789ab:AAAAAAAAAAAAAAAAAAAAAA".to_string(), format!("hangar:{real_id}x:AAAA")];
+    let mut forged = Vec::new();
+    for tag in &forged_tags {
+        forged.push((daemon.start_tagged("/bin/sleep", &["30"], tag).await, tag.clone()));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let listing = relay.call("GET", "/api/sandboxes/default/processes", Some(ADMIN), None).await.json();
-    let ids: Vec<_> = listing["processes"].as_array().unwrap().iter().map(|p| p["process_id"].clone()).collect();
-    assert_eq!(ids, vec![json!(real_id)], "only the relay's own process: {listing}");
-    let r = relay.call("GET", "/api/sandboxes/default/processes/p_0123456789ab", Some(ADMIN), None).await;
-    assert_eq!(r.status, 404);
+    for (pid, tag) in &forged {
+        assert!(is_running(*pid), "the forgery with tag {tag:?} (pid {pid}) does not run: {:?}", proc_stat(*pid));
+    }
+    let running = daemon.running().await;
+    for (pid, tag) in &forged {
+        assert!(
+            running.contains(&(*pid, Some(tag.clone()))),
+            "the daemon does not list {pid} with {tag:?}: {running:?}"
+        );
+    }
+
+    only_the_real_one_is_seen(&relay, &user, &real_id, &forged, "before a relay restart").await;
+    relay.stop();
+    let relay = Relay::start(&state.0, &[]);
+    only_the_real_one_is_seen(&relay, &user, &real_id, &forged, "after a relay restart").await;
+    let adopted = relay.call("GET", &format!("/api/sandboxes/default/processes/{real_id}"), Some(ADMIN), None).await;
+    assert_eq!(adopted.json()["process"]["adopted"], json!(true), "the real process is adopted: {adopted:?}");
 }
 
 #[tokio::test]
@@ -300,6 +378,45 @@ async fn background_processes_per_token_are_limited() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(started, "a killed process no longer counts");
+}
+
+/// The limit holds when the starts come all at once: of twelve concurrent starts from one token,
+/// exactly `HANGAR_BACKGROUND_MAX_PER_TOKEN` run and the rest are refused. A limit that counts the
+/// running processes and then starts one, without holding anything in between, lets them all in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_starts_stay_within_the_per_token_limit() {
+    const LIMIT: usize = 3;
+    const STARTS: usize = 12;
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_BACKGROUND_MAX_PER_TOKEN", &LIMIT.to_string())]);
+    let a = relay.token("a", "user").await.secret;
+    let body = json!({"command": "sleep 30"});
+    let answers = futures::future::join_all(
+        (0..STARTS).map(|_| relay.call("POST", "/api/sandboxes/default/processes", Some(&a), Some(body.clone()))),
+    )
+    .await;
+    let started: Vec<String> = answers
+        .iter()
+        .filter(|r| r.status == 201)
+        .map(|r| r.json()["process_id"].as_str().expect("a started process's id").to_string())
+        .collect();
+    let listed = relay.call("GET", "/api/sandboxes/default/processes", Some(&a), None).await.json();
+    let processes = listed["processes"].as_array().expect("a process list");
+    let running = processes.iter().filter(|p| p["state"] == "running").count();
+    for id in &started {
+        let r = relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(&a), None).await;
+        assert_eq!(r.status, 202, "killing {id}: {r:?}");
+    }
+
+    let statuses: Vec<u16> = answers.iter().map(|r| r.status).collect();
+    assert_eq!(started.len(), LIMIT, "{STARTS} concurrent starts with a limit of {LIMIT}: {statuses:?}");
+    assert_eq!(running, LIMIT, "running processes of the token after the starts");
+    for r in answers.iter().filter(|r| r.status != 201) {
+        let error = &r.json()["error"];
+        assert_eq!((r.status, error["code"].clone()), (429, json!("resource_exhausted")), "{r:?}");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.contains("HANGAR_BACKGROUND_MAX_PER_TOKEN"), "the refusal names the setting: {r:?}");
+    }
 }
 
 /// A quiet stream still sends an SSE comment every 15 s, so proxies keep the connection open.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hangar_e2e::{bash, ext::InfoRequest, files::Scratch, pb::process_event, Envd};
+use hangar_e2e::{bash, ext::InfoRequest, files::Scratch, pb::process_event, procfs, Envd};
 use hangar_proto::{
     ext::{files_client::FilesClient, Limits},
     filesystem::WatchDirRequest,
@@ -13,7 +13,6 @@ use serde::Serialize;
 
 use crate::{
     error::{fail, IoContext, Result},
-    procfs,
     world::host_envd,
 };
 
@@ -34,7 +33,7 @@ pub struct Report {
 pub async fn run() -> Result<Report> {
     let envd = host_envd(&[]);
     settle().await;
-    let idle_kib = procfs::rss_kib(envd.pid())?;
+    let idle_kib = daemon_rss_kib(&envd)?;
     let limits = limits(&envd).await?;
     // More than a ring holds, so every ring is full.
     let output_bytes = limits.ring_bytes + 64 * 1024;
@@ -75,13 +74,13 @@ pub async fn run() -> Result<Report> {
         streams.push(stream);
     }
     settle().await;
-    let full_rings_kib = procfs::rss_kib(envd.pid())?;
+    let full_rings_kib = daemon_rss_kib(&envd)?;
     drop(streams);
     drop(envd);
 
     let envd = host_envd(&[]);
     settle().await;
-    let watches_idle_kib = procfs::rss_kib(envd.pid())?;
+    let watches_idle_kib = daemon_rss_kib(&envd)?;
     let dirs: Vec<Scratch> = (0..limits.max_watches).map(|i| Scratch::new(&format!("bench-mem-{i}"))).collect();
     let mut open = Vec::new();
     for d in &dirs {
@@ -96,7 +95,7 @@ pub async fn run() -> Result<Report> {
         std::fs::write(d.join("x"), b"x").ctx("writing into a watched directory")?;
     }
     settle().await;
-    let watches_kib = procfs::rss_kib(envd.pid())?;
+    let watches_kib = daemon_rss_kib(&envd)?;
     drop(open);
     Ok(Report {
         idle_kib,
@@ -113,6 +112,11 @@ pub async fn run() -> Result<Report> {
 async fn limits(envd: &Envd) -> Result<Limits> {
     let info = envd.daemon().await.info(InfoRequest {}).await.map_err(|e| fail("Daemon/Info", e))?.into_inner();
     info.limits.ok_or_else(|| fail("Daemon/Info", "no limits"))
+}
+
+/// The daemon's resident memory, in KiB.
+fn daemon_rss_kib(envd: &Envd) -> Result<u64> {
+    procfs::rss_kib(envd.pid()).ctx("the daemon's resident memory")
 }
 
 async fn settle() {

@@ -13,13 +13,13 @@ use std::{
     time::Duration,
 };
 
+use hangar_e2e::procfs;
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::{
-    error::{fail, Result},
-    procfs,
+    error::{fail, IoContext, Result},
     stats::{now, round3, Lines, Summary},
     world::{image, RelayWorld},
 };
@@ -68,7 +68,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let world = Arc::new(world);
     let relay_pid = world.relay.pid();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let relay_rss_idle_kib = procfs::rss_kib(relay_pid)?;
+    let relay_rss_idle_kib = procfs::rss_kib(relay_pid).ctx("the relay's resident memory")?;
 
     let cmd =
         format!(r#"exec 3<> <(:); for i in $(seq {}); do read -t 0.1 -u 3; echo "$i $EPOCHREALTIME"; done"#, cfg.lines);
@@ -125,7 +125,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             ),
         ));
     }
-    let cpu0 = procfs::cpu_seconds(relay_pid)?;
+    let cpu0 = procfs::cpu_seconds(relay_pid).ctx("the relay's CPU time")?;
     // While all are open, one more is refused.
     let r = world.relay.call("POST", &path, Some(&tokens[STREAMS / PER_TOKEN]), Some(json!({"command": "true"}))).await;
     let body = r.json();
@@ -140,7 +140,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             format!("answered {} {body}, want 429 naming HANGAR_STREAM_MAX_TOTAL", r.status),
         ));
     }
-    let mut relay_rss_kib = procfs::rss_kib(relay_pid)?;
+    let mut relay_rss_kib = procfs::rss_kib(relay_pid).ctx("the relay's resident memory")?;
     let sample = async {
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -154,7 +154,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         _ = sample => {}
     }
     let t_end = now();
-    let cpu = procfs::cpu_seconds(relay_pid)? - cpu0;
+    let cpu = procfs::cpu_seconds(relay_pid).ctx("the relay's CPU time")? - cpu0;
     let window = t_end - t_open;
     if window < 1.0 {
         return Err(fail(

@@ -1,7 +1,8 @@
-//! Scenario 1, the streaming document's table: a command printing a stamped line every 100 ms,
-//! seen by a client in each way hangar offers, beside `docker exec` and the no-daemon fallback,
-//! in the same run and interleaved (run 1 of every method, then run 2, ...), so drift in the
-//! machine's load touches every row alike.
+//! Scenario 1, streaming a command's output (item 1 of "What is measured" in
+//! docs/performance.md): a command printing a stamped line every 100 ms, seen by a client in each
+//! way hangar offers, beside `docker exec` and the no-daemon fallback, in the same run and
+//! interleaved (run 1 of every method, then run 2, ...), so drift in the machine's load touches
+//! every row alike.
 
 use std::time::Duration;
 

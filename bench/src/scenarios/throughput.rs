@@ -4,12 +4,11 @@
 
 use std::time::Instant;
 
-use hangar_e2e::{pb::process_event, start_req};
+use hangar_e2e::{pb::process_event, procfs, start_req};
 use serde::Serialize;
 
 use crate::{
     error::{fail, IoContext, Result},
-    procfs,
     stats::{percentile, ratio, round3},
     world::host_envd,
 };
@@ -39,7 +38,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let n = cfg.bytes.to_string();
     let (mut hangar, mut pipe, mut cpu) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..cfg.runs {
-        let cpu0 = procfs::cpu_seconds(envd.pid())?;
+        let cpu0 = procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")?;
         let t = Instant::now();
         let mut stream =
             client.start(start_req("head", &["-c", &n, "/dev/zero"])).await.map_err(|e| fail("Start", e))?.into_inner();
@@ -61,7 +60,10 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             return Err(fail("the Start stream", format!("{got} of {} bytes, ended: {ended}", cfg.bytes)));
         }
         hangar.push(mib_s(cfg.bytes, secs));
-        cpu.push((procfs::cpu_seconds(envd.pid())? - cpu0) * (1u64 << 30) as f64 / cfg.bytes as f64);
+        cpu.push(
+            (procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")? - cpu0) * (1u64 << 30) as f64
+                / cfg.bytes as f64,
+        );
 
         let t = Instant::now();
         let status = std::process::Command::new("bash")
