@@ -96,17 +96,16 @@ async fn times_are_epoch_seconds_everywhere() {
     assert_eq!(p.status, 201, "{p:?}");
     near(&p.json()["started_at"], "a started process's started_at");
     let id = p.json()["process_id"].as_str().unwrap_or_default().to_string();
-    let ended = hangar_e2e::eventually(hangar_e2e::STEP * 50, "the process ends", || {
-        let r = futures::executor::block_on(relay.call(
-            "GET",
-            &format!("/api/sandboxes/default/processes/{id}"),
-            Some(ADMIN),
-            None,
-        ));
-        let v = r.json();
-        (v["process"]["state"] == json!("exited")).then_some(v)
-    })
-    .await;
+    // Polled with await: a blocking executor inside the test's runtime would starve the client.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let ended = loop {
+        let v = relay.call("GET", &format!("/api/sandboxes/default/processes/{id}"), Some(ADMIN), None).await.json();
+        if v["process"]["state"] == json!("exited") {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "the process ends: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     near(&ended["process"]["started_at"], "an exited process's started_at");
     near(&ended["process"]["ended_at"], "an exited process's ended_at");
 }
