@@ -6,6 +6,7 @@ use std::{
     convert::Infallible,
     io::{BufRead, BufReader, Read},
     net::SocketAddr,
+    os::unix::process::CommandExt as _,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{
@@ -49,6 +50,7 @@ pub fn envd_bin() -> PathBuf {
 pub struct EnvdBuilder {
     args: Vec<String>,
     envs: Vec<(String, String)>,
+    nofile: Option<u64>,
 }
 
 impl EnvdBuilder {
@@ -64,6 +66,13 @@ impl EnvdBuilder {
 
     pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
         self.envs.push((k.into(), v.into()));
+        self
+    }
+
+    /// Starts the daemon with `RLIMIT_NOFILE` (soft and hard) at `n`, as `ulimit -n n` would: for
+    /// tests of how many descriptors the daemon keeps.
+    pub fn nofile(mut self, n: u64) -> Self {
+        self.nofile = Some(n);
         self
     }
 
@@ -91,6 +100,18 @@ impl EnvdBuilder {
         }
         for (k, v) in &self.envs {
             cmd.env(k, v);
+        }
+        if let Some(n) = self.nofile {
+            let lim = libc::rlimit { rlim_cur: n as libc::rlim_t, rlim_max: n as libc::rlim_t };
+            // SAFETY: setrlimit is async-signal-safe and `lim` was built before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let stdout = child.stdout.take().expect("stdout piped");
