@@ -65,6 +65,8 @@ pub enum ProcessError {
     IsPty(u32),
     #[error("process {0}'s stdin is closed or /dev/null")]
     StdinClosed(u32),
+    #[error("process {0} has exited: its terminal is closed")]
+    PtyClosed(u32),
     #[error("signal {0} is not a valid signal number")]
     BadSignal(i32),
     #[error("{context}: {source}")]
@@ -81,11 +83,6 @@ pub struct CommandInfo {
     pub cwd: Option<String>,
 }
 
-enum Input {
-    Pipe(AsyncFdIo),
-    Closed,
-}
-
 pub struct Process {
     pub pid: u32,
     pub tag: Option<String>,
@@ -93,8 +90,16 @@ pub struct Process {
     pub user: String,
     pub started_at: SystemTime,
     pub log: Arc<OutputLog>,
-    input: tokio::sync::Mutex<Input>,
-    pty: Option<AsyncFdIo>,
+    /// Held across a whole write, so two inputs never interleave their bytes.
+    writing: tokio::sync::Mutex<()>,
+    /// The write end of the stdin pipe, until it is closed (`CloseStdin`) or the process exits.
+    /// An exited process keeps no descriptor: thousands are kept for the retention window, and
+    /// a descriptor each would exhaust the daemon's limit. A write in flight holds its own `Arc`,
+    /// so closing never waits for a write the process does not read.
+    stdin: Mutex<Option<Arc<AsyncFdIo>>>,
+    /// The PTY master, until the process exited and its output was read to the end.
+    pty: Mutex<Option<Arc<AsyncFdIo>>>,
+    is_pty: bool,
 }
 
 impl std::fmt::Debug for Process {
@@ -105,7 +110,24 @@ impl std::fmt::Debug for Process {
 
 impl Process {
     pub fn is_pty(&self) -> bool {
-        self.pty.is_some()
+        self.is_pty
+    }
+
+    fn stdin_pipe(&self) -> Option<Arc<AsyncFdIo>> {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn pty_master(&self) -> Option<Arc<AsyncFdIo>> {
+        self.pty.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Closes the stdin pipe's write end (the process sees end of file once nobody else holds it).
+    fn drop_stdin(&self) {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn drop_pty(&self) {
+        self.pty.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     pub fn running(&self) -> bool {
@@ -161,22 +183,23 @@ impl Process {
         if self.is_pty() {
             return Err(ProcessError::IsPty(self.pid));
         }
-        let input = self.input.lock().await;
-        match &*input {
-            Input::Pipe(io) => io.write_all(data).await.map_err(|e| {
-                if e.raw_os_error() == Some(libc::EPIPE) {
-                    ProcessError::StdinClosed(self.pid)
-                } else {
-                    ProcessError::Io { context: format!("writing to process {}'s stdin", self.pid), source: e }
-                }
-            }),
-            Input::Closed => Err(ProcessError::StdinClosed(self.pid)),
-        }
+        let _serialized = self.writing.lock().await;
+        let pipe = self.stdin_pipe().ok_or(ProcessError::StdinClosed(self.pid))?;
+        pipe.write_all(data).await.map_err(|e| {
+            if e.raw_os_error() == Some(libc::EPIPE) {
+                ProcessError::StdinClosed(self.pid)
+            } else {
+                ProcessError::Io { context: format!("writing to process {}'s stdin", self.pid), source: e }
+            }
+        })
     }
 
     pub async fn write_pty(&self, data: &[u8]) -> Result<(), ProcessError> {
-        let pty = self.pty.as_ref().ok_or(ProcessError::NotPty(self.pid))?;
-        let _serialized = self.input.lock().await;
+        if !self.is_pty() {
+            return Err(ProcessError::NotPty(self.pid));
+        }
+        let _serialized = self.writing.lock().await;
+        let pty = self.pty_master().ok_or(ProcessError::PtyClosed(self.pid))?;
         pty.write_all(data)
             .await
             .map_err(|e| ProcessError::Io { context: format!("writing to process {}'s PTY", self.pid), source: e })
@@ -186,12 +209,15 @@ impl Process {
         if self.is_pty() {
             return Err(ProcessError::IsPty(self.pid));
         }
-        *self.input.lock().await = Input::Closed;
+        self.drop_stdin();
         Ok(())
     }
 
     pub fn resize(&self, cols: u16, rows: u16) -> Result<(), ProcessError> {
-        let pty = self.pty.as_ref().ok_or(ProcessError::NotPty(self.pid))?;
+        if !self.is_pty() {
+            return Err(ProcessError::NotPty(self.pid));
+        }
+        let pty = self.pty_master().ok_or(ProcessError::PtyClosed(self.pid))?;
         spawn::resize(pty.raw(), cols, rows)
             .map_err(|e| ProcessError::Io { context: format!("resizing process {}'s PTY", self.pid), source: e })
     }
@@ -258,11 +284,8 @@ impl Table {
         };
         let log = OutputLog::new(self.ring_bytes, outputs.len());
         let primary = log.subscribe(0, true);
-        let input = match spawned.stdin {
-            Some(fd) => Input::Pipe(AsyncFdIo::new(fd).map_err(io_err)?),
-            None => Input::Closed,
-        };
-        let pty = spawned.pty_master.map(AsyncFdIo::new).transpose().map_err(io_err)?;
+        let stdin = spawned.stdin.map(AsyncFdIo::new).transpose().map_err(io_err)?.map(Arc::new);
+        let pty = spawned.pty_master.map(AsyncFdIo::new).transpose().map_err(io_err)?.map(Arc::new);
         let process = Arc::new(Process {
             pid,
             tag: spec.tag,
@@ -270,15 +293,17 @@ impl Table {
             user: spec.spawn.user.name.clone(),
             started_at: SystemTime::now(),
             log: log.clone(),
-            input: tokio::sync::Mutex::new(input),
-            pty,
+            writing: tokio::sync::Mutex::new(()),
+            is_pty: pty.is_some(),
+            stdin: Mutex::new(stdin),
+            pty: Mutex::new(pty),
         });
         for (fd, kind) in outputs {
             let io = AsyncFdIo::new(fd).map_err(io_err)?;
             tokio::spawn(pump_output(io, kind, log.clone(), pid));
         }
         tokio::spawn({
-            let log = log.clone();
+            let process = process.clone();
             async move {
                 let exit = match exited.await {
                     Ok(status) => ExitInfo::from_wait(status),
@@ -289,7 +314,14 @@ impl Table {
                     ..ExitInfo::from_code(-1)
                 });
                 events::ProcessExited { pid, status: &exit.status }.emit();
-                log.set_exit(exit);
+                // Nobody reads the pipe now that the process is gone (as Go's `Cmd.Wait`, which
+                // E2B's envd uses, closes it); its descendants read what they inherited.
+                process.drop_stdin();
+                process.log.set_exit(exit);
+                // The master stays while the terminal has output to read: descendants may hold
+                // the terminal after the process itself exited.
+                process.log.wait_finished().await;
+                process.drop_pty();
             }
         });
         // A reused pid replaces the exited process that had it before.
