@@ -156,6 +156,36 @@ impl EnvdBuilder {
     }
 }
 
+/// Removes the (now empty) cgroups a killed daemon made beside the test's own
+/// (`hangar-envd.<pidns>.<pid>.<start>`), so a test run leaves none behind; a daemon that
+/// starts later would remove them too. The start time tells it from a daemon that reuses the pid.
+fn remove_cgroups_of(pid: u32, start: u64) {
+    fn remove(dir: &std::path::Path) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.path().is_dir() {
+                    remove(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    let Some(own) = crate::own_cgroup_dir() else { return };
+    let Ok(rd) = std::fs::read_dir(&own) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("hangar-envd.") && name.ends_with(&format!(".{pid}.{start}")) {
+            remove(&e.path());
+        }
+    }
+}
+
+/// A process's start time (field 22 of `/proc/PID/stat`, clock ticks since boot).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
 fn log_tail(path: &PathBuf, max: usize) -> String {
     let mut s = String::new();
     if let Ok(mut f) = std::fs::File::open(path) {
@@ -356,6 +386,7 @@ impl Drop for Envd {
             return;
         };
         let pid = child.id();
+        let start = start_time(pid);
         // Freeze the daemon so it starts nothing new, then kill everything it started (their
         // process groups too), then the daemon itself.
         unsafe {
@@ -379,6 +410,9 @@ impl Drop for Envd {
         }
         let _ = child.kill();
         let _ = child.wait();
+        if let Some(start) = start {
+            remove_cgroups_of(pid, start);
+        }
         if std::thread::panicking() {
             eprintln!(
                 "---- hangar-envd (pid {pid}) stderr tail ----\n{}\n---- end ----",
