@@ -76,6 +76,7 @@ impl From<ProcessError> for RpcError {
             | ProcessError::StdinClosed(_)
             | ProcessError::PtyClosed(_) => RpcError::failed_precondition(msg),
             ProcessError::BadSignal(_) => RpcError::invalid_argument(msg),
+            ProcessError::ShuttingDown => RpcError::unavailable(msg),
             ProcessError::Spawn { source, .. }
                 if matches!(
                     source.raw_os_error(),
