@@ -51,6 +51,7 @@ pub struct EnvdBuilder {
     args: Vec<String>,
     envs: Vec<(String, String)>,
     nofile: Option<u64>,
+    user: Option<(u32, u32)>,
 }
 
 impl EnvdBuilder {
@@ -73,6 +74,13 @@ impl EnvdBuilder {
     /// tests of how many descriptors the daemon keeps.
     pub fn nofile(mut self, n: u64) -> Self {
         self.nofile = Some(n);
+        self
+    }
+
+    /// Runs the daemon as `uid`/`gid` (no supplementary groups) instead of the test's user: for
+    /// a daemon without root's rights. The test must be root.
+    pub fn run_as(mut self, uid: u32, gid: u32) -> Self {
+        self.user = Some((uid, gid));
         self
     }
 
@@ -112,6 +120,10 @@ impl EnvdBuilder {
                     Ok(())
                 });
             }
+        }
+        if let Some((uid, gid)) = self.user {
+            // std drops the supplementary groups too when root switches uid.
+            cmd.uid(uid).gid(gid);
         }
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let stdout = child.stdout.take().expect("stdout piped");

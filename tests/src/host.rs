@@ -47,7 +47,10 @@ pub fn cgroups_usable() -> bool {
     if !is_root() {
         return false;
     }
-    let probe = dir.join(format!("hangar-e2e-probe.{}", std::process::id()));
+    // Tests run in parallel threads: a probe of its own for each call.
+    static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let probe = dir.join(format!("hangar-e2e-probe.{}.{n}", std::process::id()));
     let ok = std::fs::create_dir(&probe).is_ok() && probe.join("cgroup.kill").exists();
     let _ = std::fs::remove_dir(&probe);
     ok
