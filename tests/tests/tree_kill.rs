@@ -13,6 +13,8 @@ use std::{
     time::Duration,
 };
 
+use std::os::unix::process::CommandExt as _;
+
 use hangar_e2e::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,4 +404,42 @@ async fn marks_and_capabilities_say_how_trees_are_found() {
             assert_ne!(c.stdout_str(), "forged", "the daemon's mark wins");
         }
     }
+}
+
+/// A daemon that may not make cgroups (here: not root) detects it and falls back to marks, and
+/// kills still reach new sessions; with `require` it refuses to start instead.
+#[tokio::test]
+async fn without_cgroup_rights_the_daemon_falls_back_to_marks() {
+    if skip_without(is_root() && cgroups_usable(), "root (to start a daemon as nobody) and cgroup v2") {
+        return;
+    }
+    let (uid, gid) = (65534, 65534);
+    let mut envd = Envd::builder().run_as(uid, gid).env("HANGAR_ENVD_CGROUPS", "auto").start();
+    let info = envd.daemon().await.info(ext::InfoRequest {}).await.expect("Info").into_inner();
+    assert!(!info.capabilities.iter().any(|c| c == "process.cgroups"), "{:?}", info.capabilities);
+    assert!(envd.log(20_000).contains("cgroups_unavailable"), "the fallback is logged: {}", envd.log(4000));
+    let m = mark();
+    let (pid, mut s, mut c) = start_forking(&envd, &m, true, false).await;
+    let mut client = envd.process().await;
+    within(
+        STEP,
+        "SendSignal",
+        client.send_signal(pb::SendSignalRequest { process: by_pid(pid), signal: pb::Signal::Sigkill as i32 }),
+    )
+    .await
+    .expect("SendSignal SIGKILL");
+    collect_into(&mut s, &mut c, STEP).await;
+    assert_no_survivor(&m, "a daemon without cgroup rights").await;
+    envd.assert_healthy_no_leaks(Duration::from_secs(2)).await;
+
+    let out = std::process::Command::new(envd_bin())
+        .args(["--listen", "127.0.0.1", "--port", "0", "--cgroups", "require"])
+        .uid(uid)
+        .gid(gid)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run hangar-envd");
+    assert!(!out.status.success(), "--cgroups require without cgroup rights must refuse to start");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cgroups are required"), "{err}");
 }
