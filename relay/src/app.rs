@@ -30,6 +30,8 @@ pub struct Relay {
     pub processes: processes::Processes,
     /// Running unstreamed execs, per token.
     pub unstreamed: Arc<exec::Unstreamed>,
+    /// This run of the relay, in the tags of the commands it starts (random at each start).
+    pub run: String,
     pub limits: config::Limits,
     pub streams: Arc<streams::Streams>,
 }
@@ -81,6 +83,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         sandboxes,
         processes: processes::Processes::default(),
         unstreamed: Arc::default(),
+        run: auth::random_hex(4),
         limits: config.limits.clone(),
         streams,
     });

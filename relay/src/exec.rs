@@ -92,22 +92,37 @@ const TAG_PREFIX: &str = "hangar-exec:";
 
 /// The daemon tag of a command the relay runs: `hangar-exec:<mode>:<token id>:<id>:<MAC>`, the
 /// MAC (under the relay's key) of token, sandbox, id and mode. It lets a restarted relay find
-/// what it started, whose it was and how, and nothing made up in the sandbox passes for it.
-pub fn tag(key: &MacKey, token_id: &str, sandbox: &SandboxRow, mode: Mode) -> String {
-    let id = format!("x_{}", auth::random_hex(6));
+/// what it started, whose it was and how, and nothing made up in the sandbox passes for it. The
+/// id starts with the run of the relay that made it (`x_<run>_...`), so a relay never takes its
+/// own commands for an earlier run's.
+pub fn tag(key: &MacKey, run: &str, token_id: &str, sandbox: &SandboxRow, mode: Mode) -> String {
+    let id = format!("x_{run}_{}", auth::random_hex(6));
     let mac = key.mac(&[token_id, &sandbox.id, &id, mode.as_str()]);
     format!("{TAG_PREFIX}{}:{token_id}:{id}:{mac}", mode.as_str())
 }
 
-/// The token and mode of an exec tag the relay made for this sandbox; `None` for anything else.
-pub fn parse_tag(key: &MacKey, sandbox: &SandboxRow, tag: &str) -> Option<(String, Mode)> {
+/// An exec tag the relay made for this sandbox.
+pub struct ExecTag {
+    pub token: String,
+    pub mode: Mode,
+    /// The run of the relay that started it.
+    pub run: String,
+}
+
+/// The exec tag `tag` is, if the relay made it for this sandbox; `None` for anything else.
+pub fn parse_tag(key: &MacKey, sandbox: &SandboxRow, tag: &str) -> Option<ExecTag> {
     let mut parts = tag.strip_prefix(TAG_PREFIX)?.split(':');
     let (mode, token, id, mac) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
         return None;
     }
     let m = Mode::parse(mode)?;
-    key.verify(&[token, &sandbox.id, id, mode], mac).then(|| (token.to_string(), m))
+    let run = id.strip_prefix("x_")?.split_once('_')?.0;
+    key.verify(&[token, &sandbox.id, id, mode], mac).then(|| ExecTag {
+        token: token.to_string(),
+        mode: m,
+        run: run.to_string(),
+    })
 }
 
 /// Running unstreamed execs, per token: they count against
@@ -328,7 +343,7 @@ pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: 
     // Started before this returns, so a refusal is the caller's error.
     let events = match daemon {
         Some(envd) => {
-            let tag = tag(&relay.key, &caller.token_id, &row, Mode::Unstreamed);
+            let tag = tag(&relay.key, &relay.run, &caller.token_id, &row, Mode::Unstreamed);
             Some(through_daemon(envd, req.clone(), tag, Arc::new(AtomicBool::new(true))).await?)
         }
         None => None,
@@ -376,7 +391,7 @@ pub async fn stream(
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
     let mut stream = relay.streams.open(caller, &row.id, Kind::Exec, front)?;
     let spare = Arc::new(AtomicBool::new(false));
-    let tag = tag(&relay.key, &caller.token_id, &row, Mode::Streamed);
+    let tag = tag(&relay.key, &relay.run, &caller.token_id, &row, Mode::Streamed);
     let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> =
         match relay.sandboxes.daemon(&mut row).await.ok().flatten() {
             Some(envd) => match through_daemon(envd, req, tag.clone(), spare.clone()).await {
@@ -499,5 +514,49 @@ pub fn from_fallback(o: ExecOutput) -> ExecResult {
         streamed: false,
         closed: o.timed_out.then_some(Reason::Lifetime),
         error: o.timed_out.then(|| "the command timed out and was killed".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SandboxState;
+
+    fn sandbox(id: &str) -> SandboxRow {
+        SandboxRow {
+            id: id.into(),
+            name: "s".into(),
+            provider: "local".into(),
+            options: serde_json::json!({}),
+            state: SandboxState::Running,
+            workdir: None,
+            envd_url: None,
+            envd_token: None,
+            envd_pid: None,
+            daemon: true,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn exec_tags_say_whose_how_and_which_run_and_cannot_be_forged() {
+        let dir = std::env::temp_dir().join(format!("hangar-exec-tag-{}", auth::random_hex(4)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = MacKey::load_or_create(&dir.join("key")).unwrap();
+        let s = sandbox("sbx_1");
+        let t = tag(&key, "ab12", "tok_1", &s, Mode::Streamed);
+        let parsed = parse_tag(&key, &s, &t).unwrap();
+        assert_eq!((parsed.token.as_str(), parsed.mode, parsed.run.as_str()), ("tok_1", Mode::Streamed, "ab12"));
+        assert!(parse_tag(&key, &sandbox("sbx_2"), &t).is_none(), "bound to its sandbox");
+        assert!(parse_tag(&key, &s, &t.replace(":s:", ":u:")).is_none(), "the mode is under the MAC");
+        assert!(parse_tag(&key, &s, &t.replace("tok_1", "tok_2")).is_none(), "the token is under the MAC");
+        assert!(parse_tag(&key, &s, "hangar-exec:s:tok_1:x_ab12_00:AAAA").is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn commands_longer_than_one_argument_are_refused() {
+        assert!(check_command(&"x".repeat(MAX_COMMAND_BYTES)).is_ok());
+        assert!(matches!(check_command(&"x".repeat(MAX_COMMAND_BYTES + 1)), Err(Error::Invalid(_))));
     }
 }

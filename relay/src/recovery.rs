@@ -100,7 +100,11 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
     for p in &list {
         let Some(tag) = p.tag.as_deref() else { continue };
         running_tags.push(tag.to_string());
-        let Some((token, mode)) = exec::parse_tag(&relay.key, row, tag) else { continue };
+        let Some(exec::ExecTag { token, mode, run }) = exec::parse_tag(&relay.key, row, tag) else { continue };
+        // This run's own commands (started while recovery runs) are not an earlier run's.
+        if run == relay.run {
+            continue;
+        }
         if revoked.contains(&token) {
             kill(&envd, p.pid).await.map_err(|s| crate::envd::daemon_error("killing a command", s))?;
             done.revoked_killed += 1;
