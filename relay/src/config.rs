@@ -71,6 +71,12 @@ pub struct Limits {
     #[arg(long, env = "HANGAR_STREAM_MAX_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_bytes: u64,
 
+    /// Bytes the relay keeps for a stream's client that reads slower than its stream comes (each
+    /// message counting 64 bytes more). Past it a process stream's oldest output becomes a
+    /// `gap`, a watch's newest changes an `overflow`.
+    #[arg(long, env = "HANGAR_STREAM_BUFFER_BYTES", default_value_t = 256 * 1024)]
+    pub buffer_bytes: usize,
+
     /// Hours an attach, watch or event stream may stay open.
     #[arg(long, env = "HANGAR_STREAM_MAX_HOURS", default_value_t = 12.0)]
     pub max_hours: f64,
