@@ -520,3 +520,23 @@ async fn a_streamed_command_whose_client_stops_reading_runs_on() {
     assert_eq!((r["exit_code"].clone(), r["closed"].clone()), (json!(0), Value::Null), "{r}");
     assert!(r["stdout"].as_str().unwrap().ends_with(&format!("{LINES:08} {}\n", "0".repeat(2000))));
 }
+
+/// A client that reads, however slowly, loses nothing: past the relay's buffer the command
+/// waits for it (here: 1.2 MB read at the pace of 300 KB/s, four times the buffer).
+#[tokio::test]
+async fn a_streamed_command_waits_for_a_client_that_reads_slowly() {
+    let state = StateDir::new();
+    let relay = Relay::start(
+        &state.0,
+        &[("HANGAR_STREAM_BYTES_PER_SECOND", "300000"), ("HANGAR_STREAM_BUFFER_BYTES", "300000")],
+    );
+    let t = Instant::now();
+    let mut s = exec_stream(&relay, ADMIN, "head -c 1200000 /dev/zero | tr '\\0' x").await;
+    let all = s.collect(Duration::from_secs(60)).await;
+    assert!(all.iter().all(|e| e.event != "gap"), "a reading client loses nothing");
+    let sent: usize =
+        all.iter().filter(|e| e.event == "stdout").map(|e| e.json()["data"].as_str().unwrap().len()).sum();
+    assert_eq!(sent, 1_200_000);
+    assert_eq!(all.last().map(|e| e.json()["exit_code"].clone()), Some(json!(0)));
+    assert!(t.elapsed() >= Duration::from_secs(2), "paced: {:?}", t.elapsed());
+}
