@@ -41,18 +41,34 @@ impl Utf8Decoder {
     }
 }
 
+/// How output bytes are handed to a client: as text (lossy: invalid UTF-8 becomes U+FFFD), or
+/// as base64 of the exact bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    #[default]
+    Text,
+    Base64,
+}
+
 /// Turns offset-addressed bytes into text without splitting characters: an incomplete character
-/// at the end waits for its next bytes, and the resume offset stays before it.
+/// at the end waits for its next bytes, and the resume offset stays before it. In base64 every
+/// byte is handed out at once, exactly.
 #[derive(Debug, Default)]
 pub struct OffsetText {
     /// Offset of the first byte not yet handed out (including `pending`).
     at: u64,
     pending: Vec<u8>,
+    encoding: Encoding,
 }
 
 impl OffsetText {
     pub fn starting_at(at: u64) -> Self {
-        OffsetText { at, pending: Vec::new() }
+        OffsetText { at, pending: Vec::new(), encoding: Encoding::Text }
+    }
+
+    pub fn encoded(at: u64, encoding: Encoding) -> Self {
+        OffsetText { at, pending: Vec::new(), encoding }
     }
 
     /// The text of `data` (which starts at `offset`) not handed out before, and the offset after
@@ -62,6 +78,16 @@ impl OffsetText {
         // Skip anything already covered (a resume from inside a chunk).
         let skip = expected.saturating_sub(offset).min(data.len() as u64) as usize;
         self.pending.extend_from_slice(&data[skip..]);
+        if self.encoding == Encoding::Base64 {
+            if self.pending.is_empty() {
+                return None;
+            }
+            use base64::Engine as _;
+            let text = base64::engine::general_purpose::STANDARD.encode(&self.pending);
+            self.at += self.pending.len() as u64;
+            self.pending.clear();
+            return Some((text, self.at));
+        }
         let valid = match std::str::from_utf8(&self.pending) {
             Ok(_) => self.pending.len(),
             Err(e) if e.error_len().is_none() => e.valid_up_to(),
@@ -90,7 +116,7 @@ impl OffsetText {
 
     /// Starts again at `at` (after a gap), dropping what waited.
     pub fn restart_at(&mut self, at: u64) {
-        *self = OffsetText::starting_at(at);
+        *self = OffsetText::encoded(at, self.encoding);
     }
 }
 
@@ -109,7 +135,7 @@ impl Tail {
     pub fn push(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
         // Trim only once it is twice the cap, so pushes cost amortized O(1).
-        if self.buf.len() > 2 * self.cap {
+        if self.buf.len() > self.cap.saturating_mul(2) {
             self.buf.drain(..self.buf.len() - self.cap);
         }
     }
@@ -180,6 +206,17 @@ mod tests {
         assert_eq!(t.push(13, &[euro[1], euro[2], b'z']), Some(("z".into(), 16)));
         assert_eq!(t.push(16, &euro[..1]), None);
         assert_eq!(t.flush(), Some(("\u{fffd}".into(), 17)), "an output that ends mid-character");
+    }
+
+    #[test]
+    fn base64_hands_out_the_exact_bytes_and_joins_them() {
+        let mut t = OffsetText::encoded(0, Encoding::Base64);
+        let (a, n) = t.push(0, b"\xff\xfe").unwrap();
+        assert_eq!((a.as_str(), n), ("//4=", 2));
+        let (b, n) = t.push(1, b"\xfeA").unwrap();
+        assert_eq!((b.as_str(), n), ("QQ==", 3), "what was handed out is skipped");
+        assert_eq!(format!("{a}{b}"), "//4=QQ==", "each piece is whole base64 of its bytes");
+        assert_eq!(t.flush(), None);
     }
 
     #[test]

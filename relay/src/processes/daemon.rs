@@ -25,7 +25,7 @@ use crate::{
     error::{Error, Result},
     store::SandboxRow,
     streams::Reason,
-    text::OffsetText,
+    text::{Encoding, OffsetText},
     time,
 };
 
@@ -207,13 +207,18 @@ impl At<'_> {
 
     /// Output from `since` (default: the oldest byte the daemon still keeps), then live output,
     /// then the end.
-    pub async fn attach(&self, id: &str, since: Option<u64>) -> Result<impl Stream<Item = Output> + Send + 'static> {
+    pub async fn attach(
+        &self,
+        id: &str,
+        since: Option<u64>,
+        encoding: Encoding,
+    ) -> Result<impl Stream<Item = Output> + Send + 'static> {
         let at = self;
         let req = AttachRequest { process: by_tag(at.tag(id)), since };
         let mut stream =
             at.envd.processes().attach(req).await.map_err(|s| at.refused("attaching", id, s))?.into_inner();
         Ok(async_stream::stream! {
-            let mut text = OffsetText::default();
+            let mut text = OffsetText::encoded(0, encoding);
             let broken = |m: &str| Output::Closed { reason: Reason::Error, message: Some(m.to_string()) };
             loop {
                 let ev = match stream.message().await {

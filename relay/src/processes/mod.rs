@@ -37,6 +37,7 @@ use crate::{
         buffer::{Buffer, Full},
         Front, Kind, Reason,
     },
+    text::Encoding,
     time::Epoch,
 };
 
@@ -260,11 +261,12 @@ async fn follow(
     reference: &str,
     id: &str,
     since: Option<u64>,
+    encoding: Encoding,
 ) -> Result<(String, Items)> {
     check_id(id)?;
     Ok(match backend(relay, reference).await? {
         Backend::Daemon { row, envd } => {
-            let items = at(relay, caller, &row, &envd).attach(id, since).await?;
+            let items = at(relay, caller, &row, &envd).attach(id, since, encoding).await?;
             // Drained as the daemon sends it, whatever the reader's pace: a reader that stops
             // must not hold the sandbox's shared connection (streams::buffer).
             let items = Buffer::spawn(items, ShedOldest::new(since), relay.limits.buffer_bytes, Full::Shed);
@@ -273,7 +275,7 @@ async fn follow(
         Backend::Polled(row) => {
             polled::Polled { relay, sandbox: &row, caller }.get(id).await?;
             let sandbox_id = row.id.clone();
-            (sandbox_id, Box::pin(polled::output(relay.clone(), row, caller.clone(), id.to_string(), since)))
+            (sandbox_id, Box::pin(polled::output(relay.clone(), row, caller.clone(), id.to_string(), since, encoding)))
         }
     })
 }
@@ -350,9 +352,10 @@ pub async fn attach(
     reference: &str,
     id: &str,
     since: Option<u64>,
+    encoding: Encoding,
     front: Front,
 ) -> Result<Attached> {
-    let (sandbox_id, items) = follow(relay, caller, reference, id, since).await?;
+    let (sandbox_id, items) = follow(relay, caller, reference, id, since, encoding).await?;
     let admitted = relay.streams.open(caller, &sandbox_id, Kind::Process, front)?;
     Ok(Attached { items, admitted, pending: None, over: false })
 }
@@ -360,6 +363,8 @@ pub async fn attach(
 /// How a read goes: from where, how long it waits for more, how much text it keeps.
 pub struct Read {
     pub since: Option<u64>,
+    /// Text (lossy for bytes that are not UTF-8), or base64 of the exact bytes.
+    pub encoding: Encoding,
     pub wait: Duration,
     pub tail: usize,
     /// Read as a stream admitted for this front end (it waits, so it counts); `None` for a
@@ -379,21 +384,21 @@ pub async fn read(
 ) -> Result<(ProcessView, Chunk)> {
     let chunk = match how.admit {
         Some(front) => {
-            let mut attached = attach(relay, caller, reference, id, how.since, front).await?;
+            let mut attached = attach(relay, caller, reference, id, how.since, how.encoding, front).await?;
             let chunk = {
                 let items = futures::stream::unfold(&mut attached, |a| async move {
                     let item = a.next().await?;
                     Some((item, a))
                 });
-                output::fold(items, how.since, how.wait, how.tail, on_data).await
+                output::fold(items, how.since, how.encoding, how.wait, how.tail, on_data).await
             };
             // A read that ended by its own choice (its wait was over) ends as done.
             attached.end(if chunk.is_ok() { Reason::Done } else { Reason::Client });
             chunk?
         }
         None => {
-            let (_, items) = follow(relay, caller, reference, id, how.since).await?;
-            output::fold(items, how.since, how.wait, how.tail, on_data).await?
+            let (_, items) = follow(relay, caller, reference, id, how.since, how.encoding).await?;
+            output::fold(items, how.since, how.encoding, how.wait, how.tail, on_data).await?
         }
     };
     let view = get(relay, caller, reference, id).await?;

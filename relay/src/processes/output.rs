@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::{
     error::{Error, Result},
     streams::{buffer::Shed, Reason, MESSAGE_OVERHEAD},
-    text::tail_str,
+    text::{tail_str, Encoding, Tail},
 };
 
 /// Which of a process's outputs a chunk came from.
@@ -138,9 +138,12 @@ pub struct Chunk {
     pub closed: Option<Reason>,
 }
 
-/// Folds items into a `Chunk`, keeping at most `tail` bytes of text (the end).
+/// Folds items into a `Chunk`, keeping at most `tail` bytes of text (the end); in base64, the
+/// exact bytes are kept (at most `tail` of them) and encoded once at the end.
 struct Fold {
     chunk: Chunk,
+    encoding: Encoding,
+    bytes: Tail,
     started: bool,
     asked: Option<u64>,
     /// Where output was when the read began: a read returns at least up to there.
@@ -149,10 +152,12 @@ struct Fold {
 }
 
 impl Fold {
-    fn new(since: Option<u64>, tail: usize) -> Fold {
+    fn new(since: Option<u64>, tail: usize, encoding: Encoding) -> Fold {
         let at = since.unwrap_or(0);
         Fold {
             chunk: Chunk { since: at, next: at, ..Chunk::default() },
+            encoding,
+            bytes: Tail::new(tail),
             started: false,
             asked: since,
             target: None,
@@ -173,6 +178,12 @@ impl Fold {
                 c.since = self.asked.unwrap_or(oldest);
                 c.next = c.since;
                 self.target = Some(next);
+            }
+            Output::Data { data, next, .. } if self.encoding == Encoding::Base64 => {
+                use base64::Engine as _;
+                let b = base64::engine::general_purpose::STANDARD.decode(&data).unwrap_or_default();
+                self.bytes.push(&b);
+                c.next = next;
             }
             Output::Data { data, next, .. } => {
                 c.output.push_str(&data);
@@ -205,7 +216,11 @@ impl Fold {
     }
 
     fn finish(mut self) -> Chunk {
-        if self.chunk.output.len() > self.tail {
+        if self.encoding == Encoding::Base64 {
+            use base64::Engine as _;
+            self.chunk.output = base64::engine::general_purpose::STANDARD.encode(self.bytes.bytes());
+        }
+        if self.chunk.output.len() > self.tail && self.encoding == Encoding::Text {
             self.chunk.output = tail_str(&self.chunk.output, self.tail).to_string();
         }
         self.chunk
@@ -229,6 +244,7 @@ pub type OnData<'a> = Box<dyn FnMut(String, u64) -> BoxFuture<'static, bool> + S
 pub async fn fold<S>(
     items: S,
     since: Option<u64>,
+    encoding: Encoding,
     wait: Duration,
     tail: usize,
     mut on_data: OnData<'_>,
@@ -237,7 +253,7 @@ where
     S: Stream<Item = Output>,
 {
     futures::pin_mut!(items);
-    let mut fold = Fold::new(since, tail);
+    let mut fold = Fold::new(since, tail, encoding);
     let until = tokio::time::Instant::now() + wait;
     loop {
         let waiting = tokio::time::Instant::now() < until;
@@ -327,7 +343,7 @@ mod tests {
             data("defgh", 30),
         ])
         .chain(futures::stream::pending());
-        let c = fold(items, None, Duration::ZERO, 1024, quiet()).await.unwrap();
+        let c = fold(items, None, Encoding::Text, Duration::ZERO, 1024, quiet()).await.unwrap();
         assert_eq!(c, Chunk { since: 10, output: "abcdefgh".into(), lost: 12, next: 30, ..Chunk::default() });
     }
 
@@ -338,18 +354,18 @@ mod tests {
             data("0123456789", 10),
             Output::End { exit_code: 3, status: "exit status 3".into(), total: 10 },
         ]);
-        let c = fold(items, Some(0), Duration::from_secs(60), 4, quiet()).await.unwrap();
+        let c = fold(items, Some(0), Encoding::Text, Duration::from_secs(60), 4, quiet()).await.unwrap();
         assert_eq!((c.output.as_str(), c.exit_code, c.next), ("6789", Some(3), 10));
         let items = futures::stream::iter(vec![
             Output::Start { oldest: 0, next: 5 },
             Output::Closed { reason: Reason::Revoked, message: None },
         ]);
-        let c = fold(items, Some(0), Duration::from_secs(60), 4, quiet()).await.unwrap();
+        let c = fold(items, Some(0), Encoding::Text, Duration::from_secs(60), 4, quiet()).await.unwrap();
         assert_eq!(c.closed, Some(Reason::Revoked));
         let broken = futures::stream::iter(vec![
             Output::Start { oldest: 0, next: 5 },
             Output::Closed { reason: Reason::Error, message: Some("reset".into()) },
         ]);
-        assert!(matches!(fold(broken, None, Duration::ZERO, 4, quiet()).await, Err(Error::Daemon(_))));
+        assert!(matches!(fold(broken, None, Encoding::Text, Duration::ZERO, 4, quiet()).await, Err(Error::Daemon(_))));
     }
 }

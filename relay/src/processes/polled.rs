@@ -21,7 +21,7 @@ use crate::{
     providers::ExecOutput,
     store::{self, DetachedRow, SandboxRow, SandboxState},
     streams::Reason,
-    text::{exit_status, OffsetText},
+    text::{exit_status, Encoding, OffsetText},
 };
 
 /// Exited processes stay listed this long.
@@ -242,6 +242,7 @@ pub fn output(
     caller: Caller,
     id: String,
     since: Option<u64>,
+    encoding: Encoding,
 ) -> impl Stream<Item = Output> + Send + 'static {
     async_stream::stream! {
         let at = Polled { relay: &relay, sandbox: &sandbox, caller: &caller };
@@ -251,7 +252,7 @@ pub fn output(
             Err(e) => { yield broken(e); return; }
         };
         let mut next = since.unwrap_or(0);
-        let mut text = OffsetText::starting_at(next);
+        let mut text = OffsetText::encoded(next, encoding);
         let mut first = true;
         loop {
             let (p, data) = match at.poll(&d, Some(next)).await {

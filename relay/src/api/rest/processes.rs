@@ -24,6 +24,7 @@ use crate::{
     auth::Caller,
     processes::{self, Output, ProcessView, Read},
     streams::Front,
+    text::Encoding,
 };
 
 #[derive(Deserialize)]
@@ -56,6 +57,9 @@ pub async fn list(
 #[serde(deny_unknown_fields)]
 pub struct SinceQuery {
     since: Option<u64>,
+    /// `text` (the default; invalid UTF-8 becomes U+FFFD) or `base64` (the exact bytes).
+    #[serde(default)]
+    encoding: Encoding,
 }
 
 /// The output written from `since` up to when the call came, without waiting for more.
@@ -65,25 +69,26 @@ pub async fn read(
     Path((reference, id)): Path<(String, String)>,
     Params(q): Params<SinceQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let how = Read { since: q.since, wait: Duration::ZERO, tail: usize::MAX, admit: None };
+    let how = Read { since: q.since, encoding: q.encoding, wait: Duration::ZERO, tail: usize::MAX, admit: None };
     let (view, c) =
         processes::read(&relay, &caller, &reference, &id, how, Box::new(|_, _| Box::pin(async { true }))).await?;
     Ok(Json(serde_json::json!({
         "process": view,
         "since": c.since,
+        "encoding": q.encoding,
         "output": c.output,
         "lost": c.lost,
         "next": c.next,
     })))
 }
 
-fn event(item: &Output) -> Option<Event> {
+fn event(item: &Output, encoding: Encoding) -> Option<Event> {
     let ev = match item {
         Output::Start { .. } => return None,
         Output::Data { data, stream, next } => Event::default()
             .event("output")
             .id(next.to_string())
-            .json_data(serde_json::json!({ "data": data, "stream": stream })),
+            .json_data(serde_json::json!({ "data": data, "stream": stream, "encoding": encoding })),
         Output::Gap { from, to } => Event::default()
             .event("gap")
             .id(to.to_string())
@@ -109,8 +114,9 @@ pub async fn stream(
         Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be a byte offset")),
         None => q.since,
     };
-    let attached = processes::attach(&relay, &caller, &reference, &id, since, Front::Rest).await?;
-    let events = attached.into_stream().filter_map(|item| async move { event(&item).map(Ok) });
+    let attached = processes::attach(&relay, &caller, &reference, &id, since, q.encoding, Front::Rest).await?;
+    let encoding = q.encoding;
+    let events = attached.into_stream().filter_map(move |item| async move { event(&item, encoding).map(Ok) });
     Ok(Sse::new(events).keep_alive(sse::keep_alive()))
 }
 

@@ -81,7 +81,8 @@ pub fn list() -> Vec<Tool> {
                     "since": { "type": "integer", "minimum": 0, "description": "Output offset (a previous attach's next)" },
                     "wait_seconds": { "type": "integer", "minimum": 0, "maximum": process::MAX_WAIT_SECONDS },
                     "input": { "type": "string" },
-                    "eof": { "type": "boolean" }
+                    "eof": { "type": "boolean" },
+                    "encoding": { "type": "string", "enum": ["text", "base64"], "description": "attach: text (default; bytes that are not UTF-8 become U+FFFD) or base64 of the exact bytes" }
                 },
                 "required": ["action", "sandbox"],
                 "additionalProperties": false

@@ -17,6 +17,7 @@ use crate::{
     error::{Error, Result},
     processes::{self, ProcessState, Read},
     streams::{Front, Reason},
+    text::Encoding,
 };
 
 /// The longest an attach waits for more output.
@@ -47,6 +48,8 @@ struct ProcessArgs {
     input: Option<String>,
     #[serde(default)]
     eof: bool,
+    #[serde(default)]
+    encoding: Encoding,
 }
 
 fn need<T>(v: Option<T>, what: &str, action: &str) -> Result<T> {
@@ -85,7 +88,7 @@ pub async fn call(
             if wait > MAX_WAIT_SECONDS {
                 return Err(Error::invalid(format!("wait_seconds: 0 to {MAX_WAIT_SECONDS}")));
             }
-            attach(relay, caller, sandbox, &id, a.since, Duration::from_secs(wait), ctx).await
+            attach(relay, caller, sandbox, &id, a.since, a.encoding, Duration::from_secs(wait), ctx).await
         }
     }
 }
@@ -98,6 +101,7 @@ async fn attach(
     sandbox: &str,
     id: &str,
     since: Option<u64>,
+    encoding: Encoding,
     wait: Duration,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
@@ -112,7 +116,7 @@ async fn attach(
             peer.notify_progress(p).await.is_ok()
         })
     });
-    let how = Read { since, wait, tail: ATTACH_TAIL_BYTES, admit: Some(Front::Mcp) };
+    let how = Read { since, encoding, wait, tail: ATTACH_TAIL_BYTES, admit: Some(Front::Mcp) };
     let (view, c) = tokio::select! {
         r = processes::read(relay, caller, sandbox, id, how, on_data) => r?,
         _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
@@ -124,6 +128,7 @@ async fn attach(
             "state": state,
             "exit_code": c.exit_code.or(view.exit_code),
             "output": c.output,
+            "encoding": encoding,
             "since": c.since,
             "next": c.next,
             "lost": c.lost,
