@@ -88,7 +88,14 @@ pub async fn call(
             if wait > MAX_WAIT_SECONDS {
                 return Err(Error::invalid(format!("wait_seconds: 0 to {MAX_WAIT_SECONDS}")));
             }
-            attach(relay, caller, sandbox, &id, a.since, a.encoding, Duration::from_secs(wait), ctx).await
+            let how = Read {
+                since: a.since,
+                encoding: a.encoding,
+                wait: Duration::from_secs(wait),
+                tail: ATTACH_TAIL_BYTES,
+                admit: Some(Front::Mcp),
+            };
+            attach(relay, caller, sandbox, &id, how, ctx).await
         }
     }
 }
@@ -100,11 +107,10 @@ async fn attach(
     caller: &Caller,
     sandbox: &str,
     id: &str,
-    since: Option<u64>,
-    encoding: Encoding,
-    wait: Duration,
+    how: Read,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
+    let encoding = how.encoding;
     let token = ctx.meta.get_progress_token();
     let peer = ctx.peer.clone();
     let on_data: processes::OnData = Box::new(move |data, next| {
@@ -116,7 +122,6 @@ async fn attach(
             peer.notify_progress(p).await.is_ok()
         })
     });
-    let how = Read { since, encoding, wait, tail: ATTACH_TAIL_BYTES, admit: Some(Front::Mcp) };
     let (view, c) = tokio::select! {
         r = processes::read(relay, caller, sandbox, id, how, on_data) => r?,
         _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
