@@ -10,7 +10,7 @@ use crate::{
     error::{Error, Result},
     events,
     providers::{ExecOutput, Provider},
-    store::{self, SandboxRow, SandboxState, Store},
+    store::{self, Isolation, SandboxRow, SandboxState, Store},
     streams::{Reason, Streams},
 };
 
@@ -76,6 +76,10 @@ impl Sandboxes {
             envd_url: None,
             envd_token: None,
             envd_pid: None,
+            envd_pid_start: None,
+            // Until the provider says otherwise: the safe assumption.
+            isolation: Isolation::None,
+            uid: None,
             daemon: false,
             created_at: store::now(),
         };
