@@ -61,6 +61,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=86400))]
     pub watcher_idle_seconds: u32,
 
+    /// Whether each process gets a cgroup of its own, so that killing it kills everything it
+    /// started (new sessions included): `auto` where the daemon can make them (cgroup v2, root),
+    /// `off` (environment marks only), `require` (refuse to start without them).
+    #[arg(long, env = "HANGAR_ENVD_CGROUPS", value_enum, default_value = "auto")]
+    pub cgroups: crate::process::CgroupPolicy,
+
     /// Changes each watch queues for a slow client before it drops them and reports the loss.
     #[arg(long, env = "HANGAR_ENVD_WATCH_QUEUE_EVENTS", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]

@@ -30,6 +30,7 @@ ctor! {
     deadline_exceeded => DeadlineExceeded,
     data_loss => DataLoss,
     unimplemented => Unimplemented,
+    unavailable => Unavailable,
     internal => Internal,
 }
 

@@ -66,6 +66,98 @@ impl ProcessSignalled {
     }
 }
 
+pub struct KillFailed<'a> {
+    pub pid: u32,
+    pub error: &'a dyn std::fmt::Display,
+}
+impl KillFailed<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "kill_failed", pid = self.pid, error = %self.error,
+            "killing a process and what it started failed");
+    }
+}
+
+pub struct CgroupsEnabled<'a> {
+    pub parent: &'a Path,
+}
+impl CgroupsEnabled<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "cgroups_enabled", cgroup = %self.parent.display(),
+            "each process runs in a cgroup of its own");
+    }
+}
+
+pub struct CgroupsUnavailable<'a> {
+    pub reason: &'a str,
+}
+impl CgroupsUnavailable<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "cgroups_unavailable", reason = self.reason,
+            "no cgroups: what a process starts is found by its HANGAR_PROCESS mark");
+    }
+}
+
+pub struct CgroupNotMade<'a> {
+    pub path: &'a Path,
+    pub error: &'a std::io::Error,
+}
+impl CgroupNotMade<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "cgroup_not_made", path = %self.path.display(), error = %self.error,
+            "could not make a process's cgroup; it goes by its HANGAR_PROCESS mark");
+    }
+}
+
+pub struct CgroupKillFailed<'a> {
+    pub path: &'a Path,
+    pub error: &'a std::io::Error,
+}
+impl CgroupKillFailed<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "cgroup_kill_failed", path = %self.path.display(), error = %self.error,
+            "writing cgroup.kill failed");
+    }
+}
+
+pub struct CgroupNotRemoved<'a> {
+    pub path: &'a Path,
+}
+impl CgroupNotRemoved<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "cgroup_not_removed", path = %self.path.display(),
+            "a cgroup is still busy and stays");
+    }
+}
+
+/// A daemon that died (SIGKILL, a crash) left processes; this one killed them at start-up.
+pub struct LeftoversKilled<'a> {
+    pub instance: &'a str,
+    pub processes: usize,
+    pub cgroup: Option<&'a Path>,
+}
+impl LeftoversKilled<'_> {
+    pub fn emit(self) {
+        let cgroup = self.cgroup.map(|p| p.display().to_string());
+        if self.processes > 0 {
+            tracing::warn!(target: TARGET, event = "leftovers_killed", instance = self.instance, processes = self.processes,
+                cgroup, "killed the processes a daemon that died left behind");
+        } else {
+            tracing::debug!(target: TARGET, event = "leftovers_killed", instance = self.instance, processes = 0,
+                cgroup, "removed what a daemon that died left behind");
+        }
+    }
+}
+
+pub struct ShutdownKilled {
+    pub processes: usize,
+}
+impl ShutdownKilled {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "shutdown_killed", processes = self.processes,
+            "stopping: killed every process the daemon started");
+    }
+}
+
 pub struct OrphanReaped {
     pub pid: i32,
 }

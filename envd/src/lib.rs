@@ -24,7 +24,7 @@ use std::{net::SocketAddr, sync::Arc};
 use thiserror::Error;
 
 use config::Config;
-use process::{Reaper, Table};
+use process::{Reaper, Table, Trees};
 use service::Core;
 use settings::{Defaults, Settings};
 use users::User;
@@ -39,6 +39,8 @@ pub enum StartError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("listening for signals: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Trees(#[from] process::TreeError),
 }
 
 /// A daemon bound to its port; `run` serves it.
@@ -77,7 +79,8 @@ impl Daemon {
             workdir: config.default_workdir.clone(),
         }));
         let reaper = Arc::new(Reaper::default());
-        let table = Table::new(reaper.clone(), config.ring_bytes, config.exited_retention());
+        let trees = Trees::start(config.cgroups, &reaper).await?;
+        let table = Table::new(reaper.clone(), trees, config.ring_bytes, config.exited_retention());
         let watches = watch::Registry::new(config.watch_settings());
         let core = Arc::new(Core {
             table: table.clone(),
@@ -96,7 +99,8 @@ impl Daemon {
         self.server.local_addr().ok()
     }
 
-    /// Serves until SIGTERM or SIGINT. Processes keep running in their own sessions.
+    /// Serves until SIGTERM or SIGINT, then kills every process it started (and all they
+    /// started) before it returns: none outlives the daemon unseen.
     pub async fn run(self) -> Result<(), StartError> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).map_err(StartError::Signals)?;
@@ -105,13 +109,15 @@ impl Daemon {
             events::Listening { addr }.emit();
         }
         let reaper = tokio::spawn(self.reaper.run());
-        let sweeper = tokio::spawn(self.table.run_sweeper());
+        let sweeper = tokio::spawn(self.table.clone().run_sweeper());
         let watcher_sweeper = tokio::spawn(self.watches.run_sweeper());
         let result = tokio::select! {
             r = self.server.serve() => r.map_err(|source| StartError::Bind { addr: SocketAddr::from(([0, 0, 0, 0], 0)), source }),
             _ = term.recv() => Ok(()),
             _ = int.recv() => Ok(()),
         };
+        // The reaper still runs: the killed processes are reaped while shutdown waits for them.
+        self.table.shutdown().await;
         reaper.abort();
         sweeper.abort();
         watcher_sweeper.abort();

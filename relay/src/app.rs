@@ -5,7 +5,7 @@ use std::{net::SocketAddr, sync::Arc};
 use crate::{
     api, auth,
     config::{self, Config},
-    events, processes, providers, revocation, sandboxes, store, streams,
+    events, exec, processes, providers, recovery, revocation, sandboxes, store, streams,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +28,10 @@ pub struct Relay {
     pub key: auth::MacKey,
     pub sandboxes: sandboxes::Sandboxes,
     pub processes: processes::Processes,
+    /// Running unstreamed execs, per token.
+    pub unstreamed: Arc<exec::Unstreamed>,
+    /// This run of the relay, in the tags of the commands it starts (random at each start).
+    pub run: String,
     pub limits: config::Limits,
     pub streams: Arc<streams::Streams>,
 }
@@ -95,6 +99,8 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         key,
         sandboxes,
         processes: processes::Processes::default(),
+        unstreamed: Arc::default(),
+        run: auth::random_hex(4),
         limits: config.limits.clone(),
         streams,
     });
@@ -122,6 +128,8 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     }
     let relay = bound.relay;
     let recheck = tokio::spawn(revocation::recheck(relay.clone()));
+    // What a crash left behind is dealt with while the relay already serves.
+    let recovered = tokio::spawn(recovery::recover(relay.clone()));
     let unattached = tokio::spawn(processes::watch_unattached(relay.clone()));
     let mcp_shutdown = tokio_util::sync::CancellationToken::new();
     let app = api::router(relay.clone(), bound.mcp_allowed_hosts, mcp_shutdown.clone());
@@ -155,6 +163,7 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
         } => Ok(()),
     };
     recheck.abort();
+    recovered.abort();
     unattached.abort();
     result
 }

@@ -67,6 +67,11 @@ pub struct Limits {
     #[arg(long, env = "HANGAR_BACKGROUND_MAX_PER_TOKEN", default_value_t = 16)]
     pub background_per_token: usize,
 
+    /// Running unstreamed execs per token (in all sandboxes): each counts until its command
+    /// ends, whatever its client does.
+    #[arg(long, env = "HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN", default_value_t = 16)]
+    pub unstreamed_execs_per_token: usize,
+
     /// Open streams per token: streamed execs, attaches, watch and event streams.
     #[arg(long, env = "HANGAR_STREAM_MAX_PER_TOKEN", default_value_t = 16)]
     pub streams_per_token: usize,

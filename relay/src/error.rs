@@ -12,6 +12,7 @@ pub enum Limit {
     StreamsPerToken,
     StreamsTotal,
     WatchesPerToken,
+    UnstreamedExecsPerToken,
 }
 
 impl Limit {
@@ -22,6 +23,7 @@ impl Limit {
             Limit::StreamsPerToken => "HANGAR_STREAM_MAX_PER_TOKEN",
             Limit::StreamsTotal => "HANGAR_STREAM_MAX_TOTAL",
             Limit::WatchesPerToken => "HANGAR_WATCH_MAX_PER_TOKEN",
+            Limit::UnstreamedExecsPerToken => "HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN",
         }
     }
 }

@@ -260,3 +260,29 @@ impl RevocationIncomplete<'_> {
             error = self.error, "a revoked token's processes could not all be killed");
     }
 }
+
+pub struct Recovered<'a> {
+    pub sandbox: &'a str,
+    pub orphans_killed: usize,
+    pub revoked_killed: usize,
+    pub adopted: usize,
+}
+impl Recovered<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "recovered", sandbox = self.sandbox, orphans_killed = self.orphans_killed,
+            revoked_killed = self.revoked_killed, adopted = self.adopted,
+            "found what an earlier run of the relay started");
+    }
+}
+
+pub struct RecoveryFailed<'a> {
+    /// The sandbox, or `*` when none could be looked at.
+    pub sandbox: &'a str,
+    pub error: &'a str,
+}
+impl RecoveryFailed<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "recovery_failed", sandbox = self.sandbox, error = self.error,
+            "could not look at what an earlier run of the relay started");
+    }
+}

@@ -16,11 +16,12 @@ use hangar_proto::{
 
 use crate::{
     app::Relay,
-    auth::Caller,
+    auth::{self, Caller, MacKey},
     envd::{daemon_error, Envd},
-    error::{Error, Result},
+    error::{Error, Limit, Result},
     events,
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
+    store::SandboxRow,
     streams::{Front, Kind, Reason},
     text::{Tail, Utf8Decoder},
 };
@@ -41,7 +42,12 @@ pub struct ExecRequest {
     pub timeout: Duration,
 }
 
-/// Refuses a command no kernel would run: empty, or with a NUL byte (argv strings end at one).
+/// The longest argument Linux passes to a program (`MAX_ARG_STRLEN`, 32 pages): a command is
+/// one argument of `bash -lc`.
+pub const MAX_COMMAND_BYTES: usize = 32 * 4096 - 1;
+
+/// Refuses a command no kernel would run: empty, with a NUL byte (argv strings end at one), or
+/// longer than one argument may be.
 pub fn check_command(command: &str) -> Result<()> {
     if command.trim().is_empty() {
         return Err(Error::invalid("command must not be empty"));
@@ -49,7 +55,119 @@ pub fn check_command(command: &str) -> Result<()> {
     if command.contains('\0') {
         return Err(Error::invalid("command must not contain a NUL byte"));
     }
+    if command.len() > MAX_COMMAND_BYTES {
+        return Err(Error::invalid(format!(
+            "command is {} bytes: the kernel takes at most {MAX_COMMAND_BYTES} in one argument (write a script to a file instead)",
+            command.len()
+        )));
+    }
     Ok(())
+}
+
+/// Whether an exec's client reads its output as it prints (and its command dies with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Streamed,
+    Unstreamed,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Streamed => "s",
+            Mode::Unstreamed => "u",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "s" => Some(Mode::Streamed),
+            "u" => Some(Mode::Unstreamed),
+            _ => None,
+        }
+    }
+}
+
+const TAG_PREFIX: &str = "hangar-exec:";
+
+/// The daemon tag of a command the relay runs: `hangar-exec:<mode>:<token id>:<id>:<MAC>`, the
+/// MAC (under the relay's key) of token, sandbox, id and mode. It lets a restarted relay find
+/// what it started, whose it was and how, and nothing made up in the sandbox passes for it. The
+/// id starts with the run of the relay that made it (`x_<run>_...`), so a relay never takes its
+/// own commands for an earlier run's.
+pub fn tag(key: &MacKey, run: &str, token_id: &str, sandbox: &SandboxRow, mode: Mode) -> String {
+    let id = format!("x_{run}_{}", auth::random_hex(6));
+    let mac = key.mac(&[token_id, &sandbox.id, &id, mode.as_str()]);
+    format!("{TAG_PREFIX}{}:{token_id}:{id}:{mac}", mode.as_str())
+}
+
+/// An exec tag the relay made for this sandbox.
+pub struct ExecTag {
+    pub token: String,
+    pub mode: Mode,
+    /// The run of the relay that started it.
+    pub run: String,
+}
+
+/// The exec tag `tag` is, if the relay made it for this sandbox; `None` for anything else.
+pub fn parse_tag(key: &MacKey, sandbox: &SandboxRow, tag: &str) -> Option<ExecTag> {
+    let mut parts = tag.strip_prefix(TAG_PREFIX)?.split(':');
+    let (mode, token, id, mac) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    let m = Mode::parse(mode)?;
+    let run = id.strip_prefix("x_")?.split_once('_')?.0;
+    key.verify(&[token, &sandbox.id, id, mode], mac).then(|| ExecTag {
+        token: token.to_string(),
+        mode: m,
+        run: run.to_string(),
+    })
+}
+
+/// Running unstreamed execs, per token: they count against
+/// `HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN` until they end, whatever their clients do.
+#[derive(Default)]
+pub struct Unstreamed {
+    running: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+/// One running unstreamed exec's place in the count; freed when dropped.
+pub struct Slot {
+    execs: Arc<Unstreamed>,
+    token: String,
+}
+
+impl Unstreamed {
+    /// Takes a place for `token`, or says the limit refuses it.
+    pub fn take(self: &Arc<Self>, token: &str, limit: usize) -> Result<Slot> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let n = running.entry(token.to_string()).or_default();
+        if *n >= limit {
+            let message = format!("this token already has {n} running unstreamed execs (limit {limit})");
+            return Err(Error::Limit { limit: Limit::UnstreamedExecsPerToken, message });
+        }
+        *n += 1;
+        Ok(Slot { execs: self.clone(), token: token.to_string() })
+    }
+
+    /// Takes a place whatever the limit (a command found running after a restart).
+    pub fn adopt(self: &Arc<Self>, token: &str) -> Slot {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner()).entry(token.to_string()).or_default() += 1;
+        Slot { execs: self.clone(), token: token.to_string() }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut running = self.execs.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = running.get_mut(&self.token) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                running.remove(&self.token);
+            }
+        }
+    }
 }
 
 impl ExecRequest {
@@ -138,6 +256,7 @@ impl Drop for KillOnDrop {
 async fn through_daemon(
     envd: Envd,
     req: ExecRequest,
+    tag: String,
     spare: Arc<AtomicBool>,
 ) -> Result<impl Stream<Item = ExecEvent> + Send + 'static> {
     let mut start = tonic::Request::new(StartRequest {
@@ -148,7 +267,7 @@ async fn through_daemon(
             cwd: req.cwd.clone(),
         }),
         pty: None,
-        tag: None,
+        tag: Some(tag),
         stdin: Some(false),
     });
     // The daemon kills the process group at this deadline.
@@ -212,27 +331,46 @@ fn daemon_events(
 }
 
 /// Runs a command to its end and returns the result: through the sandbox's daemon, or its
-/// provider's exec without one. Not cut off by its client: it runs to its end or its timeout.
-pub async fn run(relay: &Relay, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
+/// provider's exec without one. Not cut off by its client: it runs to its end or its timeout,
+/// and counts against `HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN` until then, even when the client
+/// that asked is gone.
+pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
     let mut row = relay.sandboxes.get(reference)?;
     relay.sandboxes.runnable(&row)?;
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
-    let result = match relay.sandboxes.daemon(&mut row).await {
-        Ok(Some(envd)) => {
-            let events = through_daemon(envd, req, Arc::new(AtomicBool::new(true))).await?;
-            futures::pin_mut!(events);
-            let mut result = None;
-            while let Some(ev) = events.next().await {
-                if let ExecEvent::Result(r) = ev {
-                    result = Some(ExecResult { streamed: false, ..r });
-                }
-            }
-            result.ok_or_else(|| Error::daemon("the command's stream ended without a result"))?
+    let slot = relay.unstreamed.take(&caller.token_id, relay.limits.unstreamed_execs_per_token)?;
+    let daemon = relay.sandboxes.daemon(&mut row).await.ok().flatten();
+    // Started before this returns, so a refusal is the caller's error.
+    let events = match daemon {
+        Some(envd) => {
+            let tag = tag(&relay.key, &relay.run, &caller.token_id, &row, Mode::Unstreamed);
+            Some(through_daemon(envd, req.clone(), tag, Arc::new(AtomicBool::new(true))).await?)
         }
-        _ => from_fallback(relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await?),
+        None => None,
     };
-    result.emit(&row.name);
-    Ok(result)
+    // The command runs on in its own task whatever happens to this call (its client may go).
+    let relay = relay.clone();
+    let task = tokio::spawn(async move {
+        let _slot = slot;
+        let result = match events {
+            Some(events) => {
+                futures::pin_mut!(events);
+                let mut result = None;
+                while let Some(ev) = events.next().await {
+                    if let ExecEvent::Result(r) = ev {
+                        result = Some(ExecResult { streamed: false, ..r });
+                    }
+                }
+                result.ok_or_else(|| Error::daemon("the command's stream ended without a result"))?
+            }
+            None => {
+                from_fallback(relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await?)
+            }
+        };
+        result.emit(&row.name);
+        Ok(result)
+    });
+    task.await.map_err(|e| Error::daemon(format!("the command's task failed: {e}")))?
 }
 
 /// Runs a command as a stream (`front` says who serves it): output events as it prints, then one
@@ -253,9 +391,10 @@ pub async fn stream(
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
     let mut stream = relay.streams.open(caller, &row.id, Kind::Exec, front)?;
     let spare = Arc::new(AtomicBool::new(false));
+    let tag = tag(&relay.key, &relay.run, &caller.token_id, &row, Mode::Streamed);
     let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> =
         match relay.sandboxes.daemon(&mut row).await.ok().flatten() {
-            Some(envd) => match through_daemon(envd, req, spare.clone()).await {
+            Some(envd) => match through_daemon(envd, req, tag.clone(), spare.clone()).await {
                 Ok(events) => Box::pin(events),
                 Err(e) => {
                     stream.end(Reason::Error);
@@ -303,7 +442,7 @@ pub async fn stream(
                 )
             }
         };
-    let name = row.name;
+    let (name, sandbox_id) = (row.name, row.id);
     Ok(async_stream::stream! {
         let mut events = events;
         // What the client was sent, for a result when the stream is cut off.
@@ -318,6 +457,10 @@ pub async fn stream(
                     // A shutdown, pause or destroyed sandbox spares the command; revocation kills it.
                     if matches!(reason, Reason::Shutdown | Reason::Paused | Reason::Destroyed) {
                         spare.store(true, Ordering::SeqCst);
+                        // A restarted relay must know this one was spared, not orphaned.
+                        if let Err(e) = relay.store.spare_exec(&sandbox_id, &tag) {
+                            events::CleanupFailed { what: "recording a spared command", error: &e.to_string() }.emit();
+                        }
                     }
                     stream.end(reason);
                     let r = ExecResult::cut(&out, &err, true, reason, None);
@@ -371,5 +514,49 @@ pub fn from_fallback(o: ExecOutput) -> ExecResult {
         streamed: false,
         closed: o.timed_out.then_some(Reason::Lifetime),
         error: o.timed_out.then(|| "the command timed out and was killed".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SandboxState;
+
+    fn sandbox(id: &str) -> SandboxRow {
+        SandboxRow {
+            id: id.into(),
+            name: "s".into(),
+            provider: "local".into(),
+            options: serde_json::json!({}),
+            state: SandboxState::Running,
+            workdir: None,
+            envd_url: None,
+            envd_token: None,
+            envd_pid: None,
+            daemon: true,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn exec_tags_say_whose_how_and_which_run_and_cannot_be_forged() {
+        let dir = std::env::temp_dir().join(format!("hangar-exec-tag-{}", auth::random_hex(4)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = MacKey::load_or_create(&dir.join("key")).unwrap();
+        let s = sandbox("sbx_1");
+        let t = tag(&key, "ab12", "tok_1", &s, Mode::Streamed);
+        let parsed = parse_tag(&key, &s, &t).unwrap();
+        assert_eq!((parsed.token.as_str(), parsed.mode, parsed.run.as_str()), ("tok_1", Mode::Streamed, "ab12"));
+        assert!(parse_tag(&key, &sandbox("sbx_2"), &t).is_none(), "bound to its sandbox");
+        assert!(parse_tag(&key, &s, &t.replace(":s:", ":u:")).is_none(), "the mode is under the MAC");
+        assert!(parse_tag(&key, &s, &t.replace("tok_1", "tok_2")).is_none(), "the token is under the MAC");
+        assert!(parse_tag(&key, &s, "hangar-exec:s:tok_1:x_ab12_00:AAAA").is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn commands_longer_than_one_argument_are_refused() {
+        assert!(check_command(&"x".repeat(MAX_COMMAND_BYTES)).is_ok());
+        assert!(matches!(check_command(&"x".repeat(MAX_COMMAND_BYTES + 1)), Err(Error::Invalid(_))));
     }
 }

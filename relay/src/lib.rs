@@ -5,7 +5,7 @@
 //! invariant):
 //! - `app`: the application's state, binding and serving (wiring only).
 //! - `api`: HTTP, the only module that knows it (REST/SSE, MCP).
-//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `streams`, `revocation`, with its
+//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `streams`, `revocation`, `recovery`, with its
 //!   typed `error`s and `events`.
 //! - below it: `providers`, `envd`, `store`, `auth`, and the leaves `text`, `time`, `config`.
 pub mod api;
@@ -18,6 +18,7 @@ pub mod events;
 pub mod exec;
 pub mod processes;
 pub mod providers;
+pub mod recovery;
 pub mod revocation;
 pub mod sandboxes;
 pub mod store;

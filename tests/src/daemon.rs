@@ -6,6 +6,7 @@ use std::{
     convert::Infallible,
     io::{BufRead, BufReader, Read},
     net::SocketAddr,
+    os::unix::process::CommandExt as _,
     path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{
@@ -49,6 +50,8 @@ pub fn envd_bin() -> PathBuf {
 pub struct EnvdBuilder {
     args: Vec<String>,
     envs: Vec<(String, String)>,
+    nofile: Option<u64>,
+    user: Option<(u32, u32)>,
 }
 
 impl EnvdBuilder {
@@ -64,6 +67,20 @@ impl EnvdBuilder {
 
     pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
         self.envs.push((k.into(), v.into()));
+        self
+    }
+
+    /// Starts the daemon with `RLIMIT_NOFILE` (soft and hard) at `n`, as `ulimit -n n` would: for
+    /// tests of how many descriptors the daemon keeps.
+    pub fn nofile(mut self, n: u64) -> Self {
+        self.nofile = Some(n);
+        self
+    }
+
+    /// Runs the daemon as `uid`/`gid` (no supplementary groups) instead of the test's user: for
+    /// a daemon without root's rights. The test must be root.
+    pub fn run_as(mut self, uid: u32, gid: u32) -> Self {
+        self.user = Some((uid, gid));
         self
     }
 
@@ -91,6 +108,22 @@ impl EnvdBuilder {
         }
         for (k, v) in &self.envs {
             cmd.env(k, v);
+        }
+        if let Some(n) = self.nofile {
+            let lim = libc::rlimit { rlim_cur: n as libc::rlim_t, rlim_max: n as libc::rlim_t };
+            // SAFETY: setrlimit is async-signal-safe and `lim` was built before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        if let Some((uid, gid)) = self.user {
+            // std drops the supplementary groups too when root switches uid.
+            cmd.uid(uid).gid(gid);
         }
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
         let stdout = child.stdout.take().expect("stdout piped");
@@ -133,6 +166,36 @@ impl EnvdBuilder {
             .unwrap_or_else(|e| panic!("bad address in {line:?}: {e}"));
         Envd { child: Some(child), addr, log_path }
     }
+}
+
+/// Removes the (now empty) cgroups a killed daemon made beside the test's own
+/// (`hangar-envd.<pidns>.<pid>.<start>`), so a test run leaves none behind; a daemon that
+/// starts later would remove them too. The start time tells it from a daemon that reuses the pid.
+fn remove_cgroups_of(pid: u32, start: u64) {
+    fn remove(dir: &std::path::Path) {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.path().is_dir() {
+                    remove(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    let Some(own) = crate::own_cgroup_dir() else { return };
+    let Ok(rd) = std::fs::read_dir(&own) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("hangar-envd.") && name.ends_with(&format!(".{pid}.{start}")) {
+            remove(&e.path());
+        }
+    }
+}
+
+/// A process's start time (field 22 of `/proc/PID/stat`, clock ticks since boot).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 fn log_tail(path: &PathBuf, max: usize) -> String {
@@ -335,6 +398,7 @@ impl Drop for Envd {
             return;
         };
         let pid = child.id();
+        let start = start_time(pid);
         // Freeze the daemon so it starts nothing new, then kill everything it started (their
         // process groups too), then the daemon itself.
         unsafe {
@@ -358,6 +422,9 @@ impl Drop for Envd {
         }
         let _ = child.kill();
         let _ = child.wait();
+        if let Some(start) = start {
+            remove_cgroups_of(pid, start);
+        }
         if std::thread::panicking() {
             eprintln!(
                 "---- hangar-envd (pid {pid}) stderr tail ----\n{}\n---- end ----",

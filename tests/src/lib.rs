@@ -10,8 +10,10 @@
 //! - [`daemon`]: the `hangar-envd` under test, started on a free port and killed with everything
 //!   it started when dropped (`Envd`, `EnvdBuilder`, `envd_bin`).
 //! - [`procfs`]: processes as `/proc` shows them: state, parentage, groups, command lines,
-//!   memory and CPU time (`proc_stat`, `descendants`, `zombies_of`, `pids_with`, `rss_kib`, ...).
-//! - [`host`]: what this machine provides (`is_root`, `skip_without`).
+//!   memory and CPU time, open descriptors, cgroup (`proc_stat`, `descendants`, `zombies_of`,
+//!   `pids_with`, `rss_kib`, `fd_count`, `cgroup_of`, ...).
+//! - [`host`]: what this machine provides (`is_root`, `cgroups_usable`, `cgroup_dir`,
+//!   `skip_without`).
 //! - [`requests`]: request builders (`start_req`, `bash`, `by_pid`, `stdin_input`, ...).
 //! - [`events`]: reading process and Attach event streams (`Collected`, `collect`, `read_until`,
 //!   `grpc_start`, `grpc_run`, `AttachLog`, `code_name`, ...).

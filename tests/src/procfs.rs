@@ -147,6 +147,17 @@ pub fn is_running(pid: u32) -> bool {
     matches!(proc_stat(pid), Some(s) if s.state != 'Z')
 }
 
+/// How many descriptors `pid` has open (the entries of `/proc/PID/fd`).
+pub fn fd_count(pid: u32) -> std::io::Result<usize> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
+}
+
+/// The cgroup v2 path of `pid` (the `0::` line of `/proc/PID/cgroup`), as seen from here.
+pub fn cgroup_of(pid: u32) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("0::")).map(str::to_string)
+}
+
 /// A `kB` field of `/proc/PID/status` (`VmRSS`, `VmHWM`, ...), in KiB.
 pub fn status_kib(pid: u32, field: &str) -> std::io::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;

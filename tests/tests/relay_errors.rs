@@ -96,17 +96,45 @@ async fn times_are_epoch_seconds_everywhere() {
     assert_eq!(p.status, 201, "{p:?}");
     near(&p.json()["started_at"], "a started process's started_at");
     let id = p.json()["process_id"].as_str().unwrap_or_default().to_string();
-    let ended = hangar_e2e::eventually(hangar_e2e::STEP * 50, "the process ends", || {
-        let r = futures::executor::block_on(relay.call(
-            "GET",
-            &format!("/api/sandboxes/default/processes/{id}"),
-            Some(ADMIN),
-            None,
-        ));
-        let v = r.json();
-        (v["process"]["state"] == json!("exited")).then_some(v)
-    })
-    .await;
+    // Polled with await: a blocking executor inside the test's runtime would starve the client.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let ended = loop {
+        let v = relay.call("GET", &format!("/api/sandboxes/default/processes/{id}"), Some(ADMIN), None).await.json();
+        if v["process"]["state"] == json!("exited") {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "the process ends: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     near(&ended["process"]["started_at"], "an exited process's started_at");
     near(&ended["process"]["ended_at"], "an exited process's ended_at");
+}
+
+#[tokio::test]
+async fn another_token_s_process_is_not_found_and_no_mac_is_shown() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let mine = relay.token("mine", "user").await;
+    let theirs = relay.token("theirs", "user").await;
+    let p = relay
+        .call("POST", "/api/sandboxes/default/processes", Some(&mine.secret), Some(json!({"command": "sleep 30"})))
+        .await;
+    assert_eq!(p.status, 201, "{p:?}");
+    let id = p.json()["process_id"].as_str().unwrap_or_default().to_string();
+    let base = format!("/api/sandboxes/default/processes/{id}");
+    let calls = [
+        ("GET", base.clone(), None),
+        ("GET", format!("{base}/stream"), None),
+        ("POST", format!("{base}/input"), Some(json!({"input": "x"}))),
+        ("DELETE", base.clone(), None),
+    ];
+    for (method, path, body) in calls {
+        let r = relay.call(method, &path, Some(&theirs.secret), body).await;
+        assert_eq!(code(&r), (404, json!("not_found")), "{method} {path}: {r:?}");
+        let text = String::from_utf8_lossy(&r.body).into_owned();
+        assert!(!text.contains("hangar:"), "{method} {path}: no tag, and so no MAC, is shown: {text}");
+        assert!(text.contains(&id), "{method} {path}: the error names the id: {text}");
+    }
+    let r = relay.call("DELETE", &base, Some(&mine.secret), None).await;
+    assert_eq!(r.status, 202, "{r:?}");
 }

@@ -1,5 +1,6 @@
-//! Processes: spawning in their own process groups, output logs, input, signals, and the table
-//! that finds them by pid or tag while they run and for a retention window after they exit.
+//! Processes: spawning in their own process groups (and cgroups, where the kernel allows), output
+//! logs, input, signals, and the table that finds them by pid or tag while they run and for a
+//! retention window after they exit.
 //!
 //! Invariant: this module knows nothing of RPCs, HTTP or protobuf. Callers hand it validated
 //! specs and get typed errors back.
@@ -8,26 +9,23 @@ mod fdio;
 pub mod output;
 mod reaper;
 mod spawn;
+mod tree;
 
 use std::{
     collections::HashMap,
     io,
-    os::fd::OwnedFd,
     sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant, SystemTime},
 };
 
 use bytes::Bytes;
-use nix::{
-    errno::Errno,
-    sys::signal::{killpg, Signal},
-    unistd::Pid,
-};
+use nix::{errno::Errno, sys::signal::Signal};
 
 pub use exit::ExitInfo;
 pub use output::{Chunk, Event, OutputLog, StreamKind, Subscriber};
 pub use reaper::Reaper;
 pub use spawn::SpawnSpec;
+pub use tree::{CgroupPolicy, TreeError, Trees};
 
 use crate::events;
 use fdio::AsyncFdIo;
@@ -65,8 +63,12 @@ pub enum ProcessError {
     IsPty(u32),
     #[error("process {0}'s stdin is closed or /dev/null")]
     StdinClosed(u32),
+    #[error("process {0} has exited: its terminal is closed")]
+    PtyClosed(u32),
     #[error("signal {0} is not a valid signal number")]
     BadSignal(i32),
+    #[error("the daemon is stopping")]
+    ShuttingDown,
     #[error("{context}: {source}")]
     Io { context: String, source: io::Error },
 }
@@ -81,11 +83,6 @@ pub struct CommandInfo {
     pub cwd: Option<String>,
 }
 
-enum Input {
-    Pipe(AsyncFdIo),
-    Closed,
-}
-
 pub struct Process {
     pub pid: u32,
     pub tag: Option<String>,
@@ -93,8 +90,18 @@ pub struct Process {
     pub user: String,
     pub started_at: SystemTime,
     pub log: Arc<OutputLog>,
-    input: tokio::sync::Mutex<Input>,
-    pty: Option<AsyncFdIo>,
+    /// Held across a whole write, so two inputs never interleave their bytes.
+    writing: tokio::sync::Mutex<()>,
+    /// The write end of the stdin pipe, until it is closed (`CloseStdin`) or the process exits.
+    /// An exited process keeps no descriptor: thousands are kept for the retention window, and
+    /// a descriptor each would exhaust the daemon's limit. A write in flight holds its own `Arc`,
+    /// so closing never waits for a write the process does not read.
+    stdin: Mutex<Option<Arc<AsyncFdIo>>>,
+    /// The PTY master, until the process exited and its output was read to the end.
+    pty: Mutex<Option<Arc<AsyncFdIo>>>,
+    is_pty: bool,
+    /// Everything the process started: what a kill reaches.
+    tree: Arc<tree::Tree>,
 }
 
 impl std::fmt::Debug for Process {
@@ -105,43 +112,82 @@ impl std::fmt::Debug for Process {
 
 impl Process {
     pub fn is_pty(&self) -> bool {
-        self.pty.is_some()
+        self.is_pty
+    }
+
+    fn stdin_pipe(&self) -> Option<Arc<AsyncFdIo>> {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn pty_master(&self) -> Option<Arc<AsyncFdIo>> {
+        self.pty.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Closes the stdin pipe's write end (the process sees end of file once nobody else holds it).
+    fn drop_stdin(&self) {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    fn drop_pty(&self) {
+        self.pty.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     pub fn running(&self) -> bool {
         self.log.exit().is_none()
     }
 
-    /// Sends `sig` to the whole process group. A group with nobody left is `Exited`.
+    /// Sends `sig` to the whole process group; SIGKILL goes further, to everything the process
+    /// started (see [`Process::kill`]). A group with nobody left is `Exited`.
     pub fn signal(&self, sig: Signal) -> Result<(), ProcessError> {
-        match killpg(Pid::from_raw(self.pid as i32), sig) {
+        if sig == Signal::SIGKILL {
+            return self.kill();
+        }
+        match self.tree.signal_group(sig) {
             Ok(()) => Ok(()),
             Err(Errno::ESRCH) => Err(ProcessError::Exited(self.pid)),
             Err(e) => Err(ProcessError::Io { context: format!("signalling group {}", self.pid), source: e.into() }),
         }
     }
 
-    /// Whether anyone is left in the process group.
-    pub fn group_alive(&self) -> bool {
-        killpg(Pid::from_raw(self.pid as i32), None).is_ok()
+    /// SIGKILLs the process and everything it started, descendants in sessions and groups of
+    /// their own included, even after the process itself exited. `Exited` when nothing is left.
+    pub fn kill(&self) -> Result<(), ProcessError> {
+        match self.tree.kill() {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ProcessError::Exited(self.pid)),
+            Err(source) => Err(ProcessError::Io { context: format!("killing process {}'s tree", self.pid), source }),
+        }
     }
 
-    /// Sends `sig`, then SIGKILL after `grace` if anyone in the group is still alive.
+    /// Whether anything the process started (itself included) is still alive.
+    pub fn tree_alive(&self) -> bool {
+        self.tree.alive()
+    }
+
+    /// Sends `sig`, then kills everything the process started after `grace` if anything of it is
+    /// still alive. A group with nobody left is not the end when the process left descendants in
+    /// other groups: the escalation still comes for them.
     pub fn signal_escalating(self: &Arc<Self>, sig: Signal, grace: Option<Duration>) -> Result<(), ProcessError> {
-        self.signal(sig)?;
+        match self.signal(sig) {
+            Ok(()) => {}
+            Err(ProcessError::Exited(_)) if grace.is_some() && self.tree_alive() => {}
+            Err(e) => return Err(e),
+        }
         if let Some(grace) = grace {
             let p = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(grace).await;
-                if p.group_alive() {
-                    let _ = p.signal(Signal::SIGKILL);
+                if p.tree_alive() {
+                    p.kill_logged();
                 }
             });
         }
         Ok(())
     }
 
-    /// Kills the group at `deadline` unless the process finished first.
+    /// Kills the process and everything it started at `deadline`, unless the process finished
+    /// first (exited and its output closed: what it left running in the background then stays,
+    /// as E2B's envd leaves it).
     pub fn kill_at(self: &Arc<Self>, deadline: Instant) {
         let p = self.clone();
         tokio::spawn(async move {
@@ -149,7 +195,7 @@ impl Process {
                 _ = tokio::time::sleep_until(deadline.into()) => {
                     if !p.log.finished() {
                         events::ProcessDeadline { pid: p.pid }.emit();
-                        let _ = p.signal(Signal::SIGKILL);
+                        p.kill_logged();
                     }
                 }
                 _ = p.log.wait_finished() => {}
@@ -157,26 +203,35 @@ impl Process {
         });
     }
 
+    /// A kill nobody waits for: a failure is an event.
+    fn kill_logged(&self) {
+        match self.kill() {
+            Ok(()) | Err(ProcessError::Exited(_)) => {}
+            Err(e) => events::KillFailed { pid: self.pid, error: &e }.emit(),
+        }
+    }
+
     pub async fn write_stdin(&self, data: &[u8]) -> Result<(), ProcessError> {
         if self.is_pty() {
             return Err(ProcessError::IsPty(self.pid));
         }
-        let input = self.input.lock().await;
-        match &*input {
-            Input::Pipe(io) => io.write_all(data).await.map_err(|e| {
-                if e.raw_os_error() == Some(libc::EPIPE) {
-                    ProcessError::StdinClosed(self.pid)
-                } else {
-                    ProcessError::Io { context: format!("writing to process {}'s stdin", self.pid), source: e }
-                }
-            }),
-            Input::Closed => Err(ProcessError::StdinClosed(self.pid)),
-        }
+        let _serialized = self.writing.lock().await;
+        let pipe = self.stdin_pipe().ok_or(ProcessError::StdinClosed(self.pid))?;
+        pipe.write_all(data).await.map_err(|e| {
+            if e.raw_os_error() == Some(libc::EPIPE) {
+                ProcessError::StdinClosed(self.pid)
+            } else {
+                ProcessError::Io { context: format!("writing to process {}'s stdin", self.pid), source: e }
+            }
+        })
     }
 
     pub async fn write_pty(&self, data: &[u8]) -> Result<(), ProcessError> {
-        let pty = self.pty.as_ref().ok_or(ProcessError::NotPty(self.pid))?;
-        let _serialized = self.input.lock().await;
+        if !self.is_pty() {
+            return Err(ProcessError::NotPty(self.pid));
+        }
+        let _serialized = self.writing.lock().await;
+        let pty = self.pty_master().ok_or(ProcessError::PtyClosed(self.pid))?;
         pty.write_all(data)
             .await
             .map_err(|e| ProcessError::Io { context: format!("writing to process {}'s PTY", self.pid), source: e })
@@ -186,12 +241,15 @@ impl Process {
         if self.is_pty() {
             return Err(ProcessError::IsPty(self.pid));
         }
-        *self.input.lock().await = Input::Closed;
+        self.drop_stdin();
         Ok(())
     }
 
     pub fn resize(&self, cols: u16, rows: u16) -> Result<(), ProcessError> {
-        let pty = self.pty.as_ref().ok_or(ProcessError::NotPty(self.pid))?;
+        if !self.is_pty() {
+            return Err(ProcessError::NotPty(self.pid));
+        }
+        let pty = self.pty_master().ok_or(ProcessError::PtyClosed(self.pid))?;
         spawn::resize(pty.raw(), cols, rows)
             .map_err(|e| ProcessError::Io { context: format!("resizing process {}'s PTY", self.pid), source: e })
     }
@@ -211,13 +269,36 @@ pub const MAX_EXITED_KEPT: usize = 1024;
 pub struct Table {
     procs: Mutex<HashMap<u32, Arc<Process>>>,
     reaper: Arc<Reaper>,
+    trees: Arc<Trees>,
+    /// Set (under the table's lock) once shutdown began: no process starts after the kill.
+    closing: std::sync::atomic::AtomicBool,
     ring_bytes: u64,
     retention: Duration,
 }
 
 impl Table {
-    pub fn new(reaper: Arc<Reaper>, ring_bytes: u64, retention: Duration) -> Arc<Self> {
-        Arc::new(Self { procs: Mutex::new(HashMap::new()), reaper, ring_bytes, retention })
+    pub fn new(reaper: Arc<Reaper>, trees: Arc<Trees>, ring_bytes: u64, retention: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            procs: Mutex::new(HashMap::new()),
+            reaper,
+            trees,
+            closing: std::sync::atomic::AtomicBool::new(false),
+            ring_bytes,
+            retention,
+        })
+    }
+
+    pub fn uses_cgroups(&self) -> bool {
+        self.trees.uses_cgroups()
+    }
+
+    /// The daemon is stopping: kills every process it started, and all they started.
+    pub async fn shutdown(&self) {
+        {
+            let _procs = self.lock();
+            self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.trees.shutdown().await;
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<u32, Arc<Process>>> {
@@ -233,36 +314,61 @@ impl Table {
     }
 
     /// Starts a process and returns it with its primary subscriber (the one that may slow it).
-    pub fn start(&self, spec: StartSpec) -> Result<(Arc<Process>, Subscriber), ProcessError> {
+    pub fn start(&self, mut spec: StartSpec) -> Result<(Arc<Process>, Subscriber), ProcessError> {
         let mut procs = self.lock();
+        if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(ProcessError::ShuttingDown);
+        }
         if let Some(tag) = &spec.tag {
             if procs.values().any(|p| p.tag.as_ref() == Some(tag) && p.running()) {
                 return Err(ProcessError::TagInUse(tag.clone()));
             }
         }
         let cmd = spec.spawn.cmd.clone();
-        let (spawned, exited) = self
-            .reaper
-            .spawn(|| spawn::spawn(&spec.spawn).map(|s| (s.pid, s)))
-            .map_err(|source| ProcessError::Spawn { cmd, source })?;
+        let prepared = self.trees.prepare();
+        // Last, so a request's own HANGAR_PROCESS cannot stand in for the daemon's.
+        spec.spawn.env.extend(prepared.mark());
+        let spawned = self.reaper.spawn(|| spawn::spawn(&spec.spawn, prepared.join_fd()).map(|s| (s.pid, s)));
+        let (spawned, exited) = match spawned {
+            Ok(s) => s,
+            Err(source) => {
+                self.trees.abandon(prepared);
+                return Err(ProcessError::Spawn { cmd, source });
+            }
+        };
         let pid = spawned.pid as u32;
+        let tree = self.trees.adopt(prepared, pid);
         let io_err =
             |source: io::Error| ProcessError::Io { context: format!("setting up process {pid}'s I/O"), source };
-
-        let outputs: Vec<(OwnedFd, StreamKind)> = match spawned.pty_master.as_ref() {
-            Some(m) => vec![(m.try_clone().map_err(io_err)?, StreamKind::Pty)],
-            None => [(spawned.stdout, StreamKind::Stdout), (spawned.stderr, StreamKind::Stderr)]
-                .into_iter()
-                .filter_map(|(fd, k)| fd.map(|fd| (fd, k)))
-                .collect(),
+        // Out of descriptors, say. The process runs already: kill it, or it would run unseen.
+        let io = (|| {
+            let outputs: Vec<(AsyncFdIo, StreamKind)> = match spawned.pty_master.as_ref() {
+                Some(m) => vec![(AsyncFdIo::new(m.try_clone()?)?, StreamKind::Pty)],
+                None => [(spawned.stdout, StreamKind::Stdout), (spawned.stderr, StreamKind::Stderr)]
+                    .into_iter()
+                    .filter_map(|(fd, k)| fd.map(|fd| AsyncFdIo::new(fd).map(|io| (io, k))))
+                    .collect::<io::Result<_>>()?,
+            };
+            let stdin = spawned.stdin.map(AsyncFdIo::new).transpose()?.map(Arc::new);
+            let pty = spawned.pty_master.map(AsyncFdIo::new).transpose()?.map(Arc::new);
+            Ok((outputs, stdin, pty))
+        })();
+        let (outputs, stdin, pty) = match io {
+            Ok(io) => io,
+            Err(e) => {
+                if let Err(error) = tree.kill() {
+                    events::KillFailed { pid, error: &error }.emit();
+                }
+                let trees = self.trees.clone();
+                tokio::spawn(async move {
+                    let _ = exited.await;
+                    trees.exited(&tree);
+                });
+                return Err(io_err(e));
+            }
         };
         let log = OutputLog::new(self.ring_bytes, outputs.len());
         let primary = log.subscribe(0, true);
-        let input = match spawned.stdin {
-            Some(fd) => Input::Pipe(AsyncFdIo::new(fd).map_err(io_err)?),
-            None => Input::Closed,
-        };
-        let pty = spawned.pty_master.map(AsyncFdIo::new).transpose().map_err(io_err)?;
         let process = Arc::new(Process {
             pid,
             tag: spec.tag,
@@ -270,15 +376,18 @@ impl Table {
             user: spec.spawn.user.name.clone(),
             started_at: SystemTime::now(),
             log: log.clone(),
-            input: tokio::sync::Mutex::new(input),
-            pty,
+            writing: tokio::sync::Mutex::new(()),
+            is_pty: pty.is_some(),
+            stdin: Mutex::new(stdin),
+            pty: Mutex::new(pty),
+            tree,
         });
-        for (fd, kind) in outputs {
-            let io = AsyncFdIo::new(fd).map_err(io_err)?;
+        for (io, kind) in outputs {
             tokio::spawn(pump_output(io, kind, log.clone(), pid));
         }
         tokio::spawn({
-            let log = log.clone();
+            let process = process.clone();
+            let trees = self.trees.clone();
             async move {
                 let exit = match exited.await {
                     Ok(status) => ExitInfo::from_wait(status),
@@ -289,7 +398,15 @@ impl Table {
                     ..ExitInfo::from_code(-1)
                 });
                 events::ProcessExited { pid, status: &exit.status }.emit();
-                log.set_exit(exit);
+                trees.exited(&process.tree);
+                // Nobody reads the pipe now that the process is gone (as Go's `Cmd.Wait`, which
+                // E2B's envd uses, closes it); its descendants read what they inherited.
+                process.drop_stdin();
+                process.log.set_exit(exit);
+                // The master stays while the terminal has output to read: descendants may hold
+                // the terminal after the process itself exited.
+                process.log.wait_finished().await;
+                process.drop_pty();
             }
         });
         // A reused pid replaces the exited process that had it before.
@@ -336,6 +453,9 @@ impl Table {
                 procs.remove(&pid);
             }
         }
+        drop(procs);
+        // Trees outlive their process's entry: a tree still running keeps its cgroup.
+        self.trees.sweep();
     }
 
     pub async fn run_sweeper(self: Arc<Self>) {

@@ -2,7 +2,7 @@
 use std::{
     io,
     os::{
-        fd::{AsRawFd, OwnedFd},
+        fd::{AsRawFd, OwnedFd, RawFd},
         unix::process::CommandExt,
     },
     path::PathBuf,
@@ -40,7 +40,9 @@ pub struct Spawned {
     pub pty_master: Option<OwnedFd>,
 }
 
-pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
+/// Forks `spec`. With `join_cgroup` (an open `cgroup.procs`), the child joins that cgroup before
+/// exec, so everything it will ever start is in it from the first instruction on.
+pub fn spawn(spec: &SpawnSpec, join_cgroup: Option<RawFd>) -> io::Result<Spawned> {
     let mut cmd = Command::new(&spec.cmd);
     cmd.args(&spec.args).env_clear().envs(spec.env.iter().cloned()).current_dir(&spec.cwd);
 
@@ -74,6 +76,13 @@ pub fn spawn(spec: &SpawnSpec) -> io::Result<Spawned> {
             }
             if is_pty && libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
                 return Err(io::Error::last_os_error());
+            }
+            // Before switching user: moving a process needs the daemon's rights. "0" means
+            // the writer itself.
+            if let Some(fd) = join_cgroup {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             if let Some((uid, gid, groups)) = &ids {
                 if libc::setgroups(groups.len() as _, groups.as_ptr()) < 0

@@ -162,10 +162,13 @@ impl Daemon for DaemonService {
                 "process.list_exited",
                 "process.group_signals",
                 "process.start_backpressure",
+                "process.tree_kill",
                 "files.follow",
                 "files.watch",
             ]
             .into_iter()
+            // Kills reach everything a process started through its own cgroup (not only by marks).
+            .chain(t.uses_cgroups().then_some("process.cgroups"))
             .map(String::from)
             .collect(),
         }))

@@ -71,10 +71,12 @@ impl From<ProcessError> for RpcError {
         match &e {
             ProcessError::NotFound(_) | ProcessError::Exited(_) => RpcError::not_found(msg),
             ProcessError::TagInUse(_) => RpcError::already_exists(msg),
-            ProcessError::NotPty(_) | ProcessError::IsPty(_) | ProcessError::StdinClosed(_) => {
-                RpcError::failed_precondition(msg)
-            }
+            ProcessError::NotPty(_)
+            | ProcessError::IsPty(_)
+            | ProcessError::StdinClosed(_)
+            | ProcessError::PtyClosed(_) => RpcError::failed_precondition(msg),
             ProcessError::BadSignal(_) => RpcError::invalid_argument(msg),
+            ProcessError::ShuttingDown => RpcError::unavailable(msg),
             ProcessError::Spawn { source, .. }
                 if matches!(
                     source.raw_os_error(),
@@ -82,6 +84,12 @@ impl From<ProcessError> for RpcError {
                 ) =>
             {
                 RpcError::invalid_argument(msg)
+            }
+            // Out of descriptors or processes: the caller may retry once others have exited.
+            ProcessError::Spawn { source, .. }
+                if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN)) =>
+            {
+                RpcError::resource_exhausted(msg)
             }
             ProcessError::Spawn { .. } | ProcessError::Io { .. } => RpcError::internal(msg),
         }

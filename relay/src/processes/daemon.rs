@@ -57,6 +57,17 @@ impl At<'_> {
         tag(self.key, self.caller, self.sandbox, id)
     }
 
+    /// The daemon's refusal of a call that selected process `id` by its tag. The daemon's
+    /// message may quote the selector, whose MAC is never shown: it says the id instead, and a
+    /// process the daemon does not know is simply not the caller's.
+    fn refused(&self, what: &str, id: &str, s: tonic::Status) -> Error {
+        if s.code() == Code::NotFound {
+            return super::not_yours(id, &self.sandbox.name);
+        }
+        let message = s.message().replace(&self.tag(id), id);
+        daemon_error(what, tonic::Status::new(s.code(), message))
+    }
+
     fn view(&self, id: &str, p: &ProcessStatus, adopted: bool) -> ProcessView {
         let exit = p.exit.as_ref();
         let command = p.config.as_ref().and_then(|c| c.args.get(1).cloned()).unwrap_or_default();
@@ -166,14 +177,14 @@ impl At<'_> {
                 process: by_tag(t.clone()),
                 input: Some(ProcessInput { input: Some(process_input::Input::Stdin(data)) }),
             };
-            at.envd.process().send_input(req).await.map_err(|s| daemon_error("writing input", s))?;
+            at.envd.process().send_input(req).await.map_err(|s| at.refused("writing input", id, s))?;
         }
         if eof {
             at.envd
                 .process()
                 .close_stdin(CloseStdinRequest { process: by_tag(t) })
                 .await
-                .map_err(|s| daemon_error("closing stdin", s))?;
+                .map_err(|s| at.refused("closing stdin", id, s))?;
         }
         Ok(())
     }
@@ -190,7 +201,7 @@ impl At<'_> {
             Ok(_) => Ok(()),
             // Exited already (its group is empty): it is as killed as it gets, if it is the caller's.
             Err(s) if s.code() == Code::NotFound => self.get(id, false).await.map(|_| ()),
-            Err(s) => Err(daemon_error("signalling the process", s)),
+            Err(s) => Err(at.refused("signalling the process", id, s)),
         }
     }
 
@@ -199,7 +210,8 @@ impl At<'_> {
     pub async fn attach(&self, id: &str, since: Option<u64>) -> Result<impl Stream<Item = Output> + Send + 'static> {
         let at = self;
         let req = AttachRequest { process: by_tag(at.tag(id)), since };
-        let mut stream = at.envd.processes().attach(req).await.map_err(|s| daemon_error("attaching", s))?.into_inner();
+        let mut stream =
+            at.envd.processes().attach(req).await.map_err(|s| at.refused("attaching", id, s))?.into_inner();
         Ok(async_stream::stream! {
             let mut text = OffsetText::default();
             let broken = |m: &str| Output::Closed { reason: Reason::Error, message: Some(m.to_string()) };

@@ -190,6 +190,12 @@ CREATE TABLE IF NOT EXISTS detached (
     ended_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS detached_owner ON detached(sandbox_id, token_id);
+CREATE TABLE IF NOT EXISTS spared_execs (
+    sandbox_id TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (sandbox_id, tag)
+);
 ";
 
 impl Store {
@@ -451,6 +457,45 @@ fn add_columns(conn: &Connection) -> Result<()> {
 pub fn restrict(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
+
+/// Streamed commands a pause, destroy or graceful shutdown cut off and spared: they run to their
+/// end or timeout, and a restarted relay must not take them for orphans of a crash.
+impl Store {
+    pub fn spare_exec(&self, sandbox_id: &str, tag: &str) -> Result<()> {
+        self.conn().execute(
+            "INSERT OR IGNORE INTO spared_execs (sandbox_id, tag, at) VALUES (?1, ?2, ?3)",
+            params![sandbox_id, tag, now()],
+        )?;
+        Ok(())
+    }
+
+    /// The spared commands' tags in a sandbox.
+    pub fn spared_execs(&self, sandbox_id: &str) -> Result<Vec<String>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT tag FROM spared_execs WHERE sandbox_id = ?1")?;
+        let rows = stmt.query_map([sandbox_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(rows)
+    }
+
+    /// Forgets spared commands no longer running (their tags are not in `running`).
+    pub fn forget_spared_execs(&self, sandbox_id: &str, running: &[String]) -> Result<()> {
+        for tag in self.spared_execs(sandbox_id)? {
+            if !running.contains(&tag) {
+                self.conn()
+                    .execute("DELETE FROM spared_execs WHERE sandbox_id = ?1 AND tag = ?2", params![sandbox_id, tag])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tokens revoked, by id.
+    pub fn revoked_tokens(&self) -> Result<Vec<String>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT id FROM tokens WHERE revoked_at IS NOT NULL")?;
+        let rows = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(rows)
+    }
 }
 
 #[cfg(test)]

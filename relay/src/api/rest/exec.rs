@@ -34,10 +34,11 @@ fn request(b: ExecBody) -> Result<ExecRequest, ApiError> {
 
 pub async fn exec(
     State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
     Body(body): Body<ExecBody>,
 ) -> Result<Json<ExecResult>, ApiError> {
-    Ok(Json(exec::run(&relay, &reference, request(body)?).await?))
+    Ok(Json(exec::run(&relay, &caller, &reference, request(body)?).await?))
 }
 
 fn event(ev: &ExecEvent) -> Event {

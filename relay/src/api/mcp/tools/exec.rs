@@ -46,7 +46,7 @@ pub async fn call(
     let req = ExecRequest::new(a.command, a.cwd, a.timeout)?;
     let progress = ctx.meta.get_progress_token();
     let Some(token) = progress.filter(|_| a.stream) else {
-        let r = exec::run(relay, &a.sandbox, req).await?;
+        let r = exec::run(relay, caller, &a.sandbox, req).await?;
         return Ok(done(result(&r), &["stdout", "stderr"]));
     };
     // Dropping this stream (the call cancelled: the SDK drops the handler's future) kills the
