@@ -62,10 +62,17 @@ impl Proc {
         unsafe { libc::kill(self.pid, sig) == 0 }
     }
 
-    /// Waits up to `limit` for the process to end; whether it did.
+    /// Whether the pid still names this process, zombie or not: it has not been reaped yet.
+    fn exists(self) -> bool {
+        matches!(stat(self.pid), Ok(s) if s.start == self.start)
+    }
+
+    /// Waits up to `limit` for the process to be reaped; whether it was. Reaped, not merely a
+    /// zombie: a multi-threaded process's leader is a zombie while its other threads still exit,
+    /// and a PID namespace's init is reaped only after every process in the namespace is gone.
     pub async fn gone_within(self, limit: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + limit;
-        while self.alive() {
+        while self.exists() {
             if tokio::time::Instant::now() >= deadline {
                 return false;
             }
