@@ -88,6 +88,18 @@ pub struct Limits {
     #[arg(long, env = "HANGAR_STREAM_MAX_BYTES", default_value_t = 64 * 1024 * 1024)]
     pub max_bytes: u64,
 
+    /// Bytes the relay keeps for a stream's client that reads slower than its stream comes (each
+    /// message counting 64 bytes more). Past it a process stream's oldest output becomes a
+    /// `gap`, a watch's newest changes an `overflow`, and a streamed command waits for its
+    /// client (see HANGAR_STREAM_STALL_SECONDS).
+    #[arg(long, env = "HANGAR_STREAM_BUFFER_BYTES", default_value_t = 256 * 1024)]
+    pub buffer_bytes: usize,
+
+    /// Seconds a streamed command waits for a client that reads nothing; then its output runs
+    /// on and the client, when it reads again, gets a `gap`.
+    #[arg(long, env = "HANGAR_STREAM_STALL_SECONDS", default_value_t = 5.0)]
+    pub stall_seconds: f64,
+
     /// Hours an attach, watch or event stream may stay open.
     #[arg(long, env = "HANGAR_STREAM_MAX_HOURS", default_value_t = 12.0)]
     pub max_hours: f64,
@@ -104,6 +116,12 @@ pub struct Limits {
 impl Limits {
     pub fn lifetime(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64((self.max_hours * 3600.0).clamp(1.0, 10.0 * 365.0 * 24.0 * 3600.0))
+    }
+
+    pub fn stall(&self) -> std::time::Duration {
+        // A NaN would pass `clamp` and panic in `from_secs_f64`: it means the floor.
+        let seconds = if self.stall_seconds.is_nan() { 0.0 } else { self.stall_seconds };
+        std::time::Duration::from_secs_f64(seconds.clamp(0.05, 24.0 * 3600.0))
     }
 
     pub fn recheck(&self) -> std::time::Duration {

@@ -1,6 +1,7 @@
 //! Commands run to completion: through the sandbox's daemon (output streamed as it prints) or,
 //! without one, through the provider's exec (output in one piece at the end).
 use std::{
+    collections::VecDeque,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -20,9 +21,13 @@ use crate::{
     envd::{daemon_error, Envd},
     error::{Error, Limit, Result},
     events,
+    processes::OutputStream,
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
     store::SandboxRow,
-    streams::{Front, Kind, Reason},
+    streams::{
+        buffer::{Buffer, Full, Shed},
+        Front, Kind, Reason, MESSAGE_OVERHEAD,
+    },
     text::{Tail, Utf8Decoder},
 };
 
@@ -217,7 +222,73 @@ impl ExecResult {
 pub enum ExecEvent {
     Stdout(String),
     Stderr(String),
+    /// The client fell behind and bytes `from..to` of `stream`'s text were not sent to it:
+    /// offsets count that output's text as this stream sends it (its events' `data` end to end).
+    Gap {
+        stream: OutputStream,
+        from: u64,
+        to: u64,
+    },
     Result(ExecResult),
+}
+
+/// What a streamed command's client that stopped reading gives up: its oldest output, said by
+/// a gap per output in its place. The result still has the end of each output.
+#[derive(Default)]
+struct ShedOldestText {
+    /// Bytes of stdout's and stderr's text that left the queue, sent or shed.
+    stdout: u64,
+    stderr: u64,
+}
+
+impl ShedOldestText {
+    fn gone(&mut self, stream: OutputStream) -> &mut u64 {
+        match stream {
+            OutputStream::Stdout => &mut self.stdout,
+            OutputStream::Stderr => &mut self.stderr,
+        }
+    }
+}
+
+/// Which output an event's text is from, and its length.
+fn text(ev: &ExecEvent) -> Option<(OutputStream, u64)> {
+    match ev {
+        ExecEvent::Stdout(t) => Some((OutputStream::Stdout, t.len() as u64)),
+        ExecEvent::Stderr(t) => Some((OutputStream::Stderr, t.len() as u64)),
+        _ => None,
+    }
+}
+
+impl Shed<ExecEvent> for ShedOldestText {
+    fn cost(&self, ev: &ExecEvent) -> usize {
+        text(ev).map_or(0, |(_, len)| (len + MESSAGE_OVERHEAD) as usize)
+    }
+
+    fn shed(&mut self, queue: &mut VecDeque<ExecEvent>) -> usize {
+        let Some((i, (stream, len))) = queue.iter().enumerate().find_map(|(i, e)| Some((i, text(e)?))) else {
+            return 0;
+        };
+        queue.remove(i);
+        let gone = self.gone(stream);
+        let from = *gone;
+        *gone += len;
+        // Only gaps come before the oldest output: extend this output's, or add one.
+        let earlier = queue.iter_mut().take(i).find_map(|e| match e {
+            ExecEvent::Gap { stream: s, to, .. } if *s == stream && *to == from => Some(to),
+            _ => None,
+        });
+        match earlier {
+            Some(to) => *to = from + len,
+            None => queue.insert(i, ExecEvent::Gap { stream, from, to: from + len }),
+        }
+        (len + MESSAGE_OVERHEAD) as usize
+    }
+
+    fn took(&mut self, ev: &ExecEvent) {
+        if let Some((stream, len)) = text(ev) {
+            *self.gone(stream) += len;
+        }
+    }
 }
 
 /// Kills the command's process group if the stream is dropped before its end: a streamed command
@@ -443,8 +514,13 @@ pub async fn stream(
             }
         };
     let (name, sandbox_id) = (row.name, row.id);
+    // The client is the command's primary reader: while it reads, the command waits for it (the
+    // daemon holds the command back when the relay stops reading); once it has taken nothing
+    // for the stall bound, the command runs on and the client's oldest output goes. Either way
+    // its stream never holds the sandbox's shared connection (streams::buffer).
+    let full = Full::Hold { stall: relay.limits.stall() };
+    let events = Buffer::spawn(events, ShedOldestText::default(), relay.limits.buffer_bytes, full);
     Ok(async_stream::stream! {
-        let mut events = events;
         // What the client was sent, for a result when the stream is cut off.
         let (mut out, mut err) = (Tail::new(RESULT_TAIL_BYTES), Tail::new(RESULT_TAIL_BYTES));
         let mut capped = false;
@@ -472,6 +548,9 @@ pub async fn stream(
             };
             let Some(ev) = ev else { stream.end(Reason::Error); return; };
             match &ev {
+                ExecEvent::Gap { .. } => {
+                    if capped { continue; }
+                }
                 ExecEvent::Stdout(t) | ExecEvent::Stderr(t) => {
                     if capped { continue; }
                     if stream.send(t.len() as u64).await.is_err() {
@@ -561,5 +640,43 @@ mod tests {
     fn commands_longer_than_one_argument_are_refused() {
         assert!(check_command(&"x".repeat(MAX_COMMAND_BYTES)).is_ok());
         assert!(matches!(check_command(&"x".repeat(MAX_COMMAND_BYTES + 1)), Err(Error::Invalid(_))));
+    }
+
+    fn shown(q: &VecDeque<ExecEvent>) -> Vec<String> {
+        q.iter()
+            .map(|e| match e {
+                ExecEvent::Stdout(t) => format!("out {t}"),
+                ExecEvent::Stderr(t) => format!("err {t}"),
+                ExecEvent::Gap { stream, from, to } => format!("gap {stream:?} {from}..{to}"),
+                ExecEvent::Result(_) => "result".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stalled_client_loses_its_oldest_text_to_a_gap_per_output() {
+        let mut shed = ShedOldestText::default();
+        let mut q: VecDeque<ExecEvent> = vec![
+            ExecEvent::Stdout("ab".into()),
+            ExecEvent::Stderr("xyz".into()),
+            ExecEvent::Stdout("cde".into()),
+            ExecEvent::Stdout("f".into()),
+        ]
+        .into();
+        shed.took(&q.pop_front().unwrap());
+        for _ in 0..2 {
+            assert!(shed.shed(&mut q) > 0);
+        }
+        // Offsets count each output's text: stdout's 2 bytes were sent, 3 lost; stderr's first 3 lost.
+        assert_eq!(shown(&q), ["gap Stderr 0..3", "gap Stdout 2..5", "out f"].map(String::from));
+        q.push_back(ExecEvent::Result(from_fallback(ExecOutput {
+            exit_code: 0,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            timed_out: false,
+        })));
+        shed.shed(&mut q);
+        assert_eq!(shown(&q), ["gap Stderr 0..3", "gap Stdout 2..6", "result"].map(String::from));
+        assert_eq!(shed.shed(&mut q), 0, "the result is never shed");
     }
 }

@@ -1,15 +1,24 @@
 //! Directory watches through the sandbox's daemon (envd's WatchDir, inotify), admitted against
 //! the stream limits and closed like every stream. The REST SSE route and the MCP watch
 //! resources both read these.
+use std::collections::VecDeque;
+
 use futures::Stream;
-use hangar_proto::{ext::watch_event, filesystem::WatchDirRequest};
+use hangar_proto::{
+    ext::{watch_event, WatchResponse},
+    filesystem::WatchDirRequest,
+};
 
 use crate::{
     app::Relay,
     auth::Caller,
     envd::daemon_error,
     error::Result,
-    streams::{Front, Kind, Reason},
+    streams::{
+        self,
+        buffer::{Buffer, Full, Shed},
+        Front, Kind, Reason,
+    },
     time,
 };
 
@@ -18,7 +27,8 @@ use crate::{
 pub enum WatchItem {
     /// A change: `data` is `{seq, ts, name, type}` (type create, write, remove, rename or chmod).
     Change { seq: u64, data: serde_json::Value },
-    /// The daemon dropped events: rescan the directory.
+    /// `dropped` changes were lost (the daemon's queue was full, or the client fell behind the
+    /// relay's buffer): rescan the directory.
     Overflow { seq: u64, dropped: u64 },
     /// The watch ended, and why (the last item).
     Closed { reason: Reason, message: Option<String> },
@@ -39,28 +49,60 @@ pub async fn watch(
     let envd = relay.sandboxes.require_daemon(&mut row, "watching a directory").await?;
     let mut admitted = relay.streams.open(caller, &row.id, Kind::Watch, front)?;
     let req = WatchDirRequest { path, recursive, include_entry: false, allow_network_mounts: false };
-    let mut watch = envd.files().watch_dir(req).await.map_err(|s| daemon_error("watching", s))?.into_inner();
+    let watch = envd.files().watch_dir(req).await.map_err(|s| daemon_error("watching", s))?.into_inner();
+    // Drained as the daemon sends it, whatever the client's pace: a client that stops reading
+    // must not hold the sandbox's shared connection (streams::buffer).
+    let items = Buffer::spawn(changes(watch), ShedNewest, relay.limits.buffer_bytes, Full::Shed);
     Ok(async_stream::stream! {
         loop {
             // A close first: a destroyed sandbox's daemon stream breaks too, and why is the destroy.
-            let msg = tokio::select! {
+            let item = tokio::select! {
                 biased;
                 reason = admitted.closed() => {
                     admitted.end(reason);
                     yield WatchItem::Closed { reason, message: None };
                     return;
                 }
-                m = watch.message() => m,
+                item = items.next() => item,
             };
-            let ev = match msg {
+            match item {
+                Some(WatchItem::Change { seq, data }) => {
+                    if admitted.send(data.to_string().len() as u64).await.is_err() {
+                        admitted.end(Reason::MaxBytes);
+                        yield WatchItem::Closed { reason: Reason::MaxBytes, message: None };
+                        return;
+                    }
+                    yield WatchItem::Change { seq, data };
+                }
+                Some(WatchItem::Closed { reason, message }) => {
+                    admitted.end(reason);
+                    yield WatchItem::Closed { reason, message };
+                    return;
+                }
+                Some(overflow) => yield overflow,
+                // `items` always ends with a close.
+                None => {
+                    admitted.end(Reason::Error);
+                    yield WatchItem::Closed { reason: Reason::Error, message: Some("the watch ended early".into()) };
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// The daemon's watch events as items, ending with a close: `Done` when the daemon ends the
+/// watch, `Error` when its stream breaks.
+fn changes(mut watch: tonic::Streaming<WatchResponse>) -> impl Stream<Item = WatchItem> + Send + 'static {
+    async_stream::stream! {
+        loop {
+            let ev = match watch.message().await {
                 Ok(Some(m)) => m.event,
                 Ok(None) => {
-                    admitted.end(Reason::Done);
                     yield WatchItem::Closed { reason: Reason::Done, message: None };
                     return;
                 }
                 Err(s) => {
-                    admitted.end(Reason::Error);
                     yield WatchItem::Closed { reason: Reason::Error, message: Some(s.message().to_string()) };
                     return;
                 }
@@ -72,17 +114,63 @@ pub async fn watch(
                     let kind = hangar_proto::filesystem::EventType::try_from(f.r#type)
                         .map(|t| t.as_str_name().trim_start_matches("EVENT_TYPE_").to_ascii_lowercase())
                         .unwrap_or_else(|_| "unknown".into());
+                    // `ts` is when the relay heard of it, whenever its client reads it.
                     let data = serde_json::json!({ "seq": seq, "ts": time::now(), "name": f.name, "type": kind });
-                    if admitted.send(data.to_string().len() as u64).await.is_err() {
-                        admitted.end(Reason::MaxBytes);
-                        yield WatchItem::Closed { reason: Reason::MaxBytes, message: None };
-                        return;
-                    }
                     yield WatchItem::Change { seq, data };
                 }
                 Some(watch_event::Event::Overflow(o)) => yield WatchItem::Overflow { seq, dropped: o.dropped },
                 _ => continue,
             }
         }
-    })
+    }
+}
+
+/// What a watch's client that falls behind gives up, as the daemon's queue does: the newest
+/// changes, folded into one overflow marker at the end, so it sees a true prefix, then the
+/// loss, then what comes after.
+struct ShedNewest;
+
+impl Shed<WatchItem> for ShedNewest {
+    fn cost(&self, item: &WatchItem) -> usize {
+        match item {
+            // The name is most of it; the rest is about the message's overhead.
+            WatchItem::Change { data, .. } => {
+                data["name"].as_str().map_or(0, str::len) + streams::MESSAGE_OVERHEAD as usize
+            }
+            _ => 0,
+        }
+    }
+
+    fn shed(&mut self, queue: &mut VecDeque<WatchItem>) -> usize {
+        let Some(WatchItem::Change { seq, .. }) = queue.back() else { return 0 };
+        let seq = *seq;
+        let Some(change) = queue.pop_back() else { return 0 };
+        match queue.back_mut() {
+            Some(WatchItem::Overflow { dropped, .. }) => *dropped += 1,
+            _ => queue.push_back(WatchItem::Overflow { seq, dropped: 1 }),
+        }
+        self.cost(&change)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(seq: u64) -> WatchItem {
+        WatchItem::Change { seq, data: serde_json::json!({ "seq": seq, "name": "a" }) }
+    }
+
+    #[test]
+    fn a_client_behind_loses_the_newest_changes_to_one_overflow() {
+        let mut q: VecDeque<WatchItem> = vec![change(1), change(2)].into();
+        assert!(ShedNewest.shed(&mut q) > 0);
+        q.push_back(change(3));
+        ShedNewest.shed(&mut q);
+        let seen: Vec<String> = q.iter().map(|i| format!("{i:?}")).collect();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(matches!(q.back(), Some(WatchItem::Overflow { seq: 2, dropped: 2 })), "{seen:?}");
+        let mut closed: VecDeque<WatchItem> = vec![WatchItem::Closed { reason: Reason::Done, message: None }].into();
+        assert_eq!(ShedNewest.shed(&mut closed), 0);
+    }
 }

@@ -367,6 +367,12 @@ def test_process_start_attach_since_and_wait_input_kill_list(relay, mode):
             pid = started["process_id"]
             assert pid.startswith("p_")
             assert pid in [p["process_id"] for p in (await process(action="list"))["processes"]]
+            # The start answers once the process runs, not once it has printed: wait for that.
+            for _ in range(200):
+                listed = (await process(action="list"))["processes"]
+                if any(p["process_id"] == pid and p["output_bytes"] >= len("one\ntwo\n") for p in listed):
+                    break
+                await anyio.sleep(0.02)
 
             # Everything so far, no wait (once it is printed: `start` answers when the process
             # runs, not when it has written).

@@ -41,6 +41,13 @@ pub fn build_request(
 /// Sends one request on a fresh HTTP/1.1 connection.
 pub async fn send_http1(addr: SocketAddr, req: hyper::Request<ReqBody>) -> hyper::Response<Incoming> {
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    send_http1_over(tcp, req).await
+}
+
+/// Sends one request over `tcp` (connected as the caller chose: a small receive buffer, say).
+/// The response's body is read only as fast as its reader polls it: hyper reads a response's
+/// body from the socket only when asked for the next frame.
+pub async fn send_http1_over(tcp: tokio::net::TcpStream, req: hyper::Request<ReqBody>) -> hyper::Response<Incoming> {
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.expect("HTTP/1.1 handshake");
     tokio::spawn(async move {

@@ -202,6 +202,28 @@ impl Relay {
         within(STEP, &format!("reading {method} {path}"), read_raw(resp)).await
     }
 
+    /// Opens an SSE stream on a connection whose socket receives at most about `rcvbuf` bytes
+    /// (`SO_RCVBUF`, set before connecting so the TCP window is small from the start). Until it
+    /// is read, it is a client that opened a stream and stopped reading: the relay's writes to
+    /// it block as soon as the kernel's buffers are full.
+    pub async fn sse_stalled(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+        rcvbuf: u32,
+    ) -> Sse {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket.set_recv_buffer_size(rcvbuf).expect("SO_RCVBUF");
+        let tcp = within(STEP, "connecting to the relay", socket.connect(self.addr))
+            .await
+            .unwrap_or_else(|e| panic!("connect {}: {e}", self.addr));
+        let req = self.request(method, path, token, body.map(|b| Bytes::from(b.to_string())));
+        let resp = within(STEP, &format!("{method} {path}"), crate::send_http1_over(tcp, req)).await;
+        Sse::from_response(resp)
+    }
+
     /// Opens an SSE stream.
     pub async fn sse(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Sse {
         let req = self.request(method, path, token, body.map(|b| Bytes::from(b.to_string())));

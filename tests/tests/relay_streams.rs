@@ -303,3 +303,240 @@ async fn metrics_count_streams_in_prometheus_text() {
         assert!(text.contains(needle), "{needle} in:\n{text}");
     }
 }
+
+/// About 200 KB/s of numbered lines (2 KB each, ten every 0.1 s), forever: `printf` is a bash
+/// builtin, so the rate does not depend on how fast processes start.
+const STEADY: &str = "pad=$(printf '%02000d' 0); i=0; while :; do i=$((i+1)); printf '%08d %s\\n' $i $pad; \
+                      if [ $((i % 10)) = 0 ]; then sleep 0.1; fi; done";
+
+/// What a reader heard while it listened.
+#[derive(Debug, Default)]
+struct Heard {
+    /// `output` or `stdout` events.
+    output: usize,
+    gaps: usize,
+    /// The longest time without any event, the end of the listening included.
+    silence: Duration,
+}
+
+/// Reads `s` for `how_long`, counting what comes and timing the silences between events.
+async fn listen(mut s: Sse, how_long: Duration) -> Heard {
+    let end = Instant::now() + how_long;
+    let (mut heard, mut last) = (Heard::default(), Instant::now());
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        // The outer timeout ends the listening; `next`'s own bound is never reached.
+        let Ok(ev) = tokio::time::timeout(left, s.next(Duration::from_secs(3600))).await else { break };
+        let ev = ev.expect("the stream ended while it was listened to");
+        heard.silence = heard.silence.max(last.elapsed());
+        last = Instant::now();
+        match ev.event.as_str() {
+            "output" | "stdout" => heard.output += 1,
+            "gap" => heard.gaps += 1,
+            other => panic!("unexpected event {other}: {ev:?}"),
+        }
+    }
+    heard.silence = heard.silence.max(last.elapsed());
+    heard
+}
+
+async fn start_process(relay: &Relay, tok: &str, command: &str) -> String {
+    let r = relay.call("POST", "/api/sandboxes/default/processes", Some(tok), Some(json!({"command": command}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    r.json()["process_id"].as_str().unwrap().to_string()
+}
+
+/// The fault injector's finding: clients that open a process's stream and never read used to
+/// hold the one HTTP/2 connection between the relay and the sandbox's daemon, so every other
+/// stream of the sandbox (another token's readers, a streamed command) fell silent, and a new
+/// command waited. Now each stalled client costs only its own bounded buffer; when it reads
+/// again it is told what it lost (`gap`) and goes on with live output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_never_slow_other_streams() {
+    const STALLED_PER_TOKEN: usize = 16; // HANGAR_STREAM_MAX_PER_TOKEN's default
+    const LISTEN: Duration = Duration::from_secs(30);
+    const QUIET: Duration = Duration::from_secs(3);
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let mut stalled_tokens = Vec::new();
+    for name in ["stalled-1", "stalled-2"] {
+        stalled_tokens.push(relay.token(name, "user").await.secret);
+    }
+    let reader = relay.token("reader", "user").await.secret;
+    let other = relay.token("other", "user").await.secret;
+
+    // Every token's stalled clients take its whole stream allowance, on its own process.
+    let mut stalled = Vec::new();
+    let mut procs = Vec::new();
+    for tok in &stalled_tokens {
+        let id = start_process(&relay, tok, STEADY).await;
+        let path = format!("/api/sandboxes/default/processes/{id}/stream?since=0");
+        for _ in 0..STALLED_PER_TOKEN {
+            let s = relay.sse_stalled("GET", &path, Some(tok), None, 4096).await;
+            assert_eq!(s.status, 200);
+            stalled.push(s);
+        }
+        let r = relay.call("GET", &path, Some(tok), None).await;
+        assert_eq!(r.status, 429, "the stalled clients hold all of their token's streams: {r:?}");
+        procs.push((tok.clone(), id));
+    }
+
+    // Another token reads its own process, and a third streams a command, all on the sandbox
+    // the stalled clients use.
+    let id = start_process(&relay, &reader, STEADY).await;
+    procs.push((reader.clone(), id.clone()));
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        let s = relay.sse("GET", &format!("/api/sandboxes/default/processes/{id}/stream"), Some(&reader), None).await;
+        assert_eq!(s.status, 200);
+        listeners.push(tokio::spawn(listen(s, LISTEN)));
+    }
+    let ticking = exec_stream(&relay, &other, "while :; do echo tick; sleep 0.05; done").await;
+    listeners.push(tokio::spawn(listen(ticking, LISTEN)));
+    // New commands keep completing.
+    let execs = {
+        let (addr_relay, other) = (&relay, other.clone());
+        let end = Instant::now() + LISTEN;
+        async move {
+            let mut slowest = Duration::ZERO;
+            while Instant::now() < end {
+                let t = Instant::now();
+                let r = addr_relay
+                    .call("POST", "/api/sandboxes/default/exec", Some(&other), Some(json!({"command": "echo ok"})))
+                    .await;
+                assert_eq!((r.status, r.json()["stdout"].clone()), (200, json!("ok\n")), "{r:?}");
+                slowest = slowest.max(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            slowest
+        }
+    };
+    let slowest_exec = execs.await;
+    let mut heard = Vec::new();
+    for l in listeners {
+        heard.push(l.await.expect("listener"));
+    }
+    eprintln!("listeners: {heard:#?}\nthe slowest new command took {slowest_exec:?}");
+    for (i, h) in heard.iter().enumerate() {
+        assert!(h.output > 0, "listener {i} heard nothing: {h:?}");
+        assert!(h.silence < QUIET, "listener {i} fell silent while clients were stalled: {h:?}");
+    }
+    assert!(slowest_exec < QUIET, "a new command waited {slowest_exec:?} while clients were stalled");
+
+    // A stalled client that reads again gets what was kept for it, then a gap saying exactly
+    // which bytes it lost (more, while it catches up), then live output from where it ends:
+    // every event starts where the one before it ended.
+    for (n, s) in stalled.iter_mut().enumerate() {
+        let deadline = hangar_e2e::Deadline::after(Duration::from_secs(60));
+        let (mut at, mut gaps, mut after) = (None::<u64>, 0, 0);
+        let mut events = Vec::new();
+        while gaps == 0 || after < 3 {
+            let ev = deadline
+                .run(s.next(Duration::from_secs(60)), || {
+                    format!("stalled client {n}, the last events: {:?}", &events[events.len().saturating_sub(10)..])
+                })
+                .await;
+            let ev = ev.expect("the stalled client's stream is open");
+            let v = ev.json();
+            let (start, end) = match ev.event.as_str() {
+                "output" => {
+                    let end: u64 = ev.id.as_deref().expect("an output's id").parse().expect("an offset");
+                    after += 1;
+                    (end - v["data"].as_str().expect("data").len() as u64, end)
+                }
+                "gap" => {
+                    let (from, to) = (v["from"].as_u64().expect("from"), v["to"].as_u64().expect("to"));
+                    assert!(from < to && v["lost"].as_u64() == Some(to - from), "{v}");
+                    assert_eq!(ev.id, Some(to.to_string()), "a gap's id is where the stream resumes: {ev:?}");
+                    (gaps, after) = (gaps + 1, 0);
+                    (from, to)
+                }
+                other => panic!("unexpected event {other}: {ev:?}"),
+            };
+            assert!(at.is_none_or(|a| a == start), "stalled client {n}: {ev:?} does not start at {at:?}");
+            at = Some(end);
+            events.push((ev.event, start, end));
+        }
+    }
+    for (tok, id) in procs {
+        relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(&tok), None).await;
+    }
+}
+
+/// A streamed command's own client is its primary reader: while it reads, the command waits for
+/// it as for a slow terminal, and nothing is lost. A client that stops reading holds its command
+/// up for at most `HANGAR_STREAM_STALL_SECONDS` (default 5); then the command runs on, and the
+/// client, when it reads again, gets what was kept for it, a `gap` saying how much of which
+/// output it lost, the latest output, and the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_command_whose_client_stops_reading_runs_on() {
+    const LINES: u64 = 10_000;
+    const LINE: u64 = 2010; // "%08d " + 2000 zeros + "\n"
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let done = workdir(&relay).await.join("printed-all");
+    // 20 MB: more than all the buffers between the command and a client that does not read.
+    let command = format!(
+        "pad=$(printf '%02000d' 0); for i in $(seq 1 {LINES}); do printf '%08d %s\\n' $i $pad; done; touch printed-all"
+    );
+    let path = "/api/sandboxes/default/exec/stream";
+    let mut stalled = relay.sse_stalled("POST", path, Some(ADMIN), Some(json!({ "command": command })), 4096).await;
+    assert_eq!(stalled.status, 200);
+    let other = relay.token("other", "user").await.secret;
+    let ticking = exec_stream(&relay, &other, "while :; do echo tick; sleep 0.05; done").await;
+    let listener = tokio::spawn(listen(ticking, Duration::from_secs(10)));
+    wait_until(Duration::from_secs(45), "the command prints all its output though its client reads nothing", || {
+        done.exists()
+    })
+    .await;
+    let heard = listener.await.expect("listener");
+    assert!(heard.output > 0 && heard.silence < Duration::from_secs(3), "another token's stream: {heard:?}");
+
+    let events = stalled.collect(Duration::from_secs(30)).await;
+    let (mut before, mut after, mut gap) = (0u64, 0u64, None::<Value>);
+    for e in &events {
+        match e.event.as_str() {
+            "stdout" if gap.is_none() => before += e.json()["data"].as_str().unwrap().len() as u64,
+            "stdout" => after += e.json()["data"].as_str().unwrap().len() as u64,
+            "gap" => {
+                assert!(gap.is_none(), "one gap for one stall: {e:?}");
+                gap = Some(e.json());
+            }
+            _ => {}
+        }
+    }
+    let gap = gap.unwrap_or_else(|| panic!("no gap after {before} bytes of stdout"));
+    assert_eq!(gap["stream"], json!("stdout"), "{gap}");
+    let (from, to) = (gap["from"].as_u64().unwrap(), gap["to"].as_u64().unwrap());
+    assert_eq!(
+        (from, gap["lost"].as_u64()),
+        (before, Some(to - from)),
+        "the gap starts where the client's text ends: {gap}"
+    );
+    assert_eq!(to + after, LINES * LINE, "after the gap comes the rest, to the end");
+    let result = events.last().expect("events");
+    assert_eq!(result.event, "result", "{result:?}");
+    let r = result.json();
+    assert_eq!((r["exit_code"].clone(), r["closed"].clone()), (json!(0), Value::Null), "{r}");
+    assert!(r["stdout"].as_str().unwrap().ends_with(&format!("{LINES:08} {}\n", "0".repeat(2000))));
+}
+
+/// A client that reads, however slowly, loses nothing: past the relay's buffer the command
+/// waits for it (here: 1.2 MB read at the pace of 300 KB/s, four times the buffer).
+#[tokio::test]
+async fn a_streamed_command_waits_for_a_client_that_reads_slowly() {
+    let state = StateDir::new();
+    let relay = Relay::start(
+        &state.0,
+        &[("HANGAR_STREAM_BYTES_PER_SECOND", "300000"), ("HANGAR_STREAM_BUFFER_BYTES", "300000")],
+    );
+    let t = Instant::now();
+    let mut s = exec_stream(&relay, ADMIN, "head -c 1200000 /dev/zero | tr '\\0' x").await;
+    let all = s.collect(Duration::from_secs(60)).await;
+    assert!(all.iter().all(|e| e.event != "gap"), "a reading client loses nothing");
+    let sent: usize =
+        all.iter().filter(|e| e.event == "stdout").map(|e| e.json()["data"].as_str().unwrap().len()).sum();
+    assert_eq!(sent, 1_200_000);
+    assert_eq!(all.last().map(|e| e.json()["exit_code"].clone()), Some(json!(0)));
+    assert!(t.elapsed() >= Duration::from_secs(2), "paced: {:?}", t.elapsed());
+}

@@ -40,6 +40,17 @@ impl tonic::service::Interceptor for Auth {
 
 type Authed = InterceptedService<Channel, Auth>;
 
+/// What one stream may have in flight from the daemon before the relay reads it: the daemon's
+/// ring (`--ring-bytes`' default), since more in flight buys a reader nothing the ring does not.
+const STREAM_WINDOW: u32 = 256 * 1024;
+/// HTTP/2's largest window, for the connection. A sandbox's streams share one connection, and
+/// HTTP/2 limits the data in flight both per stream and per connection. With hyper's defaults
+/// (2 MiB a stream, 5 MiB the connection) a few streams the relay did not read held the whole
+/// connection window and every other stream of the sandbox stopped. This one covers 8,192
+/// streams each holding its whole window (`HANGAR_STREAM_MAX_TOTAL` is 512 by default), so a
+/// stream can only ever stop itself.
+const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
+
 #[derive(Clone)]
 pub struct Envd {
     channel: Channel,
@@ -53,7 +64,9 @@ impl Envd {
             .map_err(|_| EnvdError::Address(url.to_string()))?
             .connect_timeout(Duration::from_secs(3))
             .http2_keep_alive_interval(Duration::from_secs(30))
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW);
         let token = MetadataValue::try_from(token).map_err(|_| EnvdError::Token)?;
         Ok(Envd { channel: endpoint.connect_lazy(), auth: Auth { token } })
     }

@@ -20,6 +20,7 @@ use std::{
 use futures::{Stream, StreamExt};
 use serde::Serialize;
 
+use output::ShedOldest;
 pub use output::{Chunk, OnData, Output, OutputStream, BACKLOG_QUIET};
 pub use polled::watch_unattached;
 
@@ -31,7 +32,11 @@ use crate::{
     events,
     exec::check_command,
     store::{SandboxRow, SandboxState},
-    streams::{self, Front, Kind, Reason},
+    streams::{
+        self,
+        buffer::{Buffer, Full},
+        Front, Kind, Reason,
+    },
     time::Epoch,
 };
 
@@ -260,7 +265,10 @@ async fn follow(
     Ok(match backend(relay, reference).await? {
         Backend::Daemon { row, envd } => {
             let items = at(relay, caller, &row, &envd).attach(id, since).await?;
-            (row.id, Box::pin(items))
+            // Drained as the daemon sends it, whatever the reader's pace: a reader that stops
+            // must not hold the sandbox's shared connection (streams::buffer).
+            let items = Buffer::spawn(items, ShedOldest::new(since), relay.limits.buffer_bytes, Full::Shed);
+            (row.id, Box::pin(items.into_stream()))
         }
         Backend::Polled(row) => {
             polled::Polled { relay, sandbox: &row, caller }.get(id).await?;
@@ -272,6 +280,8 @@ async fn follow(
 
 /// A process's output as an admitted stream: paced and capped like every stream, and ended by
 /// the relay's closes (revocation, pause, destroy, shutdown, lifetime), each said as `Closed`.
+/// With a daemon, its items were drained as they came: a reader more than
+/// `HANGAR_STREAM_BUFFER_BYTES` behind gets a `Gap` for its oldest output, then goes on.
 pub struct Attached {
     items: Items,
     admitted: streams::Stream,

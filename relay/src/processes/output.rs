@@ -1,14 +1,14 @@
 //! What reading a background process's output yields, from either backend, and the one fold
 //! that turns those items into a read's result (`since`, `output`, `lost`, `next`). REST and
 //! MCP only render what comes out of here.
-use std::time::Duration;
+use std::{collections::VecDeque, time::Duration};
 
 use futures::{future::BoxFuture, Stream, StreamExt};
 use serde::Serialize;
 
 use crate::{
     error::{Error, Result},
-    streams::Reason,
+    streams::{buffer::Shed, Reason, MESSAGE_OVERHEAD},
     text::tail_str,
 };
 
@@ -41,6 +41,84 @@ impl Output {
     /// Whether nothing follows it.
     pub fn is_last(&self) -> bool {
         matches!(self, Output::End { .. } | Output::Closed { .. })
+    }
+}
+
+/// What a reader that falls behind gives up, as the daemon's ring does for its subscribers: its
+/// oldest output, said by a `Gap` of exactly those bytes in its place (adjacent gaps merge).
+pub struct ShedOldest {
+    /// Where the reader asked to start: where the start's output begins.
+    since: Option<u64>,
+    /// The offset after the last item the reader took: where the first queued output begins.
+    taken: Option<u64>,
+}
+
+impl ShedOldest {
+    pub fn new(since: Option<u64>) -> ShedOldest {
+        ShedOldest { since, taken: None }
+    }
+
+    /// The offset after `item`.
+    fn end(&self, item: &Output) -> Option<u64> {
+        match item {
+            Output::Start { oldest, .. } => Some(self.since.unwrap_or(*oldest)),
+            Output::Data { next, .. } => Some(*next),
+            Output::Gap { to, .. } => Some(*to),
+            Output::End { total, .. } => Some(*total),
+            Output::Closed { .. } => None,
+        }
+    }
+}
+
+impl Shed<Output> for ShedOldest {
+    fn cost(&self, item: &Output) -> usize {
+        match item {
+            Output::Data { data, .. } => data.len() + MESSAGE_OVERHEAD as usize,
+            _ => 0,
+        }
+    }
+
+    fn shed(&mut self, queue: &mut VecDeque<Output>) -> usize {
+        let Some((i, len, next)) = queue.iter().enumerate().find_map(|(i, o)| match o {
+            Output::Data { data, next, .. } => Some((i, data.len(), *next)),
+            _ => None,
+        }) else {
+            return 0;
+        };
+        let from = match i.checked_sub(1) {
+            Some(j) => self.end(&queue[j]),
+            None => self.taken,
+        };
+        queue.remove(i);
+        // A start always comes first, so `from` is known; were it not, the text's length is
+        // the bytes it came from (bar replaced invalid UTF-8).
+        let from = from.unwrap_or(next.saturating_sub(len as u64));
+        let at = match i.checked_sub(1).map(|j| (j, &mut queue[j])) {
+            Some((j, Output::Gap { to, .. })) if *to == from => {
+                *to = next;
+                j
+            }
+            _ => {
+                queue.insert(i, Output::Gap { from, to: next });
+                i
+            }
+        };
+        // The daemon's own gap may follow: one gap says both.
+        if let Some(&Output::Gap { from: f, to: t }) = queue.get(at + 1) {
+            if f == next {
+                queue.remove(at + 1);
+                if let Some(Output::Gap { to, .. }) = queue.get_mut(at) {
+                    *to = t;
+                }
+            }
+        }
+        len + MESSAGE_OVERHEAD as usize
+    }
+
+    fn took(&mut self, item: &Output) {
+        if let Some(end) = self.end(item) {
+            self.taken = Some(end);
+        }
     }
 }
 
@@ -206,6 +284,38 @@ mod tests {
 
     fn quiet() -> OnData<'static> {
         Box::new(|_, _| Box::pin(async { true }))
+    }
+
+    #[test]
+    fn a_reader_behind_loses_its_oldest_output_to_one_gap() {
+        let mut shed = ShedOldest::new(Some(5));
+        let mut q: VecDeque<Output> = vec![
+            Output::Start { oldest: 0, next: 20 },
+            data("abc", 8),
+            data("de", 10),
+            Output::Gap { from: 10, to: 15 },
+            data("f", 16),
+        ]
+        .into();
+        assert_eq!(shed.shed(&mut q), 3 + MESSAGE_OVERHEAD as usize);
+        assert_eq!(q[1], Output::Gap { from: 5, to: 8 }, "from the start's `since`");
+        // The next shed extends it, and takes in the daemon's own gap after it.
+        shed.shed(&mut q);
+        assert_eq!(
+            Vec::from(q.clone()),
+            vec![Output::Start { oldest: 0, next: 20 }, Output::Gap { from: 5, to: 15 }, data("f", 16)]
+        );
+        // What the reader took says where the next shed starts.
+        for _ in 0..2 {
+            let item = q.pop_front().unwrap();
+            shed.took(&item);
+        }
+        shed.shed(&mut q);
+        assert_eq!(Vec::from(q), vec![Output::Gap { from: 15, to: 16 }]);
+        assert_eq!(
+            shed.shed(&mut VecDeque::from(vec![Output::End { exit_code: 0, status: String::new(), total: 16 }])),
+            0
+        );
     }
 
     #[tokio::test]

@@ -4,7 +4,9 @@
 //! metrics and opens the `stream <kind>` span.
 //!
 //! Invariant: a slow or vanished client never blocks another: each stream is paced and capped on
-//! its own, and closing is a broadcast the stream observes, never a wait.
+//! its own, drained from the daemon into what is kept for its client alone (`buffer`), and
+//! closing is a broadcast the stream observes, never a wait.
+pub mod buffer;
 pub mod metrics;
 
 use std::{

@@ -1,5 +1,6 @@
 //! `POST /api/sandboxes/{ref}/exec` (the result at the end) and `.../exec/stream` (SSE: `stdout`
-//! and `stderr` events as it prints, then one `result`).
+//! and `stderr` events as it prints, a `gap` where a client that stopped reading lost output,
+//! then one `result`).
 use std::{convert::Infallible, sync::Arc};
 
 use axum::{
@@ -45,6 +46,9 @@ fn event(ev: &ExecEvent) -> Event {
     match ev {
         ExecEvent::Stdout(t) => Event::default().event("stdout").json_data(serde_json::json!({ "data": t })),
         ExecEvent::Stderr(t) => Event::default().event("stderr").json_data(serde_json::json!({ "data": t })),
+        ExecEvent::Gap { stream, from, to } => Event::default()
+            .event("gap")
+            .json_data(serde_json::json!({ "stream": stream, "from": from, "to": to, "lost": to - from })),
         ExecEvent::Result(r) => Event::default().event("result").json_data(r),
     }
     .unwrap_or_else(|_| Event::default().event("error").data("unserializable event"))

@@ -72,6 +72,8 @@ pub async fn call(
                     return Err(Error::unavailable("the client went away"));
                 }
             }
+            // Progress is best effort: the result has the end of each output.
+            ExecEvent::Gap { .. } => {}
             ExecEvent::Result(r) => return Ok(done(result(&r), &["stdout", "stderr"])),
         }
     }
