@@ -71,12 +71,29 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         None => {}
     }
 
-    let local = providers::local::LocalProvider::new(dir.join("sandboxes"), config.envd_bin());
+    let local =
+        providers::local::LocalProvider::new(dir.join("sandboxes"), config.envd_bin(), config.test_disable_isolation)
+            .map_err(io)?;
+    let reason = match local.support() {
+        providers::local::Support::Namespaces { .. } => None,
+        providers::local::Support::Unavailable(why) => Some(why.as_str()),
+    };
+    events::LocalIsolation {
+        isolation: if reason.is_some() { "none" } else { "namespaces" },
+        reason,
+        unisolated_allowed: config.allow_unisolated_sandboxes,
+    }
+    .emit();
     // Docker is reached lazily: the relay starts without it, and says in its log whether it is there.
     let docker = providers::docker::DockerProvider::new();
     docker.connect_in_background();
     let streams = streams::Streams::new(config.limits.clone());
-    let sandboxes = sandboxes::Sandboxes::new(store.clone(), streams.clone(), vec![Box::new(local), Box::new(docker)]);
+    let sandboxes = sandboxes::Sandboxes::new(
+        store.clone(),
+        streams.clone(),
+        vec![Box::new(local), Box::new(docker)],
+        config.allow_unisolated_sandboxes,
+    );
     let relay = Arc::new(Relay {
         store,
         key,

@@ -1,7 +1,7 @@
 //! The relay's configuration: `hangar-relay serve` flags, each with a `HANGAR_*` variable.
 use std::{net::SocketAddr, path::PathBuf};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{builder::FalseyValueParser, ArgAction, Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(name = "hangar-relay", version, about = "hangar's control-plane streaming layer")]
@@ -43,6 +43,18 @@ pub struct Config {
     /// The hangar-envd binary local sandboxes run (default: beside this executable).
     #[arg(long, env = "HANGAR_ENVD_BIN")]
     pub envd_bin: Option<PathBuf>,
+
+    /// Let user and mcp tokens use local sandboxes that isolate nothing (the relay is not root,
+    /// or cannot make namespaces): their commands run as the relay's own user and can take the
+    /// relay over. Without it only admin tokens may use such sandboxes.
+    #[arg(long, env = "HANGAR_ALLOW_UNISOLATED_SANDBOXES", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub allow_unisolated_sandboxes: bool,
+
+    /// For tests only: start local sandboxes without namespaces or a user of their own, as a
+    /// relay that cannot isolate them would.
+    #[arg(long, env = "HANGAR_TEST_DISABLE_ISOLATION", hide = true, action = ArgAction::SetTrue,
+          value_parser = FalseyValueParser::new())]
+    pub test_disable_isolation: bool,
 
     #[command(flatten)]
     pub limits: Limits,

@@ -45,10 +45,54 @@ impl SandboxChanged<'_> {
 pub struct DaemonStarted<'a> {
     pub sandbox: &'a str,
     pub url: &'a str,
+    /// `namespaces` or `none`.
+    pub isolation: &'a str,
 }
 impl DaemonStarted<'_> {
     pub fn emit(self) {
-        tracing::info!(target: TARGET, event = "daemon_started", sandbox = self.sandbox, url = self.url, "sandbox daemon started");
+        tracing::info!(target: TARGET, event = "daemon_started", sandbox = self.sandbox, url = self.url,
+            isolation = self.isolation, "sandbox daemon started");
+    }
+}
+
+/// At start: whether local sandboxes will be isolated, and if not, why and who may use them.
+pub struct LocalIsolation<'a> {
+    /// `namespaces` or `none`.
+    pub isolation: &'a str,
+    /// Why not, when `none`.
+    pub reason: Option<&'a str>,
+    /// `--allow-unisolated-sandboxes`.
+    pub unisolated_allowed: bool,
+}
+impl LocalIsolation<'_> {
+    pub fn emit(self) {
+        match (self.reason, self.unisolated_allowed) {
+            (None, _) => tracing::info!(target: TARGET, event = "local_isolation", isolation = self.isolation,
+                "local sandboxes run in their own PID and mount namespaces, each as its own user"),
+            (Some(reason), false) => {
+                tracing::warn!(target: TARGET, event = "local_isolation", isolation = self.isolation,
+                reason, unisolated_allowed = false,
+                "local sandboxes isolate nothing: their commands run as the relay's user; only admin tokens may use them (--allow-unisolated-sandboxes lets every token in)")
+            }
+            (Some(reason), true) => {
+                tracing::warn!(target: TARGET, event = "local_isolation", isolation = self.isolation,
+                reason, unisolated_allowed = true,
+                "local sandboxes isolate nothing: their commands run as the relay's user, and every token may use them (--allow-unisolated-sandboxes): any token can take the relay over")
+            }
+        }
+    }
+}
+
+/// A recorded daemon pid no longer names the daemon (it ended, and the pid may be another
+/// process's now): it is not signalled.
+pub struct DaemonPidStale<'a> {
+    pub sandbox: &'a str,
+    pub pid: i64,
+}
+impl DaemonPidStale<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "daemon_pid_stale", sandbox = self.sandbox, pid = self.pid,
+            "the sandbox's recorded daemon pid is no longer its daemon: not signalled");
     }
 }
 

@@ -612,6 +612,9 @@ mod tests {
             envd_url: None,
             envd_token: None,
             envd_pid: None,
+            envd_pid_start: None,
+            isolation: crate::store::Isolation::None,
+            uid: None,
             daemon: true,
             created_at: 0,
         }

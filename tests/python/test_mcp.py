@@ -120,6 +120,24 @@ def text(result) -> str:
     return "".join(getattr(c, "text", "") for c in result.content)
 
 
+def marker() -> str:
+    """A unique name for a test's command to run under (`exec -a NAME sleep ...`)."""
+    return f"hangar-mcp-{os.getpid()}-{time.monotonic_ns()}"
+
+
+def host_pid_named(name: str, timeout: float = 10) -> int:
+    """The host pid of the command that runs under `name` (`exec -a`). Inside a sandbox `$$` is
+    a pid of the sandbox's own PID namespace (a relay run as root isolates its sandboxes), and
+    the host's /tmp is not the sandbox's to write: the tests find their commands by name."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["pgrep", "-f", f"^{name}( |$)"], capture_output=True, text=True).stdout.split()
+        if out:
+            return int(out[0])
+        time.sleep(0.05)
+    pytest.fail(f"no process runs as {name}")
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -199,7 +217,8 @@ def test_unstreamed_exec_returns_the_output_in_one_piece(relay, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_cancelling_a_streamed_exec_kills_the_command(relay, mode):
-    pid_file = Path(tempfile.mkdtemp(prefix="hangar-mcp-pid-")) / "pid"
+    name = marker()
+    pids = []
 
     async def main():
         first = anyio.Event()
@@ -215,7 +234,7 @@ def test_cancelling_a_streamed_exec_kills_the_command(relay, mode):
                         "exec",
                         {
                             "sandbox": "default",
-                            "command": f"echo $$ > {pid_file}; echo started; exec sleep 60",
+                            "command": f"echo started; exec -a {name} sleep 60",
                             "stream": True,
                         },
                         progress_callback=on_progress,
@@ -224,12 +243,13 @@ def test_cancelling_a_streamed_exec_kills_the_command(relay, mode):
                 tg.start_soon(call)
                 with anyio.fail_after(20):
                     await first.wait()
+                pids.append(await anyio.to_thread.run_sync(host_pid_named, name))
                 tg.cancel_scope.cancel()
             # Let the cancellation reach the relay while the session is still open.
             await anyio.sleep(0.5)
 
     anyio.run(main)
-    pid = int(pid_file.read_text().strip())
+    pid = pids[0]
     deadline = time.monotonic() + 10
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -563,13 +583,15 @@ def test_watch_subscriptions_over_the_limit_name_it_and_bad_uris_are_refused():
 @pytest.mark.parametrize("mode", MODES)
 def test_revoking_a_token_ends_its_streamed_exec_and_kills_the_command(mode):
     r = Relay({"HANGAR_STREAM_RECHECK_SECONDS": "0.5"})
-    pid_file = Path(tempfile.mkdtemp(prefix="hangar-mcp-pid-")) / "pid"
+    name = marker()
+    pids = []
     try:
         token_id, secret = r.token_with_id("revoked")
 
         async def main():
             async def on_progress(progress, total, message):
                 if "go" in (message or ""):
+                    pids.append(await anyio.to_thread.run_sync(host_pid_named, name))
                     await anyio.to_thread.run_sync(r.revoke, token_id)
 
             async with connect(r, secret, mode) as c:
@@ -578,7 +600,7 @@ def test_revoking_a_token_ends_its_streamed_exec_and_kills_the_command(mode):
                 with anyio.fail_after(30):
                     return await c.call_tool(
                         "exec",
-                        {"sandbox": "default", "command": f"echo $$ > {pid_file}; echo go; exec sleep 60", "stream": True},
+                        {"sandbox": "default", "command": f"echo go; exec -a {name} sleep 60", "stream": True},
                         progress_callback=on_progress,
                     )
 
@@ -586,7 +608,7 @@ def test_revoking_a_token_ends_its_streamed_exec_and_kills_the_command(mode):
         assert not res.is_error, text(res)
         assert res.structured_content["closed"] == "revoked", res.structured_content
         assert res.structured_content["stdout"] == "go\n"
-        pid = int(pid_file.read_text().strip())
+        pid = pids[0]
         deadline = time.monotonic() + 10
         while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -597,7 +619,7 @@ def test_revoking_a_token_ends_its_streamed_exec_and_kills_the_command(mode):
 
 def test_shutdown_ends_a_streamed_exec_with_its_reason_and_spares_the_command():
     r = Relay()
-    pid_file = Path(tempfile.mkdtemp(prefix="hangar-mcp-pid-")) / "pid"
+    name = marker()
     try:
 
         async def main():
@@ -610,13 +632,13 @@ def test_shutdown_ends_a_streamed_exec_with_its_reason_and_spares_the_command():
                 with anyio.fail_after(30):
                     return await c.call_tool(
                         "exec",
-                        {"sandbox": "default", "command": f"echo $$ > {pid_file}; echo go; exec sleep 60", "stream": True},
+                        {"sandbox": "default", "command": f"echo go; exec -a {name} sleep 60", "stream": True},
                         progress_callback=on_progress,
                     )
 
         res = anyio.run(main)
         assert res.structured_content["closed"] == "shutdown", res.structured_content
-        pid = int(pid_file.read_text().strip())
+        pid = host_pid_named(name)
         # Cut off by a shutdown, the command runs on to its end or timeout.
         assert pid_alive(pid)
         os.kill(pid, signal.SIGKILL)

@@ -76,6 +76,20 @@ pub fn pids_with(marker: &str) -> Vec<u32> {
     pids_with_all(&[marker])
 }
 
+/// The host pid of the process that is `pid` in the PID namespace of process `member` (an
+/// isolated sandbox's daemon, say): the pids a sandbox's daemon reports are its namespace's.
+/// In the host's own namespace that is `pid` itself.
+pub fn host_pid(member: u32, pid: u32) -> Option<u32> {
+    let ns = |p: u32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    let want = ns(member)?;
+    // The last NSpid is the process's pid in its innermost namespace.
+    let inner = |p: u32| -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+        status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()
+    };
+    all_procs().into_iter().map(|p| p.pid).find(|p| inner(*p) == Some(pid) && ns(*p).as_ref() == Some(&want))
+}
+
 /// Every process visible in /proc.
 pub fn all_procs() -> Vec<ProcStat> {
     let mut out = Vec::new();

@@ -16,7 +16,8 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::{
-    build_request, descendants, envd_bin, full_body, pids_with_all, read_raw, send_http1, within, RawResponse, STEP,
+    build_request, cmdline, descendants, envd_bin, full_body, pids_with_all, read_raw, send_http1, within, RawResponse,
+    STEP,
 };
 
 pub const ADMIN: &str = "admin-secret-for-tests";
@@ -41,11 +42,18 @@ impl StateDir {
         StateDir(p)
     }
 
-    /// Pids of the daemons whose command line names this state directory.
+    /// Pids of the daemons whose command line names this state directory: the `hangar-envd`
+    /// processes themselves, not the `unshare` that starts an isolated one (whose arguments
+    /// name it too).
     pub fn daemons(&self) -> Vec<u32> {
         // With the separator: `...-1` must not match the daemons of `...-10`.
         let needle = format!("{}/", self.0.to_string_lossy());
         pids_with_all(&[&needle, "hangar-envd"])
+            .into_iter()
+            .filter(|p| {
+                cmdline(*p).is_some_and(|c| c.split('\0').next().is_some_and(|exe| exe.ends_with("hangar-envd")))
+            })
+            .collect()
     }
 }
 
@@ -94,6 +102,13 @@ impl Relay {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr);
+        // A relay that is not root cannot isolate its local sandboxes and, by default, lets only
+        // admin tokens use them: the tests that use other tokens there would fail for a reason
+        // that is not theirs. As root the sandboxes are isolated and nothing is allowed here;
+        // a test may still say otherwise in `env`.
+        if !crate::is_root() {
+            cmd.env("HANGAR_ALLOW_UNISOLATED_SANDBOXES", "true");
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use hangar_e2e::{
-    build_request, envelope, eventually, ext, full_body, is_running, pb, pids_with, proc_stat, read_raw,
+    build_request, envelope, eventually, ext, full_body, host_pid, is_running, pb, pids_with, proc_stat, read_raw,
     relay::{Relay, Sse, StateDir, ADMIN},
     send_http1, wait_until, within, ConnectStream, HasEvent, STEP,
 };
@@ -202,11 +202,13 @@ async fn a_process_belongs_to_the_token_that_started_it() {
     }
 }
 
-/// A sandbox's own daemon, reached straight as a process inside the sandbox can reach it (a local
-/// sandbox isolates nothing): its address and access token, read from the sandbox's directory.
+/// A sandbox's own daemon, reached straight as a process inside a sandbox that isolates nothing
+/// could (where it is isolated the token is out of the sandbox's reach; the MAC still decides):
+/// its address and access token, read from the sandbox's directory, and its host pid.
 struct Daemon {
     addr: std::net::SocketAddr,
     token: String,
+    pid: u32,
 }
 
 impl Daemon {
@@ -225,7 +227,13 @@ impl Daemon {
                 .and_then(|s| s.trim_matches('"').parse().ok())
         })
         .await;
-        Daemon { addr, token: token.trim().to_string() }
+        let token_file = dir.join("envd.token").to_string_lossy().into_owned();
+        let pid = state
+            .daemons()
+            .into_iter()
+            .find(|p| hangar_e2e::cmdline(*p).is_some_and(|c| c.contains(&token_file)))
+            .expect("the sandbox's daemon");
+        Daemon { addr, token: token.trim().to_string(), pid }
     }
 
     fn request(&self, path: &str, content_type: &str, body: Vec<u8>) -> hyper::Request<hangar_e2e::ReqBody> {
@@ -302,11 +310,16 @@ async fn a_tag_made_up_inside_the_sandbox_is_never_adopted() {
     let real_id = real["process_id"].as_str().expect("a process id").to_string();
     // Forgeries: a made-up MAC, and the real id with another MAC.
     let forged_tags = ["hangar:p_0123456789ab:AAAAAAAAAAAAAAAAAAAAAA".to_string(), format!("hangar:{real_id}x:AAAA")];
-    let mut forged = Vec::new();
+    // The daemon reports pids in the sandbox's PID namespace; /proc here has them by host pid.
+    let (mut forged, mut on_host) = (Vec::new(), Vec::new());
     for tag in &forged_tags {
-        forged.push((daemon.start_tagged("/bin/sleep", &["30"], tag).await, tag.clone()));
+        let pid = daemon.start_tagged("/bin/sleep", &["30"], tag).await;
+        let host =
+            host_pid(daemon.pid, pid).unwrap_or_else(|| panic!("no host process is the forgery {pid} ({tag:?})"));
+        forged.push((pid, tag.clone()));
+        on_host.push((host, tag.clone()));
     }
-    for (pid, tag) in &forged {
+    for (pid, tag) in &on_host {
         assert!(is_running(*pid), "the forgery with tag {tag:?} (pid {pid}) does not run: {:?}", proc_stat(*pid));
     }
     let running = daemon.running().await;
@@ -317,10 +330,10 @@ async fn a_tag_made_up_inside_the_sandbox_is_never_adopted() {
         );
     }
 
-    only_the_real_one_is_seen(&relay, &user, &real_id, &forged, "before a relay restart").await;
+    only_the_real_one_is_seen(&relay, &user, &real_id, &on_host, "before a relay restart").await;
     relay.stop();
     let relay = Relay::start(&state.0, &[]);
-    only_the_real_one_is_seen(&relay, &user, &real_id, &forged, "after a relay restart").await;
+    only_the_real_one_is_seen(&relay, &user, &real_id, &on_host, "after a relay restart").await;
     let adopted = relay.call("GET", &format!("/api/sandboxes/default/processes/{real_id}"), Some(ADMIN), None).await;
     assert_eq!(adopted.json()["process"]["adopted"], json!(true), "the real process is adopted: {adopted:?}");
 }

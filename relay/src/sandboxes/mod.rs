@@ -5,12 +5,12 @@ mod paths;
 use std::{collections::HashMap, path::PathBuf, sync::Arc, sync::Mutex, time::Duration};
 
 use crate::{
-    auth,
+    auth::{self, Caller},
     envd::Envd,
     error::{Error, Result},
     events,
     providers::{ExecOutput, Provider},
-    store::{self, SandboxRow, SandboxState, Store},
+    store::{self, Isolation, SandboxRow, SandboxState, Scope, Store},
     streams::{Reason, Streams},
 };
 
@@ -33,6 +33,8 @@ pub struct Sandboxes {
     /// paid for a Docker inspect and a new connection, one request at a time (bench/: 512
     /// streams took 20 s to open).
     found: Mutex<HashMap<String, Envd>>,
+    /// `--allow-unisolated-sandboxes`: any token may use a sandbox that isolates nothing.
+    allow_unisolated: bool,
 }
 
 /// Sandbox names become parts of URLs and resource names: keep them plain.
@@ -45,8 +47,20 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 impl Sandboxes {
-    pub fn new(store: Arc<Store>, streams: Arc<Streams>, providers: Vec<Box<dyn Provider>>) -> Self {
-        Self { store, streams, providers, starting: tokio::sync::Mutex::new(()), found: Mutex::new(HashMap::new()) }
+    pub fn new(
+        store: Arc<Store>,
+        streams: Arc<Streams>,
+        providers: Vec<Box<dyn Provider>>,
+        allow_unisolated: bool,
+    ) -> Self {
+        Self {
+            store,
+            streams,
+            providers,
+            starting: tokio::sync::Mutex::new(()),
+            found: Mutex::new(HashMap::new()),
+            allow_unisolated,
+        }
     }
 
     fn provider(&self, name: &str) -> Result<&dyn Provider> {
@@ -76,6 +90,10 @@ impl Sandboxes {
             envd_url: None,
             envd_token: None,
             envd_pid: None,
+            envd_pid_start: None,
+            // Until the provider says otherwise: the safe assumption.
+            isolation: Isolation::None,
+            uid: None,
             daemon: false,
             created_at: store::now(),
         };
@@ -244,6 +262,32 @@ impl Sandboxes {
             self.create(DEFAULT_SANDBOX, "local", serde_json::json!({})).await?;
         }
         Ok(())
+    }
+}
+
+// Isolation: who may work inside a sandbox that isolates nothing.
+impl Sandboxes {
+    /// Refuses a non-admin caller in a sandbox that isolates nothing, unless the operator
+    /// allowed it (`--allow-unisolated-sandboxes`). Such a sandbox's commands run as the relay's
+    /// own user on the host: they can read the relay's state and environment, so whoever may run
+    /// one there is an admin in effect. Called wherever a caller reaches inside a sandbox
+    /// (commands, processes, watches); looking at, pausing or destroying it stays open.
+    pub fn check_isolation(&self, row: &SandboxRow, caller: &Caller) -> Result<()> {
+        if row.isolation != Isolation::None || caller.scope == Scope::Admin || self.allow_unisolated {
+            return Ok(());
+        }
+        Err(Error::Forbidden(format!(
+            "sandbox {:?} isolates nothing (its commands would run as the relay's own user): only admin tokens may \
+             use it, unless the relay runs with --allow-unisolated-sandboxes (HANGAR_ALLOW_UNISOLATED_SANDBOXES=1)",
+            row.name
+        )))
+    }
+
+    /// The sandbox, if the caller may work inside it (`check_isolation`).
+    pub fn enter(&self, reference: &str, caller: &Caller) -> Result<SandboxRow> {
+        let row = self.get(reference)?;
+        self.check_isolation(&row, caller)?;
+        Ok(row)
     }
 }
 

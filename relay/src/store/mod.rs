@@ -89,6 +89,37 @@ impl SandboxState {
     }
 }
 
+/// What keeps a sandbox's commands from the relay and from other sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// A local sandbox in its own PID and mount namespaces, as its own unprivileged user.
+    Namespaces,
+    /// A Docker container.
+    Container,
+    /// Nothing: a local sandbox whose commands run as the relay's own user, on the host.
+    None,
+}
+
+impl Isolation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Namespaces => "namespaces",
+            Isolation::Container => "container",
+            Isolation::None => "none",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Isolation> {
+        match s {
+            "namespaces" => Some(Isolation::Namespaces),
+            "container" => Some(Isolation::Container),
+            "none" => Some(Isolation::None),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SandboxRow {
     pub id: String,
@@ -103,6 +134,15 @@ pub struct SandboxRow {
     pub envd_token: Option<String>,
     #[serde(skip)]
     pub envd_pid: Option<i64>,
+    /// The daemon's start time (field 22 of /proc/PID/stat, clock ticks after boot): with the
+    /// pid, what tells the daemon from a later process that got its pid.
+    #[serde(skip)]
+    pub envd_pid_start: Option<i64>,
+    /// How the sandbox is isolated (for a local sandbox: how its daemon was last started).
+    pub isolation: Isolation,
+    /// The unprivileged user a local sandbox's commands run as, when it is isolated.
+    #[serde(skip)]
+    pub uid: Option<u32>,
     /// Whether the sandbox's daemon answered when last asked.
     pub daemon: bool,
     pub created_at: i64,
@@ -135,7 +175,10 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     envd_token TEXT,
     envd_pid INTEGER,
     daemon INTEGER NOT NULL DEFAULT 0,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    envd_pid_start INTEGER,
+    isolation TEXT,
+    uid INTEGER
 );
 CREATE TABLE IF NOT EXISTS detached (
     id TEXT PRIMARY KEY,
@@ -162,6 +205,7 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "busy_timeout", 5000)?;
         conn.execute_batch(SCHEMA)?;
+        add_columns(&conn)?;
         Ok(Store { conn: Mutex::new(conn) })
     }
 
@@ -213,8 +257,9 @@ impl Store {
 
     pub fn insert_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
-            "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at,
+                                    envd_pid_start, isolation, uid)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             params![
                 s.id,
                 s.name,
@@ -226,7 +271,10 @@ impl Store {
                 s.envd_token,
                 s.envd_pid,
                 s.daemon,
-                s.created_at
+                s.created_at,
+                s.envd_pid_start,
+                s.isolation.as_str(),
+                s.uid
             ],
         )?;
         Ok(())
@@ -234,8 +282,20 @@ impl Store {
 
     pub fn update_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
-            "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7 WHERE id = ?1",
-            params![s.id, s.state.as_str(), s.workdir, s.envd_url, s.envd_token, s.envd_pid, s.daemon],
+            "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7,
+                                  envd_pid_start = ?8, isolation = ?9, uid = ?10 WHERE id = ?1",
+            params![
+                s.id,
+                s.state.as_str(),
+                s.workdir,
+                s.envd_url,
+                s.envd_token,
+                s.envd_pid,
+                s.daemon,
+                s.envd_pid_start,
+                s.isolation.as_str(),
+                s.uid
+            ],
         )?;
         Ok(())
     }
@@ -350,19 +410,47 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
     let id: String = r.get("id")?;
     let state: String = r.get("state")?;
     let Some(state) = SandboxState::parse(&state) else { return Err(unknown("sandbox", id, "state", state)) };
+    let provider: String = r.get("provider")?;
+    let isolation = match r.get::<_, Option<String>>("isolation")? {
+        Some(text) => match Isolation::parse(&text) {
+            Some(i) => i,
+            None => return Err(unknown("sandbox", id, "isolation", text)),
+        },
+        // Written before relays recorded it: a container then, or a local sandbox that
+        // isolated nothing.
+        None if provider == "docker" => Isolation::Container,
+        None => Isolation::None,
+    };
     Ok(SandboxRow {
         id,
         name: r.get("name")?,
-        provider: r.get("provider")?,
+        provider,
         options: serde_json::from_str(&options).unwrap_or(serde_json::Value::Null),
         state,
         workdir: r.get("workdir")?,
         envd_url: r.get("envd_url")?,
         envd_token: r.get("envd_token")?,
         envd_pid: r.get("envd_pid")?,
+        envd_pid_start: r.get("envd_pid_start")?,
+        isolation,
+        uid: r.get("uid")?,
         daemon: r.get("daemon")?,
         created_at: r.get("created_at")?,
     })
+}
+
+/// Columns added after the first release: a database made before gets them (empty) at open.
+fn add_columns(conn: &Connection) -> Result<()> {
+    let have: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('sandboxes')")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (column, kind) in [("envd_pid_start", "INTEGER"), ("isolation", "TEXT"), ("uid", "INTEGER")] {
+        if !have.iter().any(|h| h == column) {
+            conn.execute_batch(&format!("ALTER TABLE sandboxes ADD COLUMN {column} {kind}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Owner-only permissions on a secret-bearing file.
@@ -407,5 +495,47 @@ impl Store {
         let mut stmt = conn.prepare("SELECT id FROM tokens WHERE revoked_at IS NOT NULL")?;
         let rows = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
         Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database made before isolation was recorded gets the new columns at open; its rows
+    /// read as what they were: a container, or a local sandbox that isolated nothing.
+    #[test]
+    fn an_older_database_gets_the_new_columns_and_keeps_its_rows() {
+        let dir = std::env::temp_dir().join(format!("hangar-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("relay.sqlite");
+        let _ = std::fs::remove_file(&path);
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE sandboxes (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, provider TEXT NOT NULL,
+                    options TEXT NOT NULL, state TEXT NOT NULL, workdir TEXT, envd_url TEXT, envd_token TEXT,
+                    envd_pid INTEGER, daemon INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL);
+                 INSERT INTO sandboxes VALUES ('sbx_1', 'default', 'local', '{}', 'running', NULL, NULL, NULL, 42, 1, 0);
+                 INSERT INTO sandboxes VALUES ('sbx_2', 'box', 'docker', '{}', 'running', NULL, NULL, NULL, NULL, 1, 0);",
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let mut local = store.sandbox("default").unwrap().unwrap();
+        assert_eq!(
+            (local.isolation, local.envd_pid, local.envd_pid_start, local.uid),
+            (Isolation::None, Some(42), None, None)
+        );
+        assert_eq!(store.sandbox("box").unwrap().unwrap().isolation, Isolation::Container);
+        local.isolation = Isolation::Namespaces;
+        local.envd_pid_start = Some(7);
+        local.uid = Some(0x7000_0001);
+        store.update_sandbox(&local).unwrap();
+        assert_eq!(store.sandbox("sbx_1").unwrap().unwrap(), local);
+        drop(store);
+        // Opening again adds nothing twice.
+        Store::open(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -26,11 +26,9 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/tokens", post(tokens::create).get(tokens::list))
         .route("/api/tokens/{id}", delete(tokens::revoke))
         .route_layer(middleware::from_fn(auth::admin_scope));
-    let sandboxes = Router::new()
-        .route("/api/sandboxes", post(sandboxes::create).get(sandboxes::list))
-        .route("/api/sandboxes/{sandbox}", get(sandboxes::get).delete(sandboxes::destroy))
-        .route("/api/sandboxes/{sandbox}/pause", post(sandboxes::pause))
-        .route("/api/sandboxes/{sandbox}/resume", post(sandboxes::resume))
+    // Work inside a sandbox: held to its isolation (a sandbox that isolates nothing is for
+    // admins unless the operator allowed otherwise).
+    let inside = Router::new()
         .route("/api/sandboxes/{sandbox}/exec", post(exec::exec))
         .route("/api/sandboxes/{sandbox}/exec/stream", post(exec::exec_stream))
         .route("/api/sandboxes/{sandbox}/processes", post(processes::start).get(processes::list))
@@ -38,6 +36,13 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sandboxes/{sandbox}/processes/{id}/stream", get(processes::stream))
         .route("/api/sandboxes/{sandbox}/processes/{id}/input", post(processes::input))
         .route("/api/sandboxes/{sandbox}/watch", get(watch::watch))
+        .route_layer(middleware::from_fn_with_state(relay.clone(), auth::inside_sandbox));
+    let sandboxes = Router::new()
+        .route("/api/sandboxes", post(sandboxes::create).get(sandboxes::list))
+        .route("/api/sandboxes/{sandbox}", get(sandboxes::get).delete(sandboxes::destroy))
+        .route("/api/sandboxes/{sandbox}/pause", post(sandboxes::pause))
+        .route("/api/sandboxes/{sandbox}/resume", post(sandboxes::resume))
+        .merge(inside)
         .route_layer(middleware::from_fn(auth::sandbox_scopes));
     let api = Router::new()
         .route("/metrics", get(metrics))

@@ -39,7 +39,13 @@ use self::engine::{answer, container_ip, engine, env_of, first_file, gone, has_d
 use self::options::{bad, Options, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
 use self::scripts::{EXEC_SCRIPT, WORKDIR_SCRIPT};
 use super::{ExecOutput, Provider, ProviderError};
-use crate::{auth, envd::Envd, events, store::SandboxRow, text::Tail};
+use crate::{
+    auth,
+    envd::Envd,
+    events,
+    store::{Isolation, SandboxRow},
+    text::Tail,
+};
 
 /// E2B's envd port, where hangar-envd listens inside a container.
 const ENVD_PORT: u16 = 49983;
@@ -335,6 +341,7 @@ impl Provider for DockerProvider {
             sandbox.envd_token = Some(token.clone());
             sandbox.workdir = workdir.clone();
             sandbox.envd_pid = None;
+            sandbox.isolation = Isolation::Container;
             // An image with the daemon gets time to start it; any other is asked once.
             let limit = if daemon { START_TIMEOUT } else { Duration::ZERO };
             match self.find_daemon(sandbox, &info, limit).await {

@@ -16,7 +16,10 @@ pub fn call(relay: &Relay, a: Option<JsonObject>) -> Result<CallToolResult> {
         .sandboxes
         .list()?
         .into_iter()
-        .map(|s| json!({ "name": s.name, "id": s.id, "provider": s.provider, "state": s.state, "daemon": s.daemon }))
+        .map(|s| {
+            json!({ "name": s.name, "id": s.id, "provider": s.provider, "state": s.state, "daemon": s.daemon,
+                    "isolation": s.isolation })
+        })
         .collect();
     Ok(done(json!({ "sandboxes": list }), &[]))
 }
