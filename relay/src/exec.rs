@@ -406,7 +406,7 @@ fn daemon_events(
 /// and counts against `HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN` until then, even when the client
 /// that asked is gone.
 pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
-    let mut row = relay.sandboxes.get(reference)?;
+    let mut row = relay.sandboxes.enter(reference, caller)?;
     relay.sandboxes.runnable(&row)?;
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
     let slot = relay.unstreamed.take(&caller.token_id, relay.limits.unstreamed_execs_per_token)?;
@@ -457,7 +457,7 @@ pub async fn stream(
     mut req: ExecRequest,
     front: Front,
 ) -> Result<impl Stream<Item = ExecEvent> + Send + 'static> {
-    let mut row = relay.sandboxes.get(reference)?;
+    let mut row = relay.sandboxes.enter(reference, caller)?;
     relay.sandboxes.runnable(&row)?;
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
     let mut stream = relay.streams.open(caller, &row.id, Kind::Exec, front)?;

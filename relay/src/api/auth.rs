@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::{
-    extract::{RawPathParams, Request, State},
+    extract::{Request, State},
     middleware::Next,
     response::{IntoResponse, Response},
 };
@@ -53,24 +53,6 @@ pub async fn sandbox_scopes(req: Request, next: Next) -> Response {
 pub async fn admin_scope(req: Request, next: Next) -> Response {
     if scope(&req) != Some(Scope::Admin) {
         return ApiError::forbidden("this needs an admin token").into_response();
-    }
-    next.run(req).await
-}
-
-/// Routes that work inside a sandbox (commands, processes, watches): the domain's isolation
-/// rule (`Sandboxes::check_isolation`) for the `{sandbox}` they name. A sandbox that isolates
-/// nothing is for admin tokens unless the operator allowed otherwise.
-pub async fn inside_sandbox(
-    State(relay): State<Arc<Relay>>,
-    params: RawPathParams,
-    req: Request,
-    next: Next,
-) -> Response {
-    let reference = params.iter().find(|(k, _)| *k == "sandbox").map(|(_, v)| v.to_string());
-    if let (Some(reference), Some(caller)) = (reference, req.extensions().get::<Caller>()) {
-        if let Err(e) = relay.sandboxes.enter(&reference, caller) {
-            return ApiError::from(e).into_response();
-        }
     }
     next.run(req).await
 }

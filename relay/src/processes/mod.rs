@@ -136,8 +136,12 @@ impl Backend {
     }
 }
 
-async fn backend(relay: &Relay, reference: &str) -> Result<Backend> {
-    let mut row = relay.sandboxes.get(reference)?;
+/// The caller's backend in the sandbox, if the caller may work inside it (its isolation).
+async fn backend(relay: &Relay, caller: &Caller, reference: &str) -> Result<Backend> {
+    backend_of(relay, relay.sandboxes.enter(reference, caller)?).await
+}
+
+async fn backend_of(relay: &Relay, mut row: SandboxRow) -> Result<Backend> {
     Ok(match relay.sandboxes.daemon(&mut row).await? {
         Some(envd) => Backend::Daemon { row, envd },
         None => Backend::Polled(row),
@@ -168,7 +172,7 @@ pub async fn start(
     cwd: Option<String>,
 ) -> Result<ProcessView> {
     check_command(command)?;
-    let b = backend(relay, reference).await?;
+    let b = backend(relay, caller, reference).await?;
     let row = b.row();
     let cwd = cwd.map(|c| relay.sandboxes.resolve_cwd(row, &c)).transpose()?;
     let lock = relay.processes.start_lock(&caller.token_id, &row.id);
@@ -193,7 +197,7 @@ pub async fn start(
 
 /// The caller's processes in the sandbox, running and recently exited.
 pub async fn list(relay: &Relay, caller: &Caller, reference: &str) -> Result<Vec<ProcessView>> {
-    list_in(relay, caller, &backend(relay, reference).await?).await
+    list_in(relay, caller, &backend(relay, caller, reference).await?).await
 }
 
 async fn get_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<ProcessView> {
@@ -208,7 +212,7 @@ async fn get_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result
 /// One of the caller's processes (another token's is not found).
 pub async fn get(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> Result<ProcessView> {
     check_id(id)?;
-    get_in(relay, caller, &backend(relay, reference).await?, id).await
+    get_in(relay, caller, &backend(relay, caller, reference).await?, id).await
 }
 
 /// Writes to its stdin; `eof` closes it. Needs the daemon.
@@ -217,7 +221,7 @@ pub async fn input(relay: &Relay, caller: &Caller, reference: &str, id: &str, da
     if data.is_empty() && !eof {
         return Err(Error::invalid("nothing to do: give input, eof, or both"));
     }
-    match backend(relay, reference).await? {
+    match backend(relay, caller, reference).await? {
         Backend::Daemon { row, envd } => at(relay, caller, &row, &envd).input(id, data, eof).await,
         Backend::Polled(row) => {
             // Ownership first: another token's id is not found.
@@ -230,7 +234,7 @@ pub async fn input(relay: &Relay, caller: &Caller, reference: &str, id: &str, da
 /// SIGTERM to its process group, SIGKILL 3 s later if it is still running.
 pub async fn kill(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> Result<()> {
     check_id(id)?;
-    kill_in(relay, caller, &backend(relay, reference).await?, id).await
+    kill_in(relay, caller, &backend(relay, caller, reference).await?, id).await
 }
 
 async fn kill_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<()> {
@@ -241,8 +245,9 @@ async fn kill_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Resul
 }
 
 /// Kills every running process `caller` has in the sandbox (its token was revoked); how many.
+/// The relay's own doing, so no isolation rule applies.
 pub async fn kill_all(relay: &Relay, caller: &Caller, row: &SandboxRow) -> Result<usize> {
-    let b = backend(relay, &row.id).await?;
+    let b = backend_of(relay, row.clone()).await?;
     let running: Vec<ProcessView> =
         list_in(relay, caller, &b).await?.into_iter().filter(|p| p.state == ProcessState::Running).collect();
     for p in &running {
@@ -264,7 +269,7 @@ async fn follow(
     encoding: Encoding,
 ) -> Result<(String, Items)> {
     check_id(id)?;
-    Ok(match backend(relay, reference).await? {
+    Ok(match backend(relay, caller, reference).await? {
         Backend::Daemon { row, envd } => {
             let items = at(relay, caller, &row, &envd).attach(id, since, encoding).await?;
             // Drained as the daemon sends it, whatever the reader's pace: a reader that stops

@@ -198,7 +198,6 @@ impl Hub {
             return Ok(sub);
         }
         let Resource::SandboxWatch { sandbox, path, recursive } = &resource;
-        self.relay.sandboxes.enter(sandbox, caller)?;
         let items = crate::watch::watch(&self.relay, caller, sandbox, path, *recursive, Front::Mcp).await?;
         let (changed, _) = signal::channel(0);
         let followed = Arc::new_cyclic(|weak: &std::sync::Weak<Followed>| {

@@ -42,7 +42,6 @@ pub async fn call(
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
     let a: ExecArgs = args("exec", a)?;
-    relay.sandboxes.enter(&a.sandbox, caller)?;
     let req = ExecRequest::new(a.command, a.cwd, a.timeout)?;
     let progress = ctx.meta.get_progress_token();
     let Some(token) = progress.filter(|_| a.stream) else {

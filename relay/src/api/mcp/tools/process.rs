@@ -64,7 +64,6 @@ pub async fn call(
 ) -> Result<CallToolResult> {
     let a: ProcessArgs = args("process", a)?;
     let sandbox = a.sandbox.as_str();
-    relay.sandboxes.enter(sandbox, caller)?;
     match a.action {
         Action::Start => {
             let command = need(a.command, "command", "start")?;
