@@ -466,3 +466,60 @@ async fn a_quiet_stream_sends_a_comment_every_15_seconds() {
     assert!(started.elapsed() >= Duration::from_secs(14), "the comment comes after 15 s of quiet, not at once");
     relay.call("DELETE", &format!("/api/sandboxes/default/processes/{id}"), Some(ADMIN), None).await;
 }
+
+/// A tag is no secret inside the sandbox (the daemon lists it), and once its process has exited
+/// a process inside could start another with the very same tag. It is not the one the relay
+/// started (the relay knows that one's pid), so it is nobody's: the token still sees its own
+/// exited process, its output, and nothing of the imitation.
+#[tokio::test]
+async fn a_real_tag_reused_after_its_process_exited_is_nobody_s() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let daemon = Daemon::of(&state, &relay, "default").await;
+    let real = start(&relay, ADMIN, "echo real").await;
+    let id = real["process_id"].as_str().expect("a process id").to_string();
+    let path = format!("/api/sandboxes/default/processes/{id}");
+    let mut exited = Value::Null;
+    for _ in 0..100 {
+        exited = relay.call("GET", &path, Some(ADMIN), None).await.json();
+        if exited["process"]["state"] == json!("exited") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!((exited["process"]["state"].clone(), exited["output"].clone()), (json!("exited"), json!("real\n")));
+    // The real tag, as anything inside the sandbox can read it from the daemon.
+    let req = daemon.request("/hangar.envd.v1.Processes/List", "application/json", b"{}".to_vec());
+    let r = read_raw(within(STEP, "the daemon's List", send_http1(daemon.addr, req)).await).await;
+    let list: ext::ListResponse = serde_json::from_slice(&r.body).expect("a ListResponse");
+    let tag = list
+        .processes
+        .iter()
+        .filter_map(|p| p.tag.clone())
+        .find(|t| t.starts_with(&format!("hangar:{id}:")))
+        .expect("the real process's tag");
+    let forged = daemon.start_tagged("/bin/sh", &["-c", "echo forged; exec sleep 30"], &tag).await;
+
+    let v = relay.call("GET", &path, Some(ADMIN), None).await.json();
+    assert_eq!(v["process"]["state"], json!("exited"), "still the real, exited one: {v}");
+    assert_eq!(v["output"], json!("real\n"), "{v}");
+    let listed = relay.call("GET", "/api/sandboxes/default/processes", Some(ADMIN), None).await.json();
+    let states: Vec<Value> =
+        listed["processes"].as_array().map(|a| a.iter().map(|p| p["state"].clone()).collect()).unwrap_or_default();
+    assert_eq!(states, vec![json!("exited")], "only the real process is listed: {listed}");
+    let mut s = relay.sse("GET", &format!("{path}/stream"), Some(ADMIN), None).await;
+    let events = s.collect(STEP).await;
+    let out: String = events
+        .iter()
+        .filter(|e| e.event == "output")
+        .map(|e| e.json()["data"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(out, "real\n", "the stream is the real process's: {events:?}");
+    // Killing it reaches nothing of the imitation.
+    assert_eq!(relay.call("DELETE", &path, Some(ADMIN), None).await.status, 202);
+    let host = host_pid(daemon.pid, forged).expect("the imitation runs");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(is_running(host), "the imitation is nobody's: the token's kill does not reach it");
+    // SAFETY: kill(2) on the test's own imitation, by its host pid.
+    unsafe { libc::kill(host as i32, libc::SIGKILL) };
+}

@@ -5,6 +5,8 @@
 //! relay's key. Every lookup recomputes the caller's tag and selects by it exactly, so another
 //! token's process does not exist for the caller, and a tag made up inside the sandbox (which
 //! cannot know the key) matches nobody.
+use std::collections::HashMap;
+
 use futures::Stream;
 use hangar_proto::{
     ext::{attach_event, AttachRequest, ListRequest as ExtList, OutputStream as Which, ProcessStatus, SignalRequest},
@@ -50,9 +52,27 @@ pub struct At<'a> {
     pub key: &'a MacKey,
     pub caller: &'a Caller,
     pub sandbox: &'a SandboxRow,
+    /// The pid each process of this sandbox had when the relay started it. A tag is visible
+    /// inside the sandbox and its process may have exited: a process started later with the same
+    /// tag (through the daemon directly) is not the one the relay started, and so nobody's.
+    pub started: &'a HashMap<String, u32>,
 }
 
 impl At<'_> {
+    /// Whether the process with `pid` listed under `id`'s tag is the one the relay started
+    /// (processes started before the relay recorded pids are taken on their tag).
+    fn is_started(&self, id: &str, pid: u32) -> bool {
+        self.started.get(id).is_none_or(|p| *p == pid)
+    }
+
+    /// How to select `id` in the daemon: by the pid the relay started it with, else its tag.
+    fn select(&self, id: &str) -> Option<ProcessSelector> {
+        match self.started.get(id) {
+            Some(pid) => Some(ProcessSelector { selector: Some(process_selector::Selector::Pid(*pid)) }),
+            None => by_tag(self.tag(id)),
+        }
+    }
+
     fn tag(&self, id: &str) -> String {
         tag(self.key, self.caller, self.sandbox, id)
     }
@@ -109,7 +129,7 @@ impl At<'_> {
             .iter()
             .filter_map(|p| {
                 let id = owned_id(self.key, self.caller, self.sandbox, p.tag.as_deref()?)?;
-                Some(self.view(id, p, adopted(id)))
+                self.is_started(id, p.pid).then(|| self.view(id, p, adopted(id)))
             })
             .collect())
     }
@@ -120,7 +140,7 @@ impl At<'_> {
         self.all()
             .await?
             .iter()
-            .filter(|p| p.tag.as_deref() == Some(wanted.as_str()))
+            .filter(|p| p.tag.as_deref() == Some(wanted.as_str()) && self.is_started(id, p.pid))
             .max_by_key(|p| (p.state == running, p.started_at.map(|t| (t.seconds, t.nanos))))
             .map(|p| self.view(id, p, adopted))
             .ok_or_else(|| super::not_yours(id, &self.sandbox.name))
@@ -171,10 +191,11 @@ impl At<'_> {
 
     pub async fn input(&self, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
         let at = self;
-        let t = at.tag(id);
+        // Ownership first: a process with the tag that the relay did not start is nobody's.
+        at.get(id, false).await?;
         if !data.is_empty() {
             let req = SendInputRequest {
-                process: by_tag(t.clone()),
+                process: at.select(id),
                 input: Some(ProcessInput { input: Some(process_input::Input::Stdin(data)) }),
             };
             at.envd.process().send_input(req).await.map_err(|s| at.refused("writing input", id, s))?;
@@ -182,7 +203,7 @@ impl At<'_> {
         if eof {
             at.envd
                 .process()
-                .close_stdin(CloseStdinRequest { process: by_tag(t) })
+                .close_stdin(CloseStdinRequest { process: at.select(id) })
                 .await
                 .map_err(|s| at.refused("closing stdin", id, s))?;
         }
@@ -192,11 +213,9 @@ impl At<'_> {
     /// SIGTERM to the process group, SIGKILL 3 s later if anyone in it is still alive.
     pub async fn kill(&self, id: &str) -> Result<()> {
         let at = self;
-        let req = SignalRequest {
-            process: by_tag(at.tag(id)),
-            signal: libc::SIGTERM,
-            escalate_after_ms: Some(KILL_GRACE_MS),
-        };
+        at.get(id, false).await?;
+        let req =
+            SignalRequest { process: at.select(id), signal: libc::SIGTERM, escalate_after_ms: Some(KILL_GRACE_MS) };
         match at.envd.processes().signal(req).await {
             Ok(_) => Ok(()),
             // Exited already (its group is empty): it is as killed as it gets, if it is the caller's.
@@ -214,7 +233,8 @@ impl At<'_> {
         encoding: Encoding,
     ) -> Result<impl Stream<Item = Output> + Send + 'static> {
         let at = self;
-        let req = AttachRequest { process: by_tag(at.tag(id)), since };
+        at.get(id, false).await?;
+        let req = AttachRequest { process: at.select(id), since };
         let mut stream =
             at.envd.processes().attach(req).await.map_err(|s| at.refused("attaching", id, s))?.into_inner();
         Ok(async_stream::stream! {

@@ -124,7 +124,12 @@ impl Processes {
 
 /// Where a sandbox's background processes live.
 enum Backend {
-    Daemon { row: SandboxRow, envd: Envd },
+    /// With the pids the relay started its processes with (`daemon::At::started`).
+    Daemon {
+        row: SandboxRow,
+        envd: Envd,
+        started: HashMap<String, u32>,
+    },
     Polled(SandboxRow),
 }
 
@@ -143,20 +148,29 @@ async fn backend(relay: &Relay, caller: &Caller, reference: &str) -> Result<Back
 
 async fn backend_of(relay: &Relay, mut row: SandboxRow) -> Result<Backend> {
     Ok(match relay.sandboxes.daemon(&mut row).await? {
-        Some(envd) => Backend::Daemon { row, envd },
+        Some(envd) => {
+            let started = relay.store.started_pids(&row.id)?;
+            Backend::Daemon { row, envd, started }
+        }
         None => Backend::Polled(row),
     })
 }
 
-fn at<'a>(relay: &'a Relay, caller: &'a Caller, row: &'a SandboxRow, envd: &'a Envd) -> daemon::At<'a> {
-    daemon::At { envd, key: &relay.key, caller, sandbox: row }
+fn at<'a>(
+    relay: &'a Relay,
+    caller: &'a Caller,
+    row: &'a SandboxRow,
+    envd: &'a Envd,
+    started: &'a HashMap<String, u32>,
+) -> daemon::At<'a> {
+    daemon::At { envd, key: &relay.key, caller, sandbox: row, started }
 }
 
 /// The caller's processes in the sandbox, running and recently exited.
 async fn list_in(relay: &Relay, caller: &Caller, b: &Backend) -> Result<Vec<ProcessView>> {
     match b {
-        Backend::Daemon { row, envd } => {
-            at(relay, caller, row, envd).list(|id| relay.processes.adopted(&row.id, id)).await
+        Backend::Daemon { row, envd, started } => {
+            at(relay, caller, row, envd, started).list(|id| relay.processes.adopted(&row.id, id)).await
         }
         Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.list().await,
     }
@@ -186,12 +200,15 @@ pub async fn start(
     }
     let id = format!("p_{}", auth::random_hex(6));
     let view = match &b {
-        Backend::Daemon { row, envd } => at(relay, caller, row, envd).start(id, command, cwd).await?,
+        Backend::Daemon { row, envd, started } => at(relay, caller, row, envd, started).start(id, command, cwd).await?,
         Backend::Polled(row) => {
             polled::Polled { relay, sandbox: row, caller }.start(id, command, cwd.as_deref()).await?
         }
     };
     relay.processes.remember(&row.id, &view.process_id);
+    if !view.polled {
+        relay.store.record_started(&row.id, &view.process_id, view.pid)?;
+    }
     Ok(view)
 }
 
@@ -202,8 +219,8 @@ pub async fn list(relay: &Relay, caller: &Caller, reference: &str) -> Result<Vec
 
 async fn get_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<ProcessView> {
     match b {
-        Backend::Daemon { row, envd } => {
-            at(relay, caller, row, envd).get(id, relay.processes.adopted(&row.id, id)).await
+        Backend::Daemon { row, envd, started } => {
+            at(relay, caller, row, envd, started).get(id, relay.processes.adopted(&row.id, id)).await
         }
         Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.get(id).await,
     }
@@ -222,7 +239,7 @@ pub async fn input(relay: &Relay, caller: &Caller, reference: &str, id: &str, da
         return Err(Error::invalid("nothing to do: give input, eof, or both"));
     }
     match backend(relay, caller, reference).await? {
-        Backend::Daemon { row, envd } => at(relay, caller, &row, &envd).input(id, data, eof).await,
+        Backend::Daemon { row, envd, started } => at(relay, caller, &row, &envd, &started).input(id, data, eof).await,
         Backend::Polled(row) => {
             // Ownership first: another token's id is not found.
             polled::Polled { relay, sandbox: &row, caller }.get(id).await?;
@@ -239,7 +256,7 @@ pub async fn kill(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> 
 
 async fn kill_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<()> {
     match b {
-        Backend::Daemon { row, envd } => at(relay, caller, row, envd).kill(id).await,
+        Backend::Daemon { row, envd, started } => at(relay, caller, row, envd, started).kill(id).await,
         Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.kill(id).await,
     }
 }
@@ -270,8 +287,8 @@ async fn follow(
 ) -> Result<(String, Items)> {
     check_id(id)?;
     Ok(match backend(relay, caller, reference).await? {
-        Backend::Daemon { row, envd } => {
-            let items = at(relay, caller, &row, &envd).attach(id, since, encoding).await?;
+        Backend::Daemon { row, envd, started } => {
+            let items = at(relay, caller, &row, &envd, &started).attach(id, since, encoding).await?;
             // Drained as the daemon sends it, whatever the reader's pace: a reader that stops
             // must not hold the sandbox's shared connection (streams::buffer).
             let items = Buffer::spawn(items, ShedOldest::new(since), relay.limits.buffer_bytes, Full::Shed);

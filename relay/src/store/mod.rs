@@ -190,6 +190,13 @@ CREATE TABLE IF NOT EXISTS detached (
     ended_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS detached_owner ON detached(sandbox_id, token_id);
+CREATE TABLE IF NOT EXISTS started_processes (
+    sandbox_id TEXT NOT NULL,
+    process_id TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at INTEGER NOT NULL,
+    PRIMARY KEY (sandbox_id, process_id)
+);
 CREATE TABLE IF NOT EXISTS spared_execs (
     sandbox_id TEXT NOT NULL,
     tag TEXT NOT NULL,
@@ -302,6 +309,7 @@ impl Store {
 
     pub fn delete_sandbox(&self, id: &str) -> Result<()> {
         self.conn().execute("DELETE FROM sandboxes WHERE id = ?1", [id])?;
+        self.conn().execute("DELETE FROM started_processes WHERE sandbox_id = ?1", [id])?;
         Ok(())
     }
 
@@ -494,6 +502,31 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT id FROM tokens WHERE revoked_at IS NOT NULL")?;
         let rows = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(rows)
+    }
+}
+
+/// How long the pid a background process was started with is kept: longer than any process is
+/// expected to run and be listed.
+const STARTED_KEPT_SECONDS: i64 = 90 * 24 * 3600;
+
+/// The pid each background process had when the relay started it through a daemon: what its
+/// tag names is that process, not one started later with the same tag.
+impl Store {
+    pub fn record_started(&self, sandbox_id: &str, process_id: &str, pid: u32) -> Result<()> {
+        let conn = self.conn();
+        conn.execute("DELETE FROM started_processes WHERE started_at < ?1", [now() - STARTED_KEPT_SECONDS])?;
+        conn.execute(
+            "INSERT OR REPLACE INTO started_processes (sandbox_id, process_id, pid, started_at) VALUES (?1, ?2, ?3, ?4)",
+            params![sandbox_id, process_id, pid, now()],
+        )?;
+        Ok(())
+    }
+
+    pub fn started_pids(&self, sandbox_id: &str) -> Result<std::collections::HashMap<String, u32>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT process_id, pid FROM started_processes WHERE sandbox_id = ?1")?;
+        let rows = stmt.query_map([sandbox_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
 }
