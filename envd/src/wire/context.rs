@@ -101,7 +101,10 @@ pub fn timeout(h: &HeaderMap) -> Result<Option<Duration>, RpcError> {
 /// gRPC's `grpc-timeout`: up to 8 digits and a unit (H, M, S, m, u, n).
 pub fn parse_grpc_timeout(t: &str) -> Result<Duration, RpcError> {
     let bad = || RpcError::invalid_argument(format!("grpc-timeout {t:?} is malformed"));
-    let (digits, unit) = t.split_at(t.len().checked_sub(1).ok_or_else(bad)?);
+    // The unit is the last character, not the last byte: splitting inside a multi-byte
+    // character would panic (found by fuzzing, hangar-fuzz's envd_headers).
+    let unit_at = t.char_indices().last().map(|(i, _)| i).ok_or_else(bad)?;
+    let (digits, unit) = t.split_at(unit_at);
     if digits.is_empty() || digits.len() > 8 {
         return Err(bad());
     }
@@ -139,5 +142,15 @@ mod tests {
         assert!(parse_grpc_timeout("S").is_err());
         assert!(parse_grpc_timeout("").is_err());
         assert!(parse_grpc_timeout("10x").is_err());
+    }
+
+    #[test]
+    fn a_grpc_timeout_ending_in_a_multibyte_character_is_refused() {
+        // Once a panic: the unit was split off at the last byte, inside the character.
+        for t in ["0é", "5é", "é", "12€", "1\u{10ffff}"] {
+            let e = parse_grpc_timeout(t).unwrap_err();
+            assert_eq!(e.code, tonic::Code::InvalidArgument, "{t:?}");
+            assert!(e.message.contains("grpc-timeout"), "{t:?}: {}", e.message);
+        }
     }
 }
