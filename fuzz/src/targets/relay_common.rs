@@ -16,6 +16,12 @@ pub fn parts(query: &[u8]) -> Option<http::request::Parts> {
     Some(req.into_parts().0)
 }
 
+/// The query string a request's URI carries: the part before any `#`, which starts a fragment
+/// (a client never sends one; the URI parser drops it).
+pub fn carried(parts: &http::request::Parts) -> Vec<u8> {
+    parts.uri.query().unwrap_or("").as_bytes().to_vec()
+}
+
 /// A query string read as the relay's handlers read it (`extract::Params`).
 pub fn query<T: DeserializeOwned>(parts: &mut http::request::Parts) -> Result<T, ApiError> {
     block_on(Params::<T>::from_request_parts(parts, &())).map(|Params(q)| q)

@@ -6,7 +6,7 @@
 use hangar_relay::api::rest::inputs::{SinceQuery, WatchQuery};
 use proptest::prelude::*;
 
-use super::relay_common::{bad_request, decimal, pairs, parts, query};
+use super::relay_common::{bad_request, carried, decimal, pairs, parts, query};
 use crate::{input::Input, property, Failure, Runs, Target};
 
 pub const TARGET: Target = Target {
@@ -21,8 +21,8 @@ pub const TARGET: Target = Target {
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     let selector = input.byte() % 2;
-    let qs = input.rest();
-    let Some(mut p) = parts(qs) else { return };
+    let Some(mut p) = parts(input.rest()) else { return };
+    let qs = &carried(&p)[..];
     let accepted =
         if selector == 0 { query::<SinceQuery>(&mut p).map(drop) } else { query::<WatchQuery>(&mut p).map(drop) };
     match accepted {

@@ -8,7 +8,7 @@ use hangar_relay::api::rest::inputs::{resume_from, SinceQuery};
 use http::{HeaderMap, HeaderValue};
 use proptest::prelude::*;
 
-use super::relay_common::{bad_request, decimal, pairs, parts, query};
+use super::relay_common::{bad_request, carried, decimal, pairs, parts, query};
 use crate::{input::Input, property, Failure, Runs, Target};
 
 pub const TARGET: Target = Target {
@@ -22,9 +22,10 @@ pub const TARGET: Target = Target {
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     let has_header = input.byte() & 1 != 0;
-    let qs = input.line();
+    let written = input.line();
     let header = input.rest();
-    let Some(mut parts) = parts(qs) else { return };
+    let Some(mut parts) = parts(written) else { return };
+    let qs = &carried(&parts)[..];
     let q: SinceQuery = match query(&mut parts) {
         Ok(q) => q,
         Err(e) => return bad_request(&e),
