@@ -28,7 +28,8 @@ pub enum Codec {
 }
 
 impl Codec {
-    fn decode<M: Msg>(self, bytes: &[u8]) -> Result<M, RpcError> {
+    /// A request message from its body (or envelope payload): every RPC's request is read here.
+    pub fn decode<M: Msg>(self, bytes: &[u8]) -> Result<M, RpcError> {
         match self {
             Codec::Json if bytes.iter().all(u8::is_ascii_whitespace) => Ok(M::default()),
             Codec::Json => serde_json::from_slice(bytes)
@@ -39,7 +40,7 @@ impl Codec {
         }
     }
 
-    fn encode<M: Msg>(self, m: &M) -> Bytes {
+    pub fn encode<M: Msg>(self, m: &M) -> Bytes {
         match self {
             // Serializing a generated message cannot fail: its maps have string keys.
             Codec::Json => serde_json::to_vec(m).map(Bytes::from).unwrap_or_default(),
@@ -131,10 +132,11 @@ fn error_json(e: &RpcError) -> serde_json::Value {
     serde_json::json!({ "code": code_name(e.code), "message": e.message })
 }
 
-const FLAG_COMPRESSED: u8 = 0x01;
-const FLAG_END_STREAM: u8 = 0x02;
+pub const FLAG_COMPRESSED: u8 = 0x01;
+pub const FLAG_END_STREAM: u8 = 0x02;
 
-fn envelope(flags: u8, payload: &[u8]) -> Bytes {
+/// One Connect envelope: the flags byte, the payload's length (big-endian u32), the payload.
+pub fn envelope(flags: u8, payload: &[u8]) -> Bytes {
     let mut b = BytesMut::with_capacity(5 + payload.len());
     b.put_u8(flags);
     b.put_u32(payload.len() as u32);
@@ -142,7 +144,8 @@ fn envelope(flags: u8, payload: &[u8]) -> Bytes {
     b.freeze()
 }
 
-fn end_stream(err: Option<&RpcError>) -> Bytes {
+/// The end-of-stream envelope: `{}`, or `{"error": {"code", "message"}}`.
+pub fn end_stream(err: Option<&RpcError>) -> Bytes {
     let body = match err {
         Some(e) => serde_json::json!({ "error": error_json(e) }),
         None => serde_json::json!({}),
@@ -191,7 +194,7 @@ async fn read_limited(body: Body, limit: usize) -> Result<Bytes, RpcError> {
 }
 
 /// The one message of a server-streaming request's body.
-fn single_envelope(mut b: Bytes, limit: usize) -> Result<Bytes, RpcError> {
+pub fn single_envelope(mut b: Bytes, limit: usize) -> Result<Bytes, RpcError> {
     if b.len() < 5 {
         return Err(RpcError::invalid_argument("malformed envelope: shorter than its 5-byte prefix"));
     }
@@ -312,19 +315,7 @@ impl ConnectRouter {
         let h: Handler = Arc::new(move |parts, body, codec| {
             let f = f.clone();
             Box::pin(async move {
-                // Connect's request envelopes are framed exactly as gRPC's, so tonic's decoder
-                // reads them; only the message codec differs.
-                let streaming = match codec {
-                    Codec::Json => {
-                        tonic::Streaming::new_request(JsonDecoder::<Req>(PhantomData), body, None, Some(limit))
-                    }
-                    Codec::Proto => tonic::Streaming::new_request(
-                        tonic_prost::ProstDecoder::<Req>::default(),
-                        body,
-                        None,
-                        Some(limit),
-                    ),
-                };
+                let streaming = request_stream::<Req>(codec, body, limit);
                 match f(tonic_request(parts, streaming)).await {
                     Ok(resp) => {
                         let payload = codec.encode(resp.get_ref());
@@ -379,6 +370,18 @@ impl ConnectRouter {
         };
         let (parts, body) = req.into_parts();
         handler(parts, body, codec).await
+    }
+}
+
+/// The messages of a client-streaming request's body, each at most `limit` bytes.
+pub fn request_stream<Req: Msg>(codec: Codec, body: Body, limit: usize) -> tonic::Streaming<Req> {
+    // Connect's request envelopes are framed exactly as gRPC's, so tonic's decoder reads them;
+    // only the message codec differs.
+    match codec {
+        Codec::Json => tonic::Streaming::new_request(JsonDecoder::<Req>(PhantomData), body, None, Some(limit)),
+        Codec::Proto => {
+            tonic::Streaming::new_request(tonic_prost::ProstDecoder::<Req>::default(), body, None, Some(limit))
+        }
     }
 }
 

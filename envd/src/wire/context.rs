@@ -49,16 +49,25 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, RpcError>
 /// The user named by `Authorization: Basic base64("<name>:")`; only the name matters. A daemon
 /// that is not root cannot switch and acts as itself whatever is named.
 fn resolve_user(h: &HeaderMap, settings: &Settings) -> Result<User, RpcError> {
-    let Some(auth) = header(h, "authorization")? else { return Ok(settings.get().user) };
+    match basic_user(h)? {
+        Some(name) => user_named(&name, settings),
+        None => Ok(settings.get().user),
+    }
+}
+
+/// The name `Authorization: Basic base64("<name>:...")` gives (possibly empty), or `None` when
+/// the request has no Basic authorization. Pure: looking the user up is `resolve_user`'s.
+pub fn basic_user(h: &HeaderMap) -> Result<Option<String>, RpcError> {
+    let Some(auth) = header(h, "authorization")? else { return Ok(None) };
     let Some(encoded) = auth.strip_prefix("Basic ").or_else(|| auth.strip_prefix("basic ")) else {
-        return Ok(settings.get().user);
+        return Ok(None);
     };
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(encoded.trim())
         .map_err(|_| RpcError::unauthenticated("Authorization: Basic is not valid base64"))?;
     let decoded =
         String::from_utf8(decoded).map_err(|_| RpcError::unauthenticated("Authorization: Basic is not UTF-8"))?;
-    user_named(decoded.split(':').next().unwrap_or(""), settings)
+    Ok(Some(decoded.split(':').next().unwrap_or("").to_string()))
 }
 
 /// The user called `name`: the default one when the name is empty or the daemon cannot switch
@@ -72,22 +81,30 @@ pub(super) fn user_named(name: &str, settings: &Settings) -> Result<User, RpcErr
 }
 
 fn deadline(h: &HeaderMap) -> Result<Option<Instant>, RpcError> {
+    Ok(timeout(h)?.map(|t| Instant::now() + t))
+}
+
+/// The call's timeout: `Connect-Timeout-Ms` (up to 10 digits), else `grpc-timeout`.
+pub fn timeout(h: &HeaderMap) -> Result<Option<Duration>, RpcError> {
     if let Some(ms) = header(h, "connect-timeout-ms")? {
         let ms: u64 = ms.parse().ok().filter(|_| ms.len() <= 10).ok_or_else(|| {
             RpcError::invalid_argument(format!("Connect-Timeout-Ms {ms:?} is not a number of milliseconds"))
         })?;
-        return Ok(Some(Instant::now() + Duration::from_millis(ms)));
+        return Ok(Some(Duration::from_millis(ms)));
     }
     if let Some(t) = header(h, "grpc-timeout")? {
-        return Ok(Some(Instant::now() + parse_grpc_timeout(t)?));
+        return Ok(Some(parse_grpc_timeout(t)?));
     }
     Ok(None)
 }
 
 /// gRPC's `grpc-timeout`: up to 8 digits and a unit (H, M, S, m, u, n).
-fn parse_grpc_timeout(t: &str) -> Result<Duration, RpcError> {
+pub fn parse_grpc_timeout(t: &str) -> Result<Duration, RpcError> {
     let bad = || RpcError::invalid_argument(format!("grpc-timeout {t:?} is malformed"));
-    let (digits, unit) = t.split_at(t.len().checked_sub(1).ok_or_else(bad)?);
+    // The unit is the last character, not the last byte: splitting inside a multi-byte
+    // character would panic (found by fuzzing, hangar-fuzz's envd_headers).
+    let unit_at = t.char_indices().last().map(|(i, _)| i).ok_or_else(bad)?;
+    let (digits, unit) = t.split_at(unit_at);
     if digits.is_empty() || digits.len() > 8 {
         return Err(bad());
     }
@@ -103,7 +120,8 @@ fn parse_grpc_timeout(t: &str) -> Result<Duration, RpcError> {
     })
 }
 
-fn keepalive(h: &HeaderMap) -> Result<Duration, RpcError> {
+/// `Keepalive-Ping-Interval` in seconds, clamped to 1 s..24 h; E2B's 90 s when absent.
+pub fn keepalive(h: &HeaderMap) -> Result<Duration, RpcError> {
     match header(h, "keepalive-ping-interval")? {
         None => Ok(DEFAULT_KEEPALIVE),
         Some(s) => s.trim().parse::<u64>().map(|secs| Duration::from_secs(secs.clamp(1, 24 * 3600))).map_err(|_| {
@@ -124,5 +142,15 @@ mod tests {
         assert!(parse_grpc_timeout("S").is_err());
         assert!(parse_grpc_timeout("").is_err());
         assert!(parse_grpc_timeout("10x").is_err());
+    }
+
+    #[test]
+    fn a_grpc_timeout_ending_in_a_multibyte_character_is_refused() {
+        // Once a panic: the unit was split off at the last byte, inside the character.
+        for t in ["0é", "5é", "é", "12€", "1\u{10ffff}"] {
+            let e = parse_grpc_timeout(t).unwrap_err();
+            assert_eq!(e.code, tonic::Code::InvalidArgument, "{t:?}");
+            assert!(e.message.contains("grpc-timeout"), "{t:?}: {}", e.message);
+        }
     }
 }

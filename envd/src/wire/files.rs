@@ -202,7 +202,7 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 /// Whether to answer with gzip, from `Accept-Encoding` and its q-values, as E2B's envd decides:
 /// gzip when listed (with q > 0) and not less preferred than identity, or when `*` is accepted
 /// and identity refused; an error when identity is refused and gzip not acceptable.
-fn accepts_gzip(header: &str) -> Result<bool, String> {
+pub fn accepts_gzip(header: &str) -> Result<bool, String> {
     let (mut gzip, mut identity, mut star) = (None::<f32>, None::<f32>, None::<f32>);
     for item in header.split(',') {
         let mut parts = item.split(';');
@@ -236,7 +236,7 @@ fn accepts_gzip(header: &str) -> Result<bool, String> {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum RangeRequest {
+pub enum RangeRequest {
     /// Not a single byte range this daemon serves (another unit, several ranges): send it all.
     Ignored,
     Unsatisfiable,
@@ -247,7 +247,8 @@ enum RangeRequest {
     },
 }
 
-fn parse_range(h: &str, size: u64) -> RangeRequest {
+/// A `Range` header against a file of `size` bytes.
+pub fn parse_range(h: &str, size: u64) -> RangeRequest {
     let Some(spec) = h.trim().strip_prefix("bytes=") else { return RangeRequest::Ignored };
     if spec.contains(',') {
         return RangeRequest::Ignored;
@@ -275,7 +276,7 @@ fn parse_range(h: &str, size: u64) -> RangeRequest {
 // POST /files
 // ---------------------------------------------------------------------------------------------
 
-type BodyStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>;
+pub type BodyStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>;
 
 #[derive(Debug, serde::Serialize)]
 struct Written {
@@ -326,15 +327,39 @@ async fn receive_upload(wire: &Wire, req: http::Request<Body>) -> Result<Vec<Wri
             Ok(vec![write_file(&user, path, &metadata, body).await?])
         }
         "multipart/form-data" => {
-            let boundary = multer::parse_boundary(&content_type)
-                .map_err(|e| bad(format!("malformed multipart Content-Type: {e}")))?;
-            receive_multipart(wire, &user, &p, &metadata, multer::Multipart::new(body, boundary)).await
+            receive_multipart(wire, &user, &p, &metadata, multipart(&content_type, body).map_err(bad)?).await
         }
         _ => Err(Failure::new(
             StatusCode::BAD_REQUEST,
             format!("Content-Type {content_type:?} is neither multipart/form-data nor application/octet-stream"),
         )),
     }
+}
+
+/// A multipart body's parts, with the boundary its `Content-Type` names.
+pub fn multipart(content_type: &str, body: BodyStream) -> Result<multer::Multipart<'static>, String> {
+    let boundary =
+        multer::parse_boundary(content_type).map_err(|e| format!("malformed multipart Content-Type: {e}"))?;
+    Ok(multer::Multipart::new(body, boundary))
+}
+
+/// The next part named `file` and the path it goes to (as given, not yet resolved): the `path`
+/// parameter when there is one, else the part's filename. Other parts are skipped. Reading the
+/// returned part's bytes is the caller's, before asking for the next.
+pub async fn next_file_part(
+    parts: &mut multer::Multipart<'static>,
+    path_param: Option<&str>,
+) -> Result<Option<(String, multer::Field<'static>)>, String> {
+    while let Some(field) = parts.next_field().await.map_err(|e| format!("malformed multipart body: {e}"))? {
+        if field.name() != Some("file") {
+            continue;
+        }
+        return match path_param.filter(|s| !s.is_empty()).or(field.file_name()) {
+            Some(r) if !r.is_empty() => Ok(Some((r.to_string(), field))),
+            _ => Err("a file part needs a filename (its path) or the path parameter".into()),
+        };
+    }
+    Ok(None)
 }
 
 /// Every part named `file` is a file: at `path` when the query gives one (then only one file
@@ -348,14 +373,7 @@ async fn receive_multipart(
 ) -> Result<Vec<Written>, Failure> {
     let bad = |m: String| Failure::new(StatusCode::BAD_REQUEST, m);
     let mut written: Vec<Written> = Vec::new();
-    while let Some(field) = parts.next_field().await.map_err(|e| bad(format!("malformed multipart body: {e}")))? {
-        if field.name() != Some("file") {
-            continue;
-        }
-        let raw = match p.path.as_deref().filter(|s| !s.is_empty()).or(field.file_name()) {
-            Some(r) if !r.is_empty() => r.to_string(),
-            _ => return Err(bad("a file part needs a filename (its path) or the path parameter".into())),
-        };
+    while let Some((raw, field)) = next_file_part(&mut parts, p.path.as_deref()).await.map_err(bad)? {
         let path = user_path(&wire.settings, user, &raw)?;
         if written.iter().any(|w| Path::new(&w.path) == path) {
             return Err(bad(format!("{} appears twice in one upload; only the first was written", path.display())));
@@ -400,7 +418,7 @@ async fn write_file(
 
 /// `X-Metadata-<key>: <value>` headers: keys lowercased (HTTP header names carry no case),
 /// the first value of a repeated header, empty keys ignored; validated by `fs::meta`.
-fn metadata_headers(h: &HeaderMap) -> Result<HashMap<String, String>, String> {
+pub fn metadata_headers(h: &HeaderMap) -> Result<HashMap<String, String>, String> {
     let mut out = HashMap::new();
     for name in h.keys() {
         let Some(key) = name.as_str().strip_prefix(METADATA_HEADER) else { continue };

@@ -3,8 +3,8 @@
 //!
 //! Invariant: only this module knows about HTTP, headers and encodings.
 pub mod connect;
-mod context;
-mod files;
+pub mod context;
+pub mod files;
 mod routes;
 
 use std::{net::SocketAddr, sync::Arc};

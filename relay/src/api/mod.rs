@@ -7,7 +7,7 @@
 //! decided once, in the domain modules both APIs call.
 pub mod auth;
 pub mod error;
-mod extract;
+pub mod extract;
 pub mod mcp;
 pub mod rest;
 

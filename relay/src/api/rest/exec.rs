@@ -29,7 +29,8 @@ pub struct ExecBody {
     timeout: Option<u64>,
 }
 
-fn request(b: ExecBody) -> Result<ExecRequest, ApiError> {
+/// The command an exec body asks for, checked.
+pub fn request(b: ExecBody) -> Result<ExecRequest, ApiError> {
     Ok(ExecRequest::new(b.command, b.cwd, b.timeout)?)
 }
 

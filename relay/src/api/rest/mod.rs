@@ -21,6 +21,18 @@ use axum::{
 use super::{auth, extract::MAX_BODY_BYTES, ApiError};
 use crate::app::Relay;
 
+/// Every query string and JSON body the routes read, with the steps that parse them beyond
+/// deserializing: named so they can be exercised apart from the handlers (hangar-fuzz).
+pub mod inputs {
+    pub use super::{
+        exec::{request as exec_request, ExecBody},
+        processes::{resume_from, InputBody, SinceQuery, StartBody},
+        sandboxes::CreateSandbox,
+        tokens::CreateToken,
+        watch::WatchQuery,
+    };
+}
+
 pub fn router(relay: Arc<Relay>) -> Router {
     let tokens = Router::new()
         .route("/api/tokens", post(tokens::create).get(tokens::list))

@@ -101,6 +101,16 @@ fn event(item: &Output, encoding: Encoding) -> Option<Event> {
     ev.ok()
 }
 
+/// Where a process stream starts: a reconnecting EventSource's `Last-Event-ID` says where it
+/// got to, and wins over the `since` of the URL it first used.
+pub fn resume_from(headers: &HeaderMap, q: &SinceQuery) -> Result<Option<u64>, ApiError> {
+    match headers.get("last-event-id").map(|v| v.to_str().map(|s| s.trim().parse::<u64>())) {
+        Some(Ok(Ok(n))) => Ok(Some(n)),
+        Some(_) => Err(ApiError::bad_request("Last-Event-ID must be a byte offset")),
+        None => Ok(q.since),
+    }
+}
+
 pub async fn stream(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
@@ -108,12 +118,7 @@ pub async fn stream(
     Params(q): Params<SinceQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    // A reconnecting EventSource says where it got to; that wins over the URL it first used.
-    let since = match headers.get("last-event-id").map(|v| v.to_str().map(|s| s.trim().parse::<u64>())) {
-        Some(Ok(Ok(n))) => Some(n),
-        Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be a byte offset")),
-        None => q.since,
-    };
+    let since = resume_from(&headers, &q)?;
     let attached = processes::attach(&relay, &caller, &reference, &id, since, q.encoding, Front::Rest).await?;
     let encoding = q.encoding;
     let events = attached.into_stream().filter_map(move |item| async move { event(&item, encoding).map(Ok) });

@@ -1,0 +1,135 @@
+//! The relay's REST JSON bodies, read as its handlers read them (`extract::Body`): starting a
+//! process (`StartBody`), its input (`InputBody`), exec (`ExecBody`, then the checks of
+//! `exec_request`), creating a sandbox (`CreateSandbox`) and a token (`CreateToken`).
+//!
+//! Input: a selector byte (which body), then the body.
+use hangar_relay::api::rest::inputs::{exec_request, CreateSandbox, CreateToken, ExecBody, InputBody, StartBody};
+use proptest::prelude::*;
+use serde_json::Value;
+
+use super::relay_common::{bad_request, json};
+use crate::{input::Input, property, Failure, Runs, Target};
+
+pub const TARGET: Target = Target {
+    name: "relay_json",
+    about: "every REST JSON body (processes' start and input, exec, sandboxes, tokens) through \
+            the relay's extractor, exec's through its checks: what is accepted is an object of \
+            known fields; an exec's timeout is within its bounds; a refusal is a 400 with a message",
+    run,
+    props,
+};
+
+/// Each body's fields, in selector order.
+const BODIES: &[(&str, &[&str])] = &[
+    ("StartBody", &["command", "cwd"]),
+    ("InputBody", &["input", "base64", "eof"]),
+    ("ExecBody", &["command", "cwd", "timeout"]),
+    ("CreateSandbox", &["name", "provider", "options"]),
+    ("CreateToken", &["name", "scope"]),
+];
+
+pub fn run(data: &[u8]) {
+    let mut input = Input::new(data);
+    let selector = usize::from(input.byte()) % BODIES.len();
+    let body = input.rest();
+    let accepted = match selector {
+        0 => json::<StartBody>(body).map(drop),
+        1 => json::<InputBody>(body).map(drop),
+        2 => json::<ExecBody>(body).map(|b| match exec_request(b) {
+            Ok(r) => {
+                assert!((1..=hangar_relay::exec::MAX_TIMEOUT_SECONDS).contains(&r.timeout.as_secs()), "{r:?}");
+                assert!(!r.command.trim().is_empty() && !r.command.contains('\0'), "{r:?}");
+                assert!(r.command.len() <= hangar_relay::exec::MAX_COMMAND_BYTES);
+            }
+            Err(e) => bad_request(&e),
+        }),
+        3 => json::<CreateSandbox>(body).map(drop),
+        _ => json::<CreateToken>(body).map(drop),
+    };
+    match accepted {
+        Ok(()) => {
+            let v: Value = match serde_json::from_slice(body) {
+                Ok(v) => v,
+                Err(e) => panic!("an accepted body is JSON: {e}"),
+            };
+            let Value::Object(fields) = v else { panic!("an accepted body is an object: {v}") };
+            let known = BODIES[selector].1;
+            assert!(fields.keys().all(|k| known.contains(&k.as_str())), "unknown fields accepted: {fields:?}");
+        }
+        Err(e) => bad_request(&e),
+    }
+}
+
+fn leaf() -> impl Strategy<Value = Value> + Clone {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (0u64..200_000).prop_map(Value::from),
+        any::<f64>().prop_filter("JSON numbers are finite", |f| f.is_finite()).prop_map(Value::from),
+        prop_oneof![".{0,12}", "[A-Za-z0-9+/=]{0,12}", Just(" \u{0} ".to_string())].prop_map(Value::String),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    leaf().prop_recursive(2, 12, 3, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            proptest::collection::vec(("[a-z]{1,4}", inner), 0..3)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// An object whose keys are mostly the body's own fields, with values of any type.
+fn shaped() -> impl Strategy<Value = (u8, Vec<(String, Value)>)> {
+    (0..BODIES.len() as u8).prop_flat_map(|s| {
+        let key = prop_oneof![4 => proptest::sample::select(BODIES[usize::from(s)].1).prop_map(str::to_string), 1 => "[a-z]{1,6}"];
+        (Just(s), proptest::collection::vec((key, value()), 0..5))
+    })
+}
+
+fn shaped_input(case: &(u8, Vec<(String, Value)>)) -> Vec<u8> {
+    let mut v = vec![case.0];
+    v.extend_from_slice(Value::Object(case.1.iter().cloned().collect()).to_string().as_bytes());
+    v
+}
+
+/// A well-typed exec body: accepted, and `exec_request` takes it iff its command and timeout are
+/// within bounds.
+fn exec_case() -> impl Strategy<Value = (String, Option<String>, Option<u64>)> {
+    let timeout = prop_oneof![Just(None), (0u64..=90_000).prop_map(Some), any::<u64>().prop_map(Some)];
+    (".{0,16}", proptest::option::of(".{0,8}"), timeout)
+}
+
+fn exec_input(case: &(String, Option<String>, Option<u64>)) -> Vec<u8> {
+    let mut body = serde_json::json!({ "command": case.0 });
+    if let Some(c) = &case.1 {
+        body["cwd"] = Value::from(c.clone());
+    }
+    if let Some(t) = case.2 {
+        body["timeout"] = Value::from(t);
+    }
+    let mut v = vec![2u8];
+    v.extend_from_slice(body.to_string().as_bytes());
+    v
+}
+
+fn props(runner: &mut Runs) -> Result<(), Failure> {
+    property(runner, shaped(), shaped_input, |case| run(&shaped_input(case)))?;
+    property(runner, exec_case(), exec_input, |case| {
+        run(&exec_input(case));
+        let body = json::<ExecBody>(&exec_input(case)[1..]);
+        let Ok(body) = body else { panic!("a well-typed exec body is accepted") };
+        let (command, _, timeout) = case;
+        let valid_command = !command.trim().is_empty() && !command.contains('\0');
+        let valid_timeout = timeout.is_none_or(|t| (1..=hangar_relay::exec::MAX_TIMEOUT_SECONDS).contains(&t));
+        let got = exec_request(body);
+        assert_eq!(got.is_ok(), valid_command && valid_timeout, "{case:?} gave {got:?}");
+        if let Ok(r) = got {
+            assert_eq!(r.timeout.as_secs(), timeout.unwrap_or(hangar_relay::exec::DEFAULT_TIMEOUT_SECONDS));
+            assert_eq!(&r.command, command);
+        }
+    })
+}
