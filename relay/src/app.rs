@@ -112,14 +112,10 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     Ok(Bound { listener, relay, generated_admin_secret, mcp_allowed_hosts: config.mcp_allowed_hosts.clone() })
 }
 
-/// How long MCP responses cut off by a shutdown have to reach their clients.
-const MCP_RESULTS_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// Serves until SIGTERM or SIGINT. Then every open stream ends at once with `shutdown`, new
 /// streams are refused, and the process exits once responses have flushed (10 s at the most).
 /// Sandboxes and their processes keep running.
 pub async fn serve(bound: Bound) -> std::io::Result<()> {
-    use axum::serve::ListenerExt as _;
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -131,37 +127,13 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     // What a crash left behind is dealt with while the relay already serves.
     let recovered = tokio::spawn(recovery::recover(relay.clone()));
     let unattached = tokio::spawn(processes::watch_unattached(relay.clone()));
-    let mcp_shutdown = tokio_util::sync::CancellationToken::new();
-    let app = api::router(relay.clone(), bound.mcp_allowed_hosts, mcp_shutdown.clone());
-    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
-    let streams = relay.streams.clone();
-    // TCP_NODELAY: an SSE event or MCP notification goes out when written, not after the
-    // previous one's ACK.
-    let listener = bound.listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let signalled = async move {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        let closed = streams.shutdown();
-        // The MCP calls and subscriptions the shutdown just ended get a moment to send their
-        // results before the SDK closes its streams and sessions.
-        tokio::spawn(async move {
-            tokio::time::sleep(MCP_RESULTS_GRACE).await;
-            mcp_shutdown.cancel();
-        });
-        events::ShuttingDown { streams: closed }.emit();
-        let _ = stopping_tx.send(());
-    });
-    let result = tokio::select! {
-        r = server => r,
-        _ = async {
-            let _ = stopping.await;
-            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
-        } => Ok(()),
     };
+    let result = api::serve(bound.listener, relay, bound.mcp_allowed_hosts, signalled).await;
     recheck.abort();
     recovered.abort();
     unattached.abort();
