@@ -20,6 +20,11 @@
 //! [`summary`] the fold into a run summary, [`redact`] secret redaction, [`harness`] the profiles
 //! that say how to start each CLI.
 
+mod cut;
+pub mod event;
 pub mod lines;
+pub mod parse;
 
+pub use event::{Event, EventType};
 pub use lines::{Line, Lines};
+pub use parse::{Format, Parser};
