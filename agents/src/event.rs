@@ -110,6 +110,11 @@ impl Event {
         data.entry("source").or_insert_with(|| Value::from("agent"));
         Event { kind, data: Value::Object(data) }
     }
+
+    /// `data[key]`, or `Null` when absent.
+    pub(crate) fn get(&self, key: &str) -> &Value {
+        self.data.get(key).unwrap_or(&Value::Null)
+    }
 }
 
 /// Builds a JSON object from `key => value` pairs; values go through `serde_json::Value::from`.

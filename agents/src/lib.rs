@@ -24,7 +24,9 @@ mod cut;
 pub mod event;
 pub mod lines;
 pub mod parse;
+pub mod summary;
 
 pub use event::{Event, EventType};
 pub use lines::{Line, Lines};
 pub use parse::{Format, Parser};
+pub use summary::Summary;
