@@ -24,9 +24,11 @@ mod cut;
 pub mod event;
 pub mod lines;
 pub mod parse;
+pub mod redact;
 pub mod summary;
 
 pub use event::{Event, EventType};
 pub use lines::{Line, Lines};
 pub use parse::{Format, Parser};
+pub use redact::Redactor;
 pub use summary::Summary;
