@@ -22,6 +22,7 @@
 
 mod cut;
 pub mod event;
+pub mod harness;
 pub mod lines;
 pub mod parse;
 pub mod redact;
