@@ -200,6 +200,85 @@ mod tests {
     }
 
     #[test]
+    fn every_fixture() {
+        // (fixture, format, (input, output, cache read) tokens, cost, turns, last message, warnings, phase)
+        type Row = (
+            &'static str,
+            Format,
+            (u64, u64, u64),
+            Option<f64>,
+            u64,
+            Option<&'static str>,
+            usize,
+            Option<&'static str>,
+        );
+        let rows: [Row; 9] = [
+            (
+                "claude-stream-json-executor",
+                Format::ClaudeStreamJson,
+                (2, 113, 12743),
+                Some(0.0178546),
+                2,
+                Some("OK"),
+                0,
+                None,
+            ),
+            (
+                "claude-long-turn",
+                Format::ClaudeStreamJson,
+                (48, 3912, 412883),
+                Some(0.4127),
+                14,
+                Some("Fixed the config loader"),
+                0,
+                Some("git"),
+            ),
+            ("claude-api-error", Format::ClaudeStreamJson, (0, 0, 0), Some(0.0), 1, None, 2, None),
+            ("claude-rate-limit-rejected", Format::ClaudeStreamJson, (0, 0, 0), Some(0.0), 1, None, 2, None),
+            ("claude-resume-missing", Format::ClaudeStreamJson, (0, 0, 0), Some(0.0), 0, None, 1, None),
+            ("codex-exec-json-minimal", Format::CodexJsonl, (20391, 5, 6912), None, 0, Some("OK"), 0, None),
+            (
+                "codex-out-of-order",
+                Format::CodexJsonl,
+                (51234, 1830, 40960),
+                None,
+                0,
+                Some("`parse_config` now rejects"),
+                1,
+                Some("editing"),
+            ),
+            ("codex-turn-failed", Format::CodexJsonl, (0, 0, 0), None, 0, None, 2, None),
+            (
+                "gemini-banner",
+                Format::GeminiStreamJson,
+                (18234, 412, 9000),
+                None,
+                0,
+                Some("`go test` fails"),
+                0,
+                Some("running_tests"),
+            ),
+        ];
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        for (name, format, tokens, cost, turns, message, warnings, phase) in rows {
+            let text = std::fs::read_to_string(dir.join(format!("{name}.jsonl"))).unwrap();
+            let s = fold(format, &text);
+            assert_eq!((s.input_tokens, s.output_tokens, s.cache_read_tokens), tokens, "{name}");
+            assert_eq!((s.cost_usd, s.turns), (cost, turns), "{name}");
+            match message {
+                Some(m) => assert!(
+                    s.last_message.as_deref().unwrap_or_default().starts_with(m),
+                    "{name}: {:?}",
+                    s.last_message
+                ),
+                None => assert_eq!(s.last_message, None, "{name}"),
+            }
+            assert_eq!(s.warnings.len(), warnings, "{name}: {:?}", s.warnings);
+            assert_eq!(s.phase.as_deref(), phase, "{name}");
+        }
+    }
+
+    #[test]
     fn limits_and_odd_values() {
         let mut s = Summary::default();
         for i in 0..25 {
