@@ -172,6 +172,36 @@ def test_tools_are_listed_and_sandboxes_says_which_have_a_daemon(relay, mode):
     anyio.run(main)
 
 
+# What each tool tells a client it may do: (readOnlyHint, destructiveHint, idempotentHint,
+# openWorldHint). A client may auto-approve what only reads.
+HINTS = {
+    "sandboxes": (True, False, True, False),
+    # Any command: it may delete, kill, reach the network.
+    "exec": (False, True, False, True),
+    # list and attach read, but start runs any command and kill kills.
+    "process": (False, True, False, True),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_tool_is_annotated_and_only_listing_sandboxes_is_read_only(relay, mode):
+    async def main():
+        async with connect(relay, relay.token(f"hints-{mode}"), mode) as c:
+            return (await c.list_tools()).tools
+
+    tools = anyio.run(main)
+    assert set(HINTS) <= {t.name for t in tools}
+    for t in tools:
+        a = t.annotations
+        assert a is not None and a.title, t
+        hints = (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint)
+        # Every hint said, none left to the spec's defaults.
+        assert all(isinstance(h, bool) for h in hints), t
+        assert not (a.read_only_hint and a.destructive_hint), t
+        if t.name in HINTS:
+            assert hints == HINTS[t.name], t
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_streamed_exec_sends_every_chunk_in_order_then_the_result(relay, mode):
     got = []
