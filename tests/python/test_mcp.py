@@ -5,6 +5,7 @@ Each test runs against the real hangar-relay and the hangar-envd daemons its loc
 start: the binary is HANGAR_RELAY_BIN, or hangar-relay next to hangar-envd.
 """
 
+import logging
 import os
 import re
 import signal
@@ -335,6 +336,32 @@ def test_a_jobs_token_no_token_and_a_foreign_host_are_refused():
         assert err["code"] == "permission_denied" and "--mcp-allowed-hosts" in err["message"], err
     finally:
         r.stop()
+
+
+def test_closing_a_2025_era_session_ends_it_and_the_sdk_logs_no_failure(relay, caplog):
+    # The SDK sends DELETE /mcp as it closes a session, and warns "Session termination failed"
+    # unless the answer is 200 or 204.
+    caplog.set_level(logging.DEBUG, logger="mcp.client.streamable_http")
+    deletes = []
+
+    async def on_response(response):
+        if response.request.method == "DELETE":
+            deletes.append(response.status_code)
+
+    async def main():
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {relay.token('close-legacy')}"},
+            timeout=httpx2.Timeout(30.0),
+            event_hooks={"response": [on_response]},
+        )
+        async with http, Client(streamable_http_client(f"{relay.url}/mcp", http_client=http), mode="legacy") as c:
+            assert c.protocol_version < "2026-07-28"
+            await c.list_tools()
+
+    anyio.run(main)
+    assert deletes == [204]
+    failed = [r.getMessage() for r in caplog.records if "Session termination failed" in r.getMessage()]
+    assert failed == [], caplog.text
 
 
 @pytest.mark.parametrize("mode", MODES)
