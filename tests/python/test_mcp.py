@@ -5,6 +5,7 @@ Each test runs against the real hangar-relay and the hangar-envd daemons its loc
 start: the binary is HANGAR_RELAY_BIN, or hangar-relay next to hangar-envd.
 """
 
+import logging
 import os
 import re
 import signal
@@ -172,6 +173,36 @@ def test_tools_are_listed_and_sandboxes_says_which_have_a_daemon(relay, mode):
     anyio.run(main)
 
 
+# What each tool tells a client it may do: (readOnlyHint, destructiveHint, idempotentHint,
+# openWorldHint). A client may auto-approve what only reads.
+HINTS = {
+    "sandboxes": (True, False, True, False),
+    # Any command: it may delete, kill, reach the network.
+    "exec": (False, True, False, True),
+    # list and attach read, but start runs any command and kill kills.
+    "process": (False, True, False, True),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_tool_is_annotated_and_only_listing_sandboxes_is_read_only(relay, mode):
+    async def main():
+        async with connect(relay, relay.token(f"hints-{mode}"), mode) as c:
+            return (await c.list_tools()).tools
+
+    tools = anyio.run(main)
+    assert set(HINTS) <= {t.name for t in tools}
+    for t in tools:
+        a = t.annotations
+        assert a is not None and a.title, t
+        hints = (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint)
+        # Every hint said, none left to the spec's defaults.
+        assert all(isinstance(h, bool) for h in hints), t
+        assert not (a.read_only_hint and a.destructive_hint), t
+        if t.name in HINTS:
+            assert hints == HINTS[t.name], t
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_streamed_exec_sends_every_chunk_in_order_then_the_result(relay, mode):
     got = []
@@ -305,6 +336,32 @@ def test_a_jobs_token_no_token_and_a_foreign_host_are_refused():
         assert err["code"] == "permission_denied" and "--mcp-allowed-hosts" in err["message"], err
     finally:
         r.stop()
+
+
+def test_closing_a_2025_era_session_ends_it_and_the_sdk_logs_no_failure(relay, caplog):
+    # The SDK sends DELETE /mcp as it closes a session, and warns "Session termination failed"
+    # unless the answer is 200 or 204.
+    caplog.set_level(logging.DEBUG, logger="mcp.client.streamable_http")
+    deletes = []
+
+    async def on_response(response):
+        if response.request.method == "DELETE":
+            deletes.append(response.status_code)
+
+    async def main():
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {relay.token('close-legacy')}"},
+            timeout=httpx2.Timeout(30.0),
+            event_hooks={"response": [on_response]},
+        )
+        async with http, Client(streamable_http_client(f"{relay.url}/mcp", http_client=http), mode="legacy") as c:
+            assert c.protocol_version < "2026-07-28"
+            await c.list_tools()
+
+    anyio.run(main)
+    assert deletes == [204]
+    failed = [r.getMessage() for r in caplog.records if "Session termination failed" in r.getMessage()]
+    assert failed == [], caplog.text
 
 
 @pytest.mark.parametrize("mode", MODES)

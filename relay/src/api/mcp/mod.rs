@@ -25,8 +25,11 @@ use rmcp::{
         UnsubscribeRequestParams,
     },
     service::{RequestContext, SubscriptionContext},
-    transport::streamable_http_server::{
-        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    transport::{
+        common::http_header::HEADER_SESSION_ID,
+        streamable_http_server::{
+            session::local::LocalSessionManager, SessionManager, StreamableHttpServerConfig, StreamableHttpService,
+        },
     },
     ErrorData as McpError, RoleServer, ServerHandler,
 };
@@ -56,7 +59,8 @@ pub struct Hangar {
     legacy_subscriptions: Arc<Mutex<HashMap<String, AbortOnDrop>>>,
 }
 
-/// The `/mcp` routes: bearer authentication, then the SDK's Streamable HTTP service.
+/// The `/mcp` routes: bearer authentication, the `Host` check, then the SDK's Streamable HTTP
+/// service (its answer to a session's DELETE corrected by `end_session`).
 /// `allowed_hosts` are the `Host` values accepted (DNS-rebinding protection); `shutdown`, once
 /// cancelled, ends the SDK's streams and sessions.
 pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: CancellationToken) -> Router<Arc<Relay>> {
@@ -66,6 +70,7 @@ pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: Cancellat
         .with_max_request_body_bytes(MAX_BODY_BYTES);
     let service_relay = relay.clone();
     let hub = resources::Hub::new(relay.clone());
+    let sessions = Arc::new(LocalSessionManager::default());
     let service = StreamableHttpService::new(
         move || {
             Ok(Hangar {
@@ -74,15 +79,45 @@ pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: Cancellat
                 legacy_subscriptions: Arc::new(Mutex::new(HashMap::new())),
             })
         },
-        Arc::new(LocalSessionManager::default()),
+        sessions.clone(),
         config,
     );
     let hosts = Arc::new(allowed_hosts);
     Router::new()
         .nest_service(PATH, service)
+        .layer(middleware::from_fn(move |req, next| end_session(sessions.clone(), req, next)))
         .layer(middleware::from_fn(auth::sandbox_scopes))
         .layer(middleware::from_fn(move |req, next| allowed_host(hosts.clone(), req, next)))
         .layer(middleware::from_fn_with_state(relay, auth::authenticate))
+}
+
+/// `DELETE /mcp` with an `Mcp-Session-Id` (2025-era clients ending their session): 204 when
+/// the session was open, 404 when there is none by that id. The SDK answers 202 either way,
+/// which clients read as a failure (the Python SDK logs "Session termination failed: 202"), and
+/// the spec has 404 for a session that is not there. Only the SDK's 202 is rewritten: its own
+/// refusals (no session id, a bad protocol version, 405 for a 2026-07-28 client) pass as they
+/// are. Runs after authentication and the `Host` check.
+async fn end_session(sessions: Arc<LocalSessionManager>, req: Request, next: Next) -> Response {
+    if req.method() != http::Method::DELETE {
+        return next.run(req).await;
+    }
+    let id = req.headers().get(HEADER_SESSION_ID).and_then(|v| v.to_str().ok()).map(Arc::<str>::from);
+    // Asked before the SDK closes it; two DELETEs at once may both see it open (and both get 204).
+    // The local manager's lookup cannot fail.
+    let open = match &id {
+        Some(id) => sessions.has_session(id).await.unwrap_or(false),
+        None => false,
+    };
+    let mut resp = next.run(req).await;
+    if resp.status() != http::StatusCode::ACCEPTED {
+        return resp;
+    }
+    if !open {
+        return ApiError::from(Error::not_found("no MCP session by that Mcp-Session-Id: it ended or never began"))
+            .into_response();
+    }
+    *resp.status_mut() = http::StatusCode::NO_CONTENT;
+    resp
 }
 
 /// DNS-rebinding protection, before the SDK's own check of the same list, so that a refusal

@@ -9,7 +9,7 @@ mod sandboxes;
 use std::sync::Arc;
 
 use rmcp::{
-    model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool},
+    model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations},
     service::RequestContext,
     RoleServer,
 };
@@ -34,6 +34,35 @@ fn schema(v: Value) -> Arc<JsonObject> {
     }
 }
 
+/// What a call can do to the world, as MCP's tool annotations say it to clients (which may
+/// auto-approve a tool that only reads). Every hint is a field, so a new tool cannot leave one
+/// to the spec's defaults (`destructiveHint` and `openWorldHint` default to true, which would
+/// make every tool look dangerous). A tool whose `action` argument chooses between reading and
+/// writing is described by what its worst action does.
+struct Hints {
+    /// Changes nothing anywhere.
+    read_only: bool,
+    /// Can destroy or kill (meaningful when not read-only).
+    destructive: bool,
+    /// Calling it again with the same arguments changes nothing more.
+    idempotent: bool,
+    /// Reaches past the relay's own state: runs commands in sandboxes.
+    open_world: bool,
+}
+
+impl Hints {
+    fn titled(self, title: &str) -> ToolAnnotations {
+        let Hints { read_only, destructive, idempotent, open_world } = self;
+        ToolAnnotations::from_raw(
+            Some(title.to_string()),
+            Some(read_only),
+            Some(destructive),
+            Some(idempotent),
+            Some(open_world),
+        )
+    }
+}
+
 pub fn list() -> Vec<Tool> {
     vec![
         Tool::new(
@@ -41,6 +70,9 @@ pub fn list() -> Vec<Tool> {
             "The sandboxes you may use: name, provider, state, and whether each has its daemon \
              (streamed output, background processes' input and watches need it).",
             schema(json!({ "type": "object", "properties": {}, "additionalProperties": false })),
+        )
+        .with_annotations(
+            Hints { read_only: true, destructive: false, idempotent: true, open_world: false }.titled("List sandboxes"),
         ),
         Tool::new(
             "exec",
@@ -61,6 +93,10 @@ pub fn list() -> Vec<Tool> {
                 "required": ["sandbox", "command"],
                 "additionalProperties": false
             })),
+        )
+        // Any command at all: it may delete files, kill processes, reach the network.
+        .with_annotations(
+            Hints { read_only: false, destructive: true, idempotent: false, open_world: true }.titled("Run a command"),
         ),
         Tool::new(
             "process",
@@ -87,6 +123,11 @@ pub fn list() -> Vec<Tool> {
                 "required": ["action", "sandbox"],
                 "additionalProperties": false
             })),
+        )
+        // list and attach only read, but start runs any command and kill kills.
+        .with_annotations(
+            Hints { read_only: false, destructive: true, idempotent: false, open_world: true }
+                .titled("Background processes"),
         ),
     ]
 }
@@ -134,4 +175,47 @@ pub async fn call(
         other => Err(Error::invalid(format!("no tool {other:?}; tools: sandboxes, exec, process"))),
     };
     result.unwrap_or_else(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::list;
+
+    /// The annotations as a client reads them from `tools/list`: (readOnlyHint, destructiveHint,
+    /// idempotentHint, openWorldHint) by tool name.
+    fn hints() -> Vec<(String, Value)> {
+        list()
+            .iter()
+            .map(|t| {
+                (t.name.to_string(), serde_json::to_value(t).map(|v| v["annotations"].clone()).unwrap_or_default())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_tool_says_every_hint_and_a_title() {
+        for (name, a) in hints() {
+            assert!(a["title"].as_str().is_some_and(|t| !t.is_empty()), "{name}: no title in {a}");
+            for hint in ["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"] {
+                assert!(a[hint].is_boolean(), "{name}: no {hint} in {a}");
+            }
+            // A client auto-approves what only reads: that must never be what destroys.
+            assert!(!(a["readOnlyHint"] == true && a["destructiveHint"] == true), "{name}: {a}");
+        }
+    }
+
+    #[test]
+    fn only_listing_sandboxes_is_read_only_and_commands_are_destructive_and_open_world() {
+        let of = |want: &str| {
+            let (_, a) = hints().into_iter().find(|(n, _)| n == want).unwrap_or_else(|| panic!("no tool {want}"));
+            ["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"].map(|h| a[h] == true)
+        };
+        assert_eq!(of("sandboxes"), [true, false, true, false]);
+        // Any command: it may delete, kill, reach the network.
+        assert_eq!(of("exec"), [false, true, false, true]);
+        // list and attach read, but start runs any command and kill kills.
+        assert_eq!(of("process"), [false, true, false, true]);
+    }
 }
