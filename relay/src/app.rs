@@ -5,7 +5,7 @@ use std::{net::SocketAddr, sync::Arc};
 use crate::{
     api, auth,
     config::{self, Config},
-    events, exec, processes, providers, recovery, revocation, sandboxes, store, streams,
+    events, exec, processes, providers, recovery, revocation, sandboxes, secrets, sessions, store, streams,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +20,10 @@ pub enum StartError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("the default sandbox: {0}")]
     DefaultSandbox(crate::error::Error),
+    #[error("harness profiles {path}: {message}")]
+    Harnesses { path: std::path::PathBuf, message: String },
+    #[error("secrets: {0}")]
+    Secrets(crate::error::Error),
 }
 
 /// What every request shares.
@@ -34,6 +38,8 @@ pub struct Relay {
     pub run: String,
     pub limits: config::Limits,
     pub streams: Arc<streams::Streams>,
+    pub sessions: sessions::Sessions,
+    pub secrets: secrets::Secrets,
 }
 
 /// A relay bound to its port, with the admin secret to show if one was generated.
@@ -94,6 +100,27 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         vec![Box::new(local), Box::new(docker)],
         config.allow_unisolated_sandboxes,
     );
+    let harnesses = match &config.sessions.harnesses {
+        None => hangar_agents::harness::Harnesses::builtin(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| StartError::Harnesses { path: path.clone(), message: e.to_string() })?;
+            hangar_agents::harness::Harnesses::with_file(&text)
+                .map_err(|e| StartError::Harnesses { path: path.clone(), message: e.to_string() })?
+        }
+    };
+    let s = &config.sessions;
+    let settings = sessions::Settings {
+        max_runs_per_credential: s.max_runs_per_credential.max(1),
+        usage_warn_pct: s.usage_warn_pct,
+        usage_gate_pct: s.usage_gate_pct,
+        poll: s.poll(),
+        probe: s.probe(),
+        follow_logs: s.stream_turn_logs,
+        retention_days: s.event_retention_days.max(0.0),
+        max_events: s.event_max.max(1),
+    };
+    let secrets = secrets::Secrets::new(store.clone()).map_err(StartError::Secrets)?;
     let relay = Arc::new(Relay {
         store,
         key,
@@ -103,6 +130,8 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         run: auth::random_hex(4),
         limits: config.limits.clone(),
         streams,
+        sessions: sessions::Sessions::new(harnesses, settings),
+        secrets,
     });
     relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
 
@@ -127,6 +156,8 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     // What a crash left behind is dealt with while the relay already serves.
     let recovered = tokio::spawn(recovery::recover(relay.clone()));
     let unattached = tokio::spawn(processes::watch_unattached(relay.clone()));
+    // Live turns carry on from their saved positions.
+    let turns = tokio::spawn(sessions::resume(relay.clone()));
     let signalled = async move {
         tokio::select! {
             _ = term.recv() => {}
@@ -137,5 +168,6 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     recheck.abort();
     recovered.abort();
     unattached.abort();
+    turns.abort();
     result
 }

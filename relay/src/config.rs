@@ -58,6 +58,66 @@ pub struct Config {
 
     #[command(flatten)]
     pub limits: Limits,
+
+    #[command(flatten)]
+    pub sessions: SessionSettings,
+}
+
+/// How agent sessions run (docs/operations.md lists them).
+#[derive(Debug, Clone, Args)]
+pub struct SessionSettings {
+    /// A TOML file of harness profiles, added to the built-in ones (a profile with a built-in's
+    /// name replaces it); docs/sessions.md describes it.
+    #[arg(long, env = "HANGAR_HARNESSES")]
+    pub harnesses: Option<PathBuf>,
+
+    /// Turns running at once per credential; more wait `queued/credential_concurrency`.
+    #[arg(long, env = "HANGAR_MAX_RUNS_PER_CREDENTIAL", default_value_t = 2)]
+    pub max_runs_per_credential: usize,
+
+    /// A start warns when its credential's last reported plan usage is at this percentage.
+    #[arg(long, env = "HANGAR_USAGE_WARN_PCT", default_value_t = 80.0)]
+    pub usage_warn_pct: f64,
+
+    /// New turns wait `queued/plan_limit` at this percentage until the window resets.
+    #[arg(long, env = "HANGAR_USAGE_GATE_PCT", default_value_t = 95.0)]
+    pub usage_gate_pct: f64,
+
+    /// How often a turn's log is read when it is polled rather than followed.
+    #[arg(long, env = "HANGAR_SESSION_POLL_SECONDS", default_value_t = 5.0)]
+    pub poll_seconds: f64,
+
+    /// How often a turn without a daemon is judged alive or dead.
+    #[arg(long, env = "HANGAR_RUN_PROBE_SECONDS", default_value_t = 15.0)]
+    pub probe_seconds: f64,
+
+    /// Follow running turns' logs through the daemon (false: poll them).
+    #[arg(long, env = "HANGAR_STREAM_TURN_LOGS", default_value_t = true, action = ArgAction::Set,
+          value_parser = FalseyValueParser::new())]
+    pub stream_turn_logs: bool,
+
+    /// Days session events are kept.
+    #[arg(long, env = "HANGAR_RUN_EVENT_RETENTION_DAYS", default_value_t = 14.0)]
+    pub event_retention_days: f64,
+
+    /// Events kept per session (the newest).
+    #[arg(long, env = "HANGAR_RUN_EVENT_MAX", default_value_t = 20_000)]
+    pub event_max: i64,
+}
+
+impl SessionSettings {
+    fn seconds(s: f64, floor: f64) -> std::time::Duration {
+        let s = if s.is_nan() { floor } else { s };
+        std::time::Duration::from_secs_f64(s.clamp(floor, 24.0 * 3600.0))
+    }
+
+    pub fn poll(&self) -> std::time::Duration {
+        Self::seconds(self.poll_seconds, 0.05)
+    }
+
+    pub fn probe(&self) -> std::time::Duration {
+        Self::seconds(self.probe_seconds, 0.05)
+    }
 }
 
 /// The limits every stream, process and watch is held to (docs/operations.md lists them).

@@ -286,3 +286,103 @@ impl RecoveryFailed<'_> {
             "could not look at what an earlier run of the relay started");
     }
 }
+
+pub struct SessionStarted<'a> {
+    pub session: &'a str,
+    pub person: &'a str,
+    pub harness: &'a str,
+    pub sandbox: &'a str,
+}
+impl SessionStarted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "session_started", session = self.session, person = self.person,
+            harness = self.harness, sandbox = self.sandbox, "session started");
+    }
+}
+
+pub struct SessionDeleted<'a> {
+    pub session: &'a str,
+    pub person: &'a str,
+}
+impl SessionDeleted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "session_deleted", session = self.session, person = self.person, "session deleted");
+    }
+}
+
+/// A turn moved between states (every `run.state` event hangar records).
+pub struct TurnState<'a> {
+    pub turn: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+    pub reason: Option<&'a str>,
+}
+impl TurnState<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "turn_state", turn = self.turn, from = self.from, to = self.to,
+            reason = self.reason, "turn state");
+    }
+}
+
+pub struct TurnStarted<'a> {
+    pub turn: &'a str,
+    pub pid: i64,
+    pub split: bool,
+}
+impl TurnStarted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "turn_started", turn = self.turn, pid = self.pid, split = self.split,
+            "turn supervisor started");
+    }
+}
+
+/// A turn's log is polled rather than followed, and why.
+pub struct TurnPolled<'a> {
+    pub turn: &'a str,
+    pub why: &'a str,
+}
+impl TurnPolled<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "turn_polled", turn = self.turn, why = self.why, "turn log polled");
+    }
+}
+
+/// A turn's driver hit an error and will look again.
+pub struct TurnTrouble<'a> {
+    pub turn: &'a str,
+    pub error: &'a str,
+}
+impl TurnTrouble<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "turn_trouble", turn = self.turn, error = self.error, "turn driver error");
+    }
+}
+
+pub struct SessionsNotResumed<'a> {
+    pub error: &'a str,
+}
+impl SessionsNotResumed<'_> {
+    pub fn emit(self) {
+        tracing::error!(target: TARGET, event = "sessions_store_failed", error = self.error, "sessions: store failed");
+    }
+}
+
+pub struct EventsPruned {
+    pub events: usize,
+}
+impl EventsPruned {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "events_pruned", events = self.events, "old session events pruned");
+    }
+}
+
+/// A secret stored or deleted: its name only, never its value.
+pub struct SecretChanged<'a> {
+    pub name: &'a str,
+    pub change: &'a str,
+}
+impl SecretChanged<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "secret_changed", name = self.name, change = self.change, "secret changed");
+    }
+}

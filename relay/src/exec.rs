@@ -434,9 +434,9 @@ pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: 
                 }
                 result.ok_or_else(|| Error::daemon("the command's stream ended without a result"))?
             }
-            None => {
-                from_fallback(relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await?)
-            }
+            None => from_fallback(
+                relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), &[], req.timeout).await?,
+            ),
         };
         result.emit(&row.name);
         Ok(result)
@@ -476,7 +476,8 @@ pub async fn stream(
                 // A `cwd` that does not exist is the caller's error before anything streams (the
                 // command itself runs only at the end, in one piece).
                 if let Some(cwd) = &req.cwd {
-                    if let Err(e) = relay.sandboxes.exec_fallback(&row, "true", Some(cwd), CWD_CHECK_TIMEOUT).await {
+                    if let Err(e) = relay.sandboxes.exec_fallback(&row, "true", Some(cwd), &[], CWD_CHECK_TIMEOUT).await
+                    {
                         stream.end(Reason::Error);
                         return Err(e);
                     }
@@ -485,7 +486,7 @@ pub async fn stream(
                 let row = row.clone();
                 Box::pin(
                     futures::stream::once(async move {
-                        relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), req.timeout).await
+                        relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), &[], req.timeout).await
                     })
                     .flat_map(|r| {
                         let r = match r {

@@ -5,8 +5,8 @@
 //! invariant):
 //! - `app`: the application's state, binding and serving (wiring only).
 //! - `api`: HTTP, the only module that knows it (REST/SSE, MCP).
-//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `streams`, `revocation`, `recovery`, with its
-//!   typed `error`s and `events`.
+//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `sessions`, `secrets`, `streams`,
+//!   `revocation`, `recovery`, with its typed `error`s and `events`.
 //! - below it: `providers`, `envd`, `store`, `auth`, and the leaves `text`, `time`, `config`.
 pub mod api;
 pub mod app;
@@ -21,6 +21,8 @@ pub mod providers;
 pub mod recovery;
 pub mod revocation;
 pub mod sandboxes;
+pub mod secrets;
+pub mod sessions;
 pub mod store;
 pub mod streams;
 pub mod text;

@@ -20,7 +20,7 @@ use crate::{
     events,
     exec::{self, Mode},
     processes,
-    store::{SandboxRow, SandboxState, Scope},
+    store::{SandboxRow, SandboxState},
 };
 
 /// What recovery did in one sandbox.
@@ -83,7 +83,7 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
     // Processes without a daemon: the relay's rows say whose they are.
     let Some(envd) = relay.sandboxes.daemon(row).await? else {
         for token in revoked {
-            let who = Caller { token_id: token.clone(), name: String::new(), scope: Scope::User };
+            let who = Caller::of_token(token);
             done.revoked_killed += processes::kill_all(relay, &who, row).await?;
         }
         return Ok(done);
@@ -134,7 +134,7 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
     relay.store.forget_spared_execs(&row.id, &running_tags)?;
     // Background processes: a revoked token's are killed; the rest are adopted when listed.
     for token in revoked {
-        let who = Caller { token_id: token.clone(), name: String::new(), scope: Scope::User };
+        let who = Caller::of_token(token);
         done.revoked_killed += processes::kill_all(relay, &who, row).await?;
     }
     Ok(done)

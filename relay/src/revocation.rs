@@ -10,7 +10,6 @@ use crate::{
     auth::Caller,
     error::{Error, Result},
     events, processes,
-    store::Scope,
     streams::Reason,
 };
 
@@ -34,7 +33,7 @@ pub async fn revoke(relay: &Relay, token_id: &str) -> Result<Revoked> {
 pub async fn revoked(relay: &Relay, token_id: &str) -> Revoked {
     // Streamed commands die with their streams (their kill guard stays armed for `revoked`).
     let streams = relay.streams.close_token(token_id, Reason::Revoked);
-    let who = Caller { token_id: token_id.to_string(), name: String::new(), scope: Scope::User };
+    let who = Caller::of_token(token_id);
     let processes = processes::kill_everywhere(relay, &who).await;
     events::RevocationDone { token: token_id, streams, processes }.emit();
     Revoked { streams, processes }

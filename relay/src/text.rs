@@ -182,6 +182,12 @@ pub fn exit_status(code: Option<i32>) -> String {
     }
 }
 
+/// A string as one single-quoted shell word: what the relay puts in a script it runs in a
+/// sandbox never becomes more than that word.
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

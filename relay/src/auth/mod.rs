@@ -25,6 +25,30 @@ pub struct Caller {
     pub token_id: String,
     pub name: String,
     pub scope: Scope,
+    /// The person behind the token, whose sessions it sees.
+    pub person: String,
+}
+
+impl Caller {
+    /// A token known only by its id (its processes are found by MACs of the id alone): for the
+    /// relay's own work on a token's behalf, such as revocation and recovery.
+    pub fn of_token(token_id: &str) -> Caller {
+        Caller { token_id: token_id.to_string(), name: String::new(), scope: Scope::User, person: String::new() }
+    }
+
+    /// Whose things the caller sees: its person's, or everyone's for an admin (`None`).
+    pub fn sees(&self) -> Option<&str> {
+        (self.scope != Scope::Admin).then_some(self.person.as_str())
+    }
+}
+
+/// The person a new token belongs to: an id and a display name.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Person {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 const SECRET_PREFIX: &str = "hgr_";
@@ -48,6 +72,10 @@ fn hash(secret: &str) -> Vec<u8> {
 /// Mints a token: the stored row and the secret to show once. The secret embeds the token's id
 /// (`hgr_<id>_<random>`) so verification is one lookup and one constant-time comparison.
 pub fn mint(name: &str, scope: Scope) -> (TokenRow, String) {
+    mint_for(name, scope, None)
+}
+
+fn mint_for(name: &str, scope: Scope, person: Option<&Person>) -> (TokenRow, String) {
     let suffix = random_hex(8);
     let secret = format!("{SECRET_PREFIX}{suffix}_{}", B64.encode(random_bytes::<32>()));
     let row = TokenRow {
@@ -57,20 +85,28 @@ pub fn mint(name: &str, scope: Scope) -> (TokenRow, String) {
         hash: hash(&secret),
         created_at: store::now(),
         revoked_at: None,
+        person: person.map_or_else(|| name.to_string(), |p| p.id.clone()),
+        person_name: person.and_then(|p| p.name.clone()).unwrap_or_else(|| name.to_string()),
     };
     (row, secret)
 }
 
 /// Mints and stores a token named `name` with the scope named `scope`; the row and the secret,
 /// which is shown once and never kept.
-pub fn create(store: &Store, name: &str, scope: &str) -> Result<(TokenRow, String)> {
+pub fn create(store: &Store, name: &str, scope: &str, person: Option<&Person>) -> Result<(TokenRow, String)> {
     let scope =
         Scope::parse(scope).ok_or_else(|| Error::invalid(format!("scope {scope:?}: one of admin, user, mcp, jobs")))?;
     let name = name.trim();
     if name.is_empty() || name.len() > 128 {
         return Err(Error::invalid("name: 1 to 128 characters"));
     }
-    let (row, secret) = mint(name, scope);
+    if let Some(p) = person {
+        let ok = |s: &str| !s.trim().is_empty() && s.len() <= 128 && !s.chars().any(char::is_control);
+        if !ok(&p.id) || !p.name.as_deref().is_none_or(ok) {
+            return Err(Error::invalid("person: an id (and a name) of 1 to 128 characters, no control characters"));
+        }
+    }
+    let (row, secret) = mint_for(name, scope, person);
     store.insert_token(&row)?;
     events::TokenCreated { id: &row.id, name: &row.name, scope: scope.as_str() }.emit();
     Ok((row, secret))
@@ -85,6 +121,8 @@ pub fn adopt(name: &str, scope: Scope, secret: &str) -> TokenRow {
         hash: hash(secret),
         created_at: store::now(),
         revoked_at: None,
+        person: name.to_string(),
+        person_name: name.to_string(),
     }
 }
 
@@ -103,6 +141,7 @@ pub fn verify(store: &Store, presented: &str) -> std::result::Result<Option<Call
         token_id: t.id,
         name: t.name,
         scope: t.scope,
+        person: t.person,
     }))
 }
 

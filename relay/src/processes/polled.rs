@@ -21,7 +21,7 @@ use crate::{
     providers::ExecOutput,
     store::{self, DetachedRow, SandboxRow, SandboxState},
     streams::Reason,
-    text::{exit_status, Encoding, OffsetText},
+    text::{exit_status, sh_quote, Encoding, OffsetText},
 };
 
 /// Exited processes stay listed this long.
@@ -36,11 +36,6 @@ const READ_CHUNK: usize = 1024 * 1024;
 /// A poll or a start is a short command; one that takes longer has gone wrong.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
 const DIR: &str = "\"$HOME/.hangar/bg\"";
-
-/// A string as one single-quoted shell word.
-pub fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
 
 /// What one look at a process says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +76,7 @@ pub struct Polled<'a> {
 
 impl Polled<'_> {
     async fn run(&self, script: &str, cwd: Option<&str>) -> Result<ExecOutput> {
-        let out = self.relay.sandboxes.exec_fallback(self.sandbox, script, cwd, SCRIPT_TIMEOUT).await?;
+        let out = self.relay.sandboxes.exec_fallback(self.sandbox, script, cwd, &[], SCRIPT_TIMEOUT).await?;
         if out.timed_out {
             return Err(Error::daemon("the sandbox did not answer a background-process command in time"));
         }
@@ -225,7 +220,7 @@ pub async fn watch_unattached(relay: std::sync::Arc<Relay>) {
             if sandbox.state != SandboxState::Running {
                 continue;
             }
-            let caller = Caller { token_id, name: String::new(), scope: store::Scope::User };
+            let caller = Caller::of_token(&token_id);
             // `list` records the ends it sees.
             if let Err(e) = (Polled { relay: &relay, sandbox: &sandbox, caller: &caller }).list().await {
                 events::PollFailed { sandbox: &sandbox.name, error: &e.to_string() }.emit();

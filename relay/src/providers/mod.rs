@@ -68,12 +68,14 @@ pub trait Provider: Send + Sync {
     async fn resume(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError>;
     /// Destroys the sandbox and everything running in it.
     async fn destroy(&self, sandbox: &SandboxRow) -> Result<(), ProviderError>;
-    /// The provider's own exec: `bash -lc command`, output in one piece.
+    /// The provider's own exec: `bash -lc command` with `env` added to its environment, output
+    /// in one piece.
     async fn exec(
         &self,
         sandbox: &SandboxRow,
         command: &str,
         cwd: Option<&str>,
+        env: &[(String, String)],
         timeout: Duration,
     ) -> Result<ExecOutput, ProviderError>;
 }

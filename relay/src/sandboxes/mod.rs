@@ -212,16 +212,18 @@ impl Sandboxes {
         self.lock_found().remove(id);
     }
 
-    /// The provider's own exec (`bash -lc`, output in one piece), for sandboxes without a daemon.
+    /// The provider's own exec (`bash -lc`, output in one piece, `env` added), for sandboxes
+    /// without a daemon.
     pub async fn exec_fallback(
         &self,
         row: &SandboxRow,
         command: &str,
         cwd: Option<&str>,
+        env: &[(String, String)],
         timeout: Duration,
     ) -> Result<ExecOutput> {
         self.runnable(row)?;
-        let out = self.provider(&row.provider)?.exec(row, command, cwd, timeout).await;
+        let out = self.provider(&row.provider)?.exec(row, command, cwd, env, timeout).await;
         match out {
             Err(crate::providers::ProviderError::NoSuchDirectory(_)) => Err(no_such_dir(cwd.unwrap_or_default())),
             other => Ok(other?),

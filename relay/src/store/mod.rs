@@ -1,14 +1,19 @@
-//! The relay's state in SQLite: tokens (hashed) and sandboxes.
+//! The relay's state in SQLite: tokens (hashed), sandboxes, and agent sessions with their turns,
+//! events, secrets and plan usage (`sessions`).
 //!
 //! Invariant: the only module that speaks SQL. No secret is stored in the clear except each
-//! sandbox's envd access token, which the relay must present to its daemon (the database file is
-//! created 0600 in a 0700 directory).
+//! sandbox's envd access token, which the relay must present to its daemon, and the named
+//! secrets handed to agents, which it must pass on (the database file is created 0600 in a 0700
+//! directory).
 use std::{
     path::Path,
     sync::{Mutex, MutexGuard},
 };
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
+
+mod sessions;
+pub use sessions::{Created, EventRow, NewEvent, SessionRow, TurnRow, TurnState, UsageRow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -62,6 +67,10 @@ pub struct TokenRow {
     pub hash: Vec<u8>,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// The person behind the token: what they start (sessions) is theirs under any of their
+    /// tokens. Default: the token's name.
+    pub person: String,
+    pub person_name: String,
 }
 
 /// A sandbox's state as the relay keeps it (a destroyed sandbox has no row).
@@ -212,6 +221,7 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "busy_timeout", 5000)?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(sessions::SCHEMA)?;
         add_columns(&conn)?;
         Ok(Store { conn: Mutex::new(conn) })
     }
@@ -222,8 +232,9 @@ impl Store {
 
     pub fn insert_token(&self, t: &TokenRow) -> Result<()> {
         self.conn().execute(
-            "INSERT INTO tokens (id, name, scope, hash, created_at, revoked_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![t.id, t.name, t.scope.as_str(), t.hash, t.created_at, t.revoked_at],
+            "INSERT INTO tokens (id, name, scope, hash, created_at, revoked_at, person, person_name)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![t.id, t.name, t.scope.as_str(), t.hash, t.created_at, t.revoked_at, t.person, t.person_name],
         )?;
         Ok(())
     }
@@ -403,9 +414,15 @@ fn token_row(r: &Row<'_>) -> rusqlite::Result<TokenRow> {
     let id: String = r.get("id")?;
     // A scope this relay does not know is an error, never quietly `user`.
     let Some(scope) = Scope::parse(&scope) else { return Err(unknown("token", id, "scope", scope)) };
+    let name: String = r.get("name")?;
+    // Tokens made before persons were recorded are their own person, under their name.
+    let person: Option<String> = r.get("person")?;
+    let person_name: Option<String> = r.get("person_name")?;
     Ok(TokenRow {
         id,
-        name: r.get("name")?,
+        person: person.unwrap_or_else(|| name.clone()),
+        person_name: person_name.unwrap_or_else(|| name.clone()),
+        name,
         scope,
         hash: r.get("hash")?,
         created_at: r.get("created_at")?,
@@ -449,13 +466,20 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    let have: Vec<String> = conn
-        .prepare("SELECT name FROM pragma_table_info('sandboxes')")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    for (column, kind) in [("envd_pid_start", "INTEGER"), ("isolation", "TEXT"), ("uid", "INTEGER")] {
+    const ADDED: [(&str, &str, &str); 5] = [
+        ("sandboxes", "envd_pid_start", "INTEGER"),
+        ("sandboxes", "isolation", "TEXT"),
+        ("sandboxes", "uid", "INTEGER"),
+        ("tokens", "person", "TEXT"),
+        ("tokens", "person_name", "TEXT"),
+    ];
+    for (table, column, kind) in ADDED {
+        let have: Vec<String> = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
         if !have.iter().any(|h| h == column) {
-            conn.execute_batch(&format!("ALTER TABLE sandboxes ADD COLUMN {column} {kind}"))?;
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))?;
         }
     }
     Ok(())

@@ -36,6 +36,10 @@ pub enum Kind {
     Process,
     /// A directory's changes.
     Watch,
+    /// A session's events (SSE, an MCP subscription).
+    Events,
+    /// The relay following a running turn's log: counts against `HANGAR_STREAM_MAX_TOTAL` only.
+    TurnLog,
 }
 
 /// Who serves it: the front end that opened it.
@@ -55,7 +59,7 @@ impl Kind {
 
     /// Whether `HANGAR_STREAM_MAX_HOURS` applies (a command's stream lasts as long as it runs).
     fn has_lifetime(self) -> bool {
-        !matches!(self, Kind::Exec)
+        !matches!(self, Kind::Exec | Kind::TurnLog)
     }
 }
 
@@ -68,6 +72,9 @@ pub fn label(kind: Kind, front: Front) -> &'static str {
         (Front::Mcp, Kind::Exec) => "mcp_exec",
         (Front::Mcp, Kind::Process) => "mcp_process",
         (Front::Mcp, Kind::Watch) => "mcp_watch",
+        (Front::Rest, Kind::Events) => "events",
+        (Front::Mcp, Kind::Events) => "mcp_events",
+        (_, Kind::TurnLog) => "turn_log",
     }
 }
 
@@ -145,14 +152,31 @@ impl Streams {
 
     /// Admits a new stream or says which limit refuses it.
     pub fn open(self: &Arc<Self>, caller: &Caller, sandbox: &str, kind: Kind, front: Front) -> Result<Stream, Error> {
+        self.admit(Some(caller), sandbox, kind, front)
+    }
+
+    /// Admits one of the relay's own streams (following a turn's log): it counts against the
+    /// total, and against no token.
+    pub fn open_own(self: &Arc<Self>, sandbox: &str, kind: Kind) -> Result<Stream, Error> {
+        self.admit(None, sandbox, kind, Front::Rest)
+    }
+
+    fn admit(
+        self: &Arc<Self>,
+        caller: Option<&Caller>,
+        sandbox: &str,
+        kind: Kind,
+        front: Front,
+    ) -> Result<Stream, Error> {
         if self.shutting_down.load(Ordering::SeqCst) {
             return Err(Error::unavailable("the relay is shutting down: no new streams"));
         }
         let mut entries = self.lock();
         let (mut total, mut mine, mut my_watches) = (0, 0, 0);
+        let token = caller.map_or("", |c| c.token_id.as_str());
         for e in entries.values() {
             total += 1;
-            if e.token == caller.token_id {
+            if caller.is_some() && e.token == token {
                 mine += 1;
                 if e.kind.is_watch() {
                     my_watches += 1;
@@ -164,7 +188,7 @@ impl Streams {
             let message = format!("{total} streams are open (limit {})", l.streams_total);
             return Err(Error::Limit { limit: Limit::StreamsTotal, message });
         }
-        if mine >= l.streams_per_token {
+        if caller.is_some() && mine >= l.streams_per_token {
             let message = format!("this token has {mine} open streams (limit {})", l.streams_per_token);
             return Err(Error::Limit { limit: Limit::StreamsPerToken, message });
         }
@@ -174,12 +198,18 @@ impl Streams {
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (close, closed) = watch::channel(None);
-        entries.insert(id, Entry { token: caller.token_id.clone(), sandbox: sandbox.to_string(), kind, close });
+        entries.insert(id, Entry { token: token.to_string(), sandbox: sandbox.to_string(), kind, close });
         drop(entries);
         let label = label(kind, front);
         self.metrics.open.with_label_values(&[label]).inc();
-        let span = tracing::info_span!("stream", kind = label, sandbox, token = %caller.token_id,
-            bytes = tracing::field::Empty, reason = tracing::field::Empty);
+        let span = tracing::info_span!(
+            "stream",
+            kind = label,
+            sandbox,
+            token = token,
+            bytes = tracing::field::Empty,
+            reason = tracing::field::Empty
+        );
         Ok(Stream {
             id,
             kind,
@@ -234,7 +264,8 @@ impl Streams {
 
     /// The tokens with open streams, for the revocation recheck.
     pub fn tokens(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.lock().values().map(|e| e.token.clone()).collect();
+        let mut v: Vec<String> =
+            self.lock().values().filter(|e| !e.token.is_empty()).map(|e| e.token.clone()).collect();
         v.sort();
         v.dedup();
         v

@@ -3,6 +3,7 @@
 mod exec;
 mod processes;
 mod sandboxes;
+mod sessions;
 mod sse;
 mod tokens;
 mod watch;
@@ -28,6 +29,7 @@ pub mod inputs {
         exec::{request as exec_request, ExecBody},
         processes::{resume_from, InputBody, SinceQuery, StartBody},
         sandboxes::CreateSandbox,
+        sessions::{CreateSecret, CreateSession, CreateTurn, EventsQuery, StreamQuery},
         tokens::CreateToken,
         watch::WatchQuery,
     };
@@ -37,7 +39,18 @@ pub fn router(relay: Arc<Relay>) -> Router {
     let tokens = Router::new()
         .route("/api/tokens", post(tokens::create).get(tokens::list))
         .route("/api/tokens/{id}", delete(tokens::revoke))
+        .route("/api/secrets", post(sessions::create_secret).get(sessions::list_secrets))
+        .route("/api/secrets/{name}", delete(sessions::delete_secret))
         .route_layer(middleware::from_fn(auth::admin_scope));
+    let agents = Router::new()
+        .route("/api/sessions", post(sessions::create).get(sessions::list))
+        .route("/api/sessions/{session}", get(sessions::get).delete(sessions::delete))
+        .route("/api/sessions/{session}/turns", post(sessions::turn))
+        .route("/api/sessions/{session}/cancel", post(sessions::cancel))
+        .route("/api/sessions/{session}/events", get(sessions::events))
+        .route("/api/sessions/{session}/events/stream", get(sessions::stream))
+        .route("/api/usage", get(sessions::usage))
+        .route_layer(middleware::from_fn(auth::sandbox_scopes));
     // Work inside a sandbox (the domain holds it to the sandbox's isolation).
     let inside = Router::new()
         .route("/api/sandboxes/{sandbox}/exec", post(exec::exec))
@@ -58,6 +71,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/metrics", get(metrics))
         .merge(tokens)
         .merge(sandboxes)
+        .merge(agents)
         .fallback(|| async { ApiError::no_route() })
         .layer(middleware::from_fn_with_state(relay.clone(), auth::authenticate));
     Router::new()

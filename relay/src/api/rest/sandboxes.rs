@@ -46,7 +46,7 @@ pub async fn get(State(relay): State<Arc<Relay>>, Path(reference): Path<String>)
 
 pub async fn destroy(State(relay): State<Arc<Relay>>, Path(reference): Path<String>) -> Result<StatusCode, ApiError> {
     let row = relay.sandboxes.get(&reference)?;
-    relay.sandboxes.destroy(&row).await?;
+    crate::sessions::destroy_sandbox(&relay, &row).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

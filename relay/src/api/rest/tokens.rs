@@ -21,13 +21,15 @@ use crate::{
 pub struct CreateToken {
     name: String,
     scope: String,
+    #[serde(default)]
+    person: Option<auth::Person>,
 }
 
 pub async fn create(
     State(relay): State<Arc<Relay>>,
     Body(req): Body<CreateToken>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let (row, secret) = auth::create(&relay.store, &req.name, &req.scope)?;
+    let (row, secret) = auth::create(&relay.store, &req.name, &req.scope, req.person.as_ref())?;
     let mut body = serde_json::json!(row);
     body["secret"] = serde_json::Value::String(secret);
     Ok((StatusCode::CREATED, Json(body)))

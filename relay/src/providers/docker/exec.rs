@@ -37,6 +37,7 @@ impl DockerProvider {
         sandbox: &SandboxRow,
         cmd: Vec<String>,
         user: Option<String>,
+        env: &[(String, String)],
         timeout: Duration,
     ) -> Result<ExecOutput, ProviderError> {
         let docker = self.docker().await?;
@@ -47,7 +48,7 @@ impl DockerProvider {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
-            env: Some(vec![format!("{ENV_EXEC_MARK}={mark}")]),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).chain([format!("{ENV_EXEC_MARK}={mark}")]).collect()),
             cmd: Some(cmd),
             user: user.clone(),
             ..Default::default()

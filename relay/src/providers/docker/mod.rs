@@ -241,7 +241,7 @@ impl DockerProvider {
             dir.to_string(),
             owner.unwrap_or_default(),
         ];
-        let out = self.run_exec(sandbox, cmd, Some("0".into()), Duration::from_secs(30)).await?;
+        let out = self.run_exec(sandbox, cmd, Some("0".into()), &[], Duration::from_secs(30)).await?;
         if out.exit_code != 0 {
             return Err(ProviderError::Engine(format!(
                 "making the workdir {dir:?} (exit code {}): {}",
@@ -467,6 +467,7 @@ impl Provider for DockerProvider {
         sandbox: &SandboxRow,
         command: &str,
         cwd: Option<&str>,
+        env: &[(String, String)],
         timeout: Duration,
     ) -> Result<ExecOutput, ProviderError> {
         let info = self.inspect(sandbox).await?;
@@ -490,7 +491,7 @@ impl Provider for DockerProvider {
             command.to_string(),
             no_dir.clone(),
         ];
-        let out = self.run_exec(sandbox, cmd, user, timeout).await?;
+        let out = self.run_exec(sandbox, cmd, user, env, timeout).await?;
         if out.exit_code == 1 && out.stdout.is_empty() && out.stderr == format!("{no_dir}\n").as_bytes() {
             return Err(ProviderError::NoSuchDirectory(cwd.unwrap_or_default().to_string()));
         }

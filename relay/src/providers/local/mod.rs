@@ -311,6 +311,7 @@ impl Provider for LocalProvider {
         sandbox: &SandboxRow,
         command: &str,
         cwd: Option<&str>,
+        env: &[(String, String)],
         timeout: Duration,
     ) -> Result<ExecOutput, ProviderError> {
         // Without its daemon, a command here would run on the host as the relay's user: never
@@ -327,7 +328,7 @@ impl Provider for LocalProvider {
         }
         let mut cmd = Command::new("/bin/bash");
         cmd.arg("-lc").arg(command).current_dir(dir);
-        cmd.env_clear().envs(isolation::daemon_env(&work));
+        cmd.env_clear().envs(isolation::daemon_env(&work)).envs(env.iter().cloned());
         cmd.stdin(Stdio::null()).process_group(0).kill_on_drop(true);
         let child = cmd.output();
         match tokio::time::timeout(timeout, child).await {

@@ -1,0 +1,256 @@
+//! Agent sessions: `POST/GET /api/sessions`, `GET/DELETE /api/sessions/{ref}`,
+//! `POST /api/sessions/{ref}/turns` (a follow-up), `POST /api/sessions/{ref}/cancel`,
+//! `GET /api/sessions/{ref}/events?since=&limit=&wait=` (a long poll) and
+//! `GET /api/sessions/{ref}/events/stream?since=` (SSE, `id` the seq); `GET /api/usage`; and the
+//! admin's `POST/GET /api/secrets`, `DELETE /api/secrets/{name}`.
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use axum::{
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode},
+    response::sse::{Event, Sse},
+    Extension, Json,
+};
+use futures::Stream;
+use serde::Deserialize;
+
+use super::sse;
+use crate::{
+    api::{
+        extract::{Body, Params},
+        ApiError,
+    },
+    app::Relay,
+    auth::Caller,
+    secrets::SecretView,
+    sessions::{self, EventsPage, SessionView, StartRequest, TurnRequest},
+    streams::{Front, Kind, Reason},
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    name: String,
+    sandbox: String,
+    #[serde(default)]
+    harness: Option<String>,
+    prompt: String,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    timeout_minutes: Option<i64>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+    #[serde(default)]
+    ignore_limits: bool,
+}
+
+pub async fn create(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Body(b): Body<CreateSession>,
+) -> Result<(StatusCode, Json<SessionView>), ApiError> {
+    let req = StartRequest {
+        name: b.name,
+        sandbox: b.sandbox,
+        harness: b.harness,
+        prompt: b.prompt,
+        cwd: b.cwd,
+        timeout_minutes: b.timeout_minutes,
+        secrets: b.secrets,
+        idempotency_key: b.idempotency_key,
+        ignore_limits: b.ignore_limits,
+    };
+    let view = sessions::start(&relay, &caller, req).await?;
+    let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(view)))
+}
+
+pub async fn list(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(serde_json::json!({ "sessions": sessions::list(&relay, &caller)? })))
+}
+
+pub async fn get(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(sessions::get(&relay, &caller, &reference)?))
+}
+
+pub async fn delete(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    sessions::delete(&relay, &caller, &reference).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTurn {
+    prompt: String,
+    #[serde(default)]
+    timeout_minutes: Option<i64>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+    #[serde(default)]
+    ignore_limits: bool,
+}
+
+pub async fn turn(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+    Body(b): Body<CreateTurn>,
+) -> Result<(StatusCode, Json<SessionView>), ApiError> {
+    let req = TurnRequest {
+        prompt: b.prompt,
+        timeout_minutes: b.timeout_minutes,
+        idempotency_key: b.idempotency_key,
+        ignore_limits: b.ignore_limits,
+    };
+    let view = sessions::follow_up(&relay, &caller, &reference, req).await?;
+    let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(view)))
+}
+
+pub async fn cancel(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+) -> Result<Json<SessionView>, ApiError> {
+    Ok(Json(sessions::cancel(&relay, &caller, &reference).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    #[serde(default)]
+    since: i64,
+    #[serde(default)]
+    limit: Option<usize>,
+    /// Seconds to wait for an event newer than `since` (at most 25).
+    #[serde(default)]
+    wait: Option<f64>,
+}
+
+pub async fn events(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+    Params(q): Params<EventsQuery>,
+) -> Result<Json<EventsPage>, ApiError> {
+    let wait = match q.wait {
+        None => Duration::ZERO,
+        Some(w) if w.is_finite() && w >= 0.0 => Duration::from_secs_f64(w.min(sessions::MAX_WAIT.as_secs_f64())),
+        Some(_) => return Err(ApiError::bad_request("wait: seconds, 0 to 25")),
+    };
+    let limit = q.limit.unwrap_or(200);
+    Ok(Json(sessions::events(&relay, &caller, &reference, q.since, limit, wait).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    #[serde(default)]
+    since: Option<i64>,
+    /// Stay open for the session's next turns (default: end once its turn has ended and every
+    /// event was sent).
+    #[serde(default)]
+    follow: bool,
+}
+
+/// How many events an SSE stream reads from the store at a time.
+const PAGE: usize = 200;
+
+pub async fn stream(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+    Params(q): Params<StreamQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let since = match headers.get("last-event-id").map(|v| v.to_str().map(|s| s.trim().parse::<i64>())) {
+        Some(Ok(Ok(n))) => n,
+        Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be an event's seq")),
+        None => q.since.unwrap_or(0),
+    };
+    let session = sessions::find(&relay, &caller, &reference)?;
+    let mut admitted = relay.streams.open(&caller, &session.sandbox_id, Kind::Events, Front::Rest)?;
+    let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
+    let follow = q.follow;
+    let events = async_stream::stream! {
+        let mut since = since;
+        loop {
+            let page = match sessions::read_page(&relay, &session.id, since, PAGE) {
+                Ok(p) => p,
+                Err(e) => {
+                    admitted.end(Reason::Error);
+                    yield Ok(sse::close_event(Reason::Error, Some(&e.to_string())));
+                    return;
+                }
+            };
+            for e in &page.events {
+                let data = serde_json::to_string(e).unwrap_or_default();
+                if let Err(r) = admitted.send(data.len() as u64).await {
+                    admitted.end(r);
+                    yield Ok(sse::close_event(r, None));
+                    return;
+                }
+                since = e.seq;
+                yield Ok(Event::default().id(e.seq.to_string()).data(data));
+            }
+            if page.more {
+                continue;
+            }
+            if page.state.is_terminal() && !follow {
+                admitted.end(Reason::Done);
+                yield Ok(sse::close_event(Reason::Done, Some(&format!("the turn ended: {}", page.state.as_str()))));
+                return;
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return },
+                r = admitted.closed() => {
+                    admitted.end(r);
+                    yield Ok(sse::close_event(r, None));
+                    return;
+                }
+            }
+        }
+    };
+    Ok(Sse::new(events).keep_alive(sse::keep_alive()))
+}
+
+pub async fn usage(State(relay): State<Arc<Relay>>) -> Result<Json<sessions::Usage>, ApiError> {
+    Ok(Json(sessions::usage(&relay)?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSecret {
+    name: String,
+    value: String,
+}
+
+pub async fn create_secret(
+    State(relay): State<Arc<Relay>>,
+    Body(b): Body<CreateSecret>,
+) -> Result<(StatusCode, Json<SecretView>), ApiError> {
+    Ok((StatusCode::CREATED, Json(relay.secrets.put(&b.name, &b.value)?)))
+}
+
+pub async fn list_secrets(State(relay): State<Arc<Relay>>) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(serde_json::json!({ "secrets": relay.secrets.list()? })))
+}
+
+pub async fn delete_secret(State(relay): State<Arc<Relay>>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    relay.secrets.delete(&name)?;
+    Ok(StatusCode::NO_CONTENT)
+}

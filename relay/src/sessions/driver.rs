@@ -1,0 +1,608 @@
+//! One task per live turn: it waits for a slot, starts the supervisor, follows the log (or polls
+//! it), and ends the turn by the run design record's table. Everything it knows is in the store,
+//! so a restarted relay starts a driver again and it carries on from the saved position.
+use std::{sync::Arc, time::Duration};
+
+use hangar_agents::{harness::SessionIds, harness::Vars, Parser};
+use hangar_proto::ext::{follow_event, FollowRequest};
+use tokio::{sync::Notify, time::Instant};
+use tracing::Instrument;
+
+use super::{
+    ingest::Ingest,
+    queue::{self, Admission},
+    supervisor::{parse_probe, probe_script, Place, Probe, Shell, SupervisorEnd, SCRIPT_TIMEOUT},
+    transition, CANCEL_GRACE,
+};
+use crate::{
+    app::Relay,
+    envd::Envd,
+    error::{Error, Result},
+    events,
+    providers::ProviderError,
+    store::{SessionRow, TurnRow, TurnState},
+    streams::{Kind, Reason, Stream},
+    time,
+};
+
+/// The most log one poll reads (the probe's few header lines fit beside it in what an exec
+/// keeps, 256 KiB).
+const POLL_BYTES: usize = 255 * 1024;
+/// The final read of a log after its turn ended stops after this many polls (64 MiB).
+const MAX_DRAIN_POLLS: usize = 256;
+/// Without its exit file, a supervisor that is gone is taken for dead once its heartbeat (every
+/// 10 s) is this old.
+const HEARTBEAT_DEAD_SECONDS: i64 = 45;
+/// How long a driver that hit an error waits before it looks again (doubling up to a minute).
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// A sandbox unreachable this long ends its turn `crashed/sandbox_unreachable`.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(600);
+
+/// The supervisor's tag in the daemon: MAC'd under the relay's key, so a process the agent
+/// starts through its daemon cannot pass for it.
+pub fn tag(relay: &Relay, session: &SessionRow, turn_id: &str) -> String {
+    format!("hangar-turn:{turn_id}:{}", relay.key.mac(&["turn", turn_id, &session.sandbox_id]))
+}
+
+pub async fn drive(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) {
+    let span = tracing::info_span!("turn", turn = turn_id);
+    async {
+        let mut failing_since: Option<Instant> = None;
+        let mut wait = RETRY_FIRST;
+        loop {
+            match step(relay, turn_id, poke).await {
+                Ok(true) => return,
+                Ok(false) => {
+                    failing_since = None;
+                    wait = RETRY_FIRST;
+                }
+                Err(e) => {
+                    events::TurnTrouble { turn: turn_id, error: &e.to_string() }.emit();
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    if let Some((to, reason)) = lost(&e, since) {
+                        if let Err(e) = end_from(relay, turn_id, to, reason, &e.to_string()) {
+                            events::TurnTrouble { turn: turn_id, error: &e.to_string() }.emit();
+                        }
+                        return;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = poke.notified() => {}
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(60));
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Whether an error means the sandbox is gone for good.
+fn lost(e: &Error, failing_since: Instant) -> Option<(TurnState, &'static str)> {
+    match e {
+        Error::Provider(ProviderError::Gone(_)) => Some((TurnState::Crashed, "sandbox_gone")),
+        Error::Paused { .. } => None,
+        _ if failing_since.elapsed() >= UNREACHABLE_FOR => Some((TurnState::Crashed, "sandbox_unreachable")),
+        _ => None,
+    }
+}
+
+fn end_from(relay: &Relay, turn_id: &str, to: TurnState, reason: &str, detail: &str) -> Result<()> {
+    if let Some(t) = relay.store.turn(turn_id)? {
+        transition(relay, &t.session_id, turn_id, t.state, to, Some(reason), Some(detail))?;
+    }
+    Ok(())
+}
+
+/// One step of the turn's life; `true` once there is nothing more to do.
+async fn step(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) -> Result<bool> {
+    let Some(turn) = relay.store.turn(turn_id)? else { return Ok(true) };
+    if turn.state.is_terminal() {
+        return Ok(true);
+    }
+    let Some(session) = relay.store.session_by_id(&turn.session_id)? else { return Ok(true) };
+    if turn.state != TurnState::Queued && relay.store.sandbox(&session.sandbox_id)?.is_none() {
+        transition(relay, &session.id, &turn.id, turn.state, TurnState::Crashed, Some("sandbox_gone"), None)?;
+        return Ok(true);
+    }
+    match turn.state {
+        TurnState::Queued => queued(relay, &turn, poke).await?,
+        TurnState::Starting => starting(relay, &session, &turn).await?,
+        _ => running(relay, &session, &turn, poke).await?,
+    }
+    Ok(false)
+}
+
+async fn queued(relay: &Relay, turn: &TurnRow, poke: &Notify) -> Result<()> {
+    loop {
+        let slot = relay.sessions.slots.notified();
+        {
+            let _admission = relay.sessions.admission.lock().await;
+            let Some(turn) = relay.store.turn(&turn.id)? else { return Ok(()) };
+            if turn.state != TurnState::Queued {
+                return Ok(());
+            }
+            match queue::admit(relay, &turn)? {
+                Admission::Go => {
+                    transition(relay, &turn.session_id, &turn.id, turn.state, TurnState::Starting, None, None)?;
+                    return Ok(());
+                }
+                Admission::Wait { reason, detail } if turn.reason.as_deref() != Some(reason) => {
+                    transition(relay, &turn.session_id, &turn.id, turn.state, turn.state, Some(reason), Some(&detail))?;
+                }
+                Admission::Wait { .. } => {}
+            }
+        }
+        tokio::select! {
+            _ = slot => {}
+            _ = poke.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+async fn shell<'a>(relay: &'a Relay, session: &SessionRow) -> Result<Shell<'a>> {
+    let row = relay.sandboxes.get(&session.sandbox_id)?;
+    Shell::open(relay, row).await
+}
+
+async fn starting(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result<()> {
+    let shell = match shell(relay, session).await {
+        Ok(s) => s,
+        Err(Error::Paused { sandbox }) => {
+            let detail = format!("sandbox {sandbox:?} is paused");
+            let to = TurnState::Queued;
+            transition(relay, &session.id, &turn.id, turn.state, to, Some("sandbox_not_ready"), Some(&detail))?;
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    match start(relay, &shell, session, turn).await {
+        Ok(()) => Ok(()),
+        Err(e @ (Error::Invalid(_) | Error::NotFound(_) | Error::Daemon(_) | Error::Provider(_))) => {
+            let detail = e.to_string();
+            transition(
+                relay,
+                &session.id,
+                &turn.id,
+                turn.state,
+                TurnState::Crashed,
+                Some("start_failed"),
+                Some(&detail),
+            )?;
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &TurnRow) -> Result<()> {
+    let place = shell.place().await?;
+    let tag = tag(relay, session, &turn.id);
+    // A relay stopped between starting the supervisor and recording it finds it again.
+    let found = probe(shell, &place, &turn.id, 0, 0).await?;
+    if let Some(pid) = found.pid.filter(|_| found.alive || found.exit.is_some()) {
+        return started(relay, session, turn, &place, pid);
+    }
+    let harness = relay
+        .sessions
+        .harnesses
+        .get(&session.harness)
+        .ok_or_else(|| Error::invalid(format!("harness {:?} is no longer configured", session.harness)))?;
+    let prompt_file = format!("{}/{}.prompt", place.dir, turn.id);
+    let vars = Vars {
+        session_id: session.agent_session_id.as_deref(),
+        cwd: &session.cwd,
+        prompt_file: &prompt_file,
+        turn: &turn.id,
+    };
+    let argv = harness.argv(turn.n > 1, &vars).map_err(|e| Error::invalid(e.to_string()))?;
+    let prompt = relay.sessions.prompts().get(&turn.id).cloned().unwrap_or_else(|| turn.prompt.clone());
+    shell.install(&place, &turn.id, &prompt).await?;
+    let mut env = relay.secrets.values(&session.secrets)?;
+    env.push(("HANGAR_SESSION".into(), session.name.clone()));
+    env.push(("HANGAR_TURN".into(), turn.id.clone()));
+    let pid = shell.start(&place, &turn.id, &session.cwd, &argv, &env, &tag).await?;
+    started(relay, session, turn, &place, pid)
+}
+
+fn started(relay: &Relay, session: &SessionRow, turn: &TurnRow, place: &Place, pid: i64) -> Result<()> {
+    relay.store.set_turn_started(&turn.id, Some(pid))?;
+    relay.store.update_session_start(&session.id, None, Some(place.split), time::now())?;
+    events::TurnStarted { turn: &turn.id, pid, split: place.split }.emit();
+    transition(relay, &session.id, &turn.id, turn.state, TurnState::Running, None, None)?;
+    Ok(())
+}
+
+/// How the supervisor ended.
+#[derive(Debug, Clone)]
+enum End {
+    /// It reported the harness's end.
+    Exited { code: i64, signal: Option<String> },
+    /// It is gone without a word.
+    Died(String),
+    /// The turn was ended (or deleted) from outside: a destroyed sandbox, a deleted session.
+    Outside,
+    /// The daemon does not know the supervisor (restarted, or it ended long ago).
+    Unknown,
+}
+
+/// The turn's deadline and whether a cancel has been sent.
+struct Stop {
+    deadline: Instant,
+    signalled: bool,
+}
+
+async fn running(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Notify) -> Result<()> {
+    let shell = shell(relay, session).await?;
+    let place = shell.place().await?;
+    let harness = relay.sessions.harnesses.get(&session.harness);
+    let format = harness.map_or(hangar_agents::Format::Text, |h| h.format);
+    let keep_id = harness.is_some_and(|h| h.session_ids == SessionIds::Report);
+    let mut ingest = Ingest::new(session, turn, Parser::new(format), keep_id);
+    let started = turn.started_at.unwrap_or(turn.created_at);
+    let left = (started + turn.timeout_minutes as f64 * 60.0 - time::now()).max(0.0);
+    let mut stop = Stop { deadline: Instant::now() + Duration::from_secs_f64(left), signalled: false };
+    let tag = tag(relay, session, &turn.id);
+    let mut end = match &shell.envd {
+        Some(envd) => daemon_watch(relay, &shell, envd, &place, &tag, turn, &mut ingest, poke, &mut stop).await?,
+        None => End::Unknown,
+    };
+    if let End::Unknown = end {
+        end = polled_watch(relay, &shell, &place, &tag, turn, &mut ingest, poke, &mut stop).await?;
+    }
+    conclude(relay, &shell, &place, session, turn, &mut ingest, end).await
+}
+
+/// Looks at the turn again after a poke: ended from outside, or asked to stop.
+async fn poked(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    place: &Place,
+    tag: &str,
+    turn: &TurnRow,
+    stop: &mut Stop,
+) -> Result<bool> {
+    let Some(now) = relay.store.turn(&turn.id)? else {
+        signal(shell, place, tag, turn, stop).await?;
+        return Ok(true);
+    };
+    if now.state.is_terminal() {
+        signal(shell, place, tag, turn, stop).await?;
+        return Ok(true);
+    }
+    if now.cancel_requested_at.is_some() {
+        signal(shell, place, tag, turn, stop).await?;
+    }
+    Ok(false)
+}
+
+async fn signal(shell: &Shell<'_>, place: &Place, tag: &str, turn: &TurnRow, stop: &mut Stop) -> Result<()> {
+    if !stop.signalled {
+        stop.signalled = true;
+        shell.signal(&place.dir, &turn.id, tag, turn.pid.unwrap_or(0), CANCEL_GRACE).await?;
+    }
+    Ok(())
+}
+
+async fn deadline_passed(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    place: &Place,
+    tag: &str,
+    turn: &TurnRow,
+    stop: &mut Stop,
+) -> Result<()> {
+    relay.store.request_cancel(&turn.id, time::now())?;
+    signal(shell, place, tag, turn, stop).await
+}
+
+/// Follows the log through the daemon (polling when it cannot) until the supervisor ends.
+#[allow(clippy::too_many_arguments)]
+async fn daemon_watch(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    envd: &Envd,
+    place: &Place,
+    tag: &str,
+    turn: &TurnRow,
+    ingest: &mut Ingest,
+    poke: &Notify,
+    stop: &mut Stop,
+) -> Result<End> {
+    let mut stream = relay.streams.open_own(&shell.row.id, Kind::TurnLog).ok();
+    let result = {
+        let end = shell.supervisor_end(envd, tag);
+        let follow = follow_then_poll(relay, shell, envd, place, turn, ingest, stream.as_mut());
+        tokio::pin!(end, follow);
+        loop {
+            tokio::select! {
+                e = &mut end => break e.map(|e| e.map_or(End::Unknown, ended)),
+                r = &mut follow => if let Err(e) = r { break Err(e) },
+                _ = poke.notified() => if poked(relay, shell, place, tag, turn, stop).await? { break Ok(End::Outside) },
+                _ = tokio::time::sleep_until(stop.deadline), if !stop.signalled => {
+                    deadline_passed(relay, shell, place, tag, turn, stop).await?;
+                }
+            }
+        }
+    };
+    if let Some(s) = stream.as_mut() {
+        s.end(Reason::Done);
+    }
+    result
+}
+
+/// What the daemon said of the supervisor's end. Its exit code is the harness's (the script
+/// exits with it); the line it printed names the signal. A supervisor killed by a signal wrote
+/// no line: it died.
+fn ended(e: SupervisorEnd) -> End {
+    if e.signal.is_some() {
+        return End::Died(format!("the supervisor was killed by signal {}", e.signal.unwrap_or_default()));
+    }
+    let line: Option<serde_json::Value> = e.line.as_deref().and_then(|l| serde_json::from_str(l).ok());
+    let signal = line
+        .as_ref()
+        .filter(|l| l.get("code").and_then(|c| c.as_i64()) == Some(e.exit_code as i64))
+        .and_then(|l| l.get("signal")?.as_str().map(str::to_string));
+    match line {
+        Some(_) => End::Exited { code: e.exit_code as i64, signal },
+        None => End::Died(format!("the supervisor exited ({}) without reporting the harness's end", e.exit_code)),
+    }
+}
+
+/// Why following stopped.
+enum FollowEnd {
+    Disabled,
+    Full,
+    Truncated,
+    Replaced,
+    Removed,
+    MaxBytes,
+    Closed(Reason),
+    Broken(String),
+}
+
+impl FollowEnd {
+    fn describe(&self) -> String {
+        match self {
+            FollowEnd::Disabled => "HANGAR_STREAM_TURN_LOGS is false".into(),
+            FollowEnd::Full => "HANGAR_STREAM_MAX_TOTAL streams are open".into(),
+            FollowEnd::Truncated => "the log was truncated".into(),
+            FollowEnd::Replaced => "the log was replaced".into(),
+            FollowEnd::Removed => "the log was removed".into(),
+            FollowEnd::MaxBytes => "the log passed HANGAR_STREAM_MAX_BYTES".into(),
+            FollowEnd::Closed(r) => format!("the stream was closed: {}", r.as_str()),
+            FollowEnd::Broken(why) => format!("the stream broke: {why}"),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn follow_then_poll(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    envd: &Envd,
+    place: &Place,
+    turn: &TurnRow,
+    ingest: &mut Ingest,
+    stream: Option<&mut Stream>,
+) -> Result<()> {
+    let why = match stream {
+        _ if !relay.sessions.settings.follow_logs => FollowEnd::Disabled,
+        None => FollowEnd::Full,
+        Some(stream) => follow(relay, envd, place, turn, ingest, stream).await?,
+    };
+    if matches!(why, FollowEnd::Truncated | FollowEnd::Replaced) {
+        ingest.restart();
+    }
+    relay.store.set_turn_polled(&turn.id, true)?;
+    events::TurnPolled { turn: &turn.id, why: &why.describe() }.emit();
+    let mut inode = None;
+    loop {
+        poll(relay, shell, place, &turn.id, ingest, &mut inode).await?;
+        tokio::time::sleep(relay.sessions.settings.poll).await;
+    }
+}
+
+async fn follow(
+    relay: &Relay,
+    envd: &Envd,
+    place: &Place,
+    turn: &TurnRow,
+    ingest: &mut Ingest,
+    stream: &mut Stream,
+) -> Result<FollowEnd> {
+    let req =
+        FollowRequest { path: place.log(&turn.id), offset: Some(ingest.next_offset()), allow_network_mounts: false };
+    let mut s = match envd.files().follow(req).await {
+        Ok(s) => s.into_inner(),
+        Err(e) => return Ok(FollowEnd::Broken(e.message().to_string())),
+    };
+    loop {
+        let msg = tokio::select! {
+            m = s.message() => m,
+            r = stream.closed() => {
+                stream.end(r);
+                return Ok(FollowEnd::Closed(r));
+            }
+        };
+        let ev = match msg {
+            Ok(Some(m)) => m.event.and_then(|e| e.event),
+            Ok(None) => return Ok(FollowEnd::Broken("the daemon ended the stream".into())),
+            Err(e) => return Ok(FollowEnd::Broken(e.message().to_string())),
+        };
+        match ev {
+            Some(follow_event::Event::Start(st)) if st.exists && st.offset != ingest.next_offset() => {
+                return Ok(FollowEnd::Broken(format!(
+                    "following started at {} not {}",
+                    st.offset,
+                    ingest.next_offset()
+                )))
+            }
+            Some(follow_event::Event::Data(d)) => {
+                if d.offset != ingest.next_offset() {
+                    return Ok(FollowEnd::Broken(format!("data at {} not {}", d.offset, ingest.next_offset())));
+                }
+                match stream.charge(d.data.len() as u64) {
+                    Ok(wait) if !wait.is_zero() => tokio::time::sleep(wait).await,
+                    Ok(_) => {}
+                    Err(r) => {
+                        stream.end(r);
+                        return Ok(FollowEnd::MaxBytes);
+                    }
+                }
+                ingest.push(relay, &d.data)?;
+            }
+            Some(follow_event::Event::Truncated(_)) => return Ok(FollowEnd::Truncated),
+            Some(follow_event::Event::Replaced(_)) => return Ok(FollowEnd::Replaced),
+            Some(follow_event::Event::Removed(_)) => return Ok(FollowEnd::Removed),
+            _ => {}
+        }
+    }
+}
+
+/// One probe: reads up to `POLL_BYTES` of log from the ingest's position and records it; starts
+/// over from offset 0 of a log that was truncated or replaced. Returns the probe and whether
+/// there may be more to read.
+async fn poll(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    place: &Place,
+    turn_id: &str,
+    ingest: &mut Ingest,
+    inode: &mut Option<u64>,
+) -> Result<(Probe, bool)> {
+    for _ in 0..2 {
+        let from = ingest.next_offset();
+        let p = probe(shell, place, turn_id, from, POLL_BYTES).await?;
+        let replaced = matches!((*inode, p.inode), (Some(a), Some(b)) if a != b);
+        *inode = p.inode.or(*inode);
+        if replaced || p.size.is_some_and(|s| s < from) {
+            ingest.restart();
+            continue;
+        }
+        ingest.push(relay, &p.data)?;
+        let more = p.data.len() >= POLL_BYTES;
+        return Ok((p, more));
+    }
+    Ok((Probe::default(), true))
+}
+
+async fn probe(shell: &Shell<'_>, place: &Place, turn_id: &str, from: u64, max: usize) -> Result<Probe> {
+    let out = shell.run(place.split, &probe_script(&place.dir, turn_id, from, max), SCRIPT_TIMEOUT).await?;
+    parse_probe(&out.stdout).ok_or_else(|| {
+        Error::daemon(format!(
+            "the turn's probe failed (exit {}): {}",
+            out.exit_code,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    })
+}
+
+/// Without the daemon (or when it no longer knows the supervisor): polls the log every
+/// `HANGAR_SESSION_POLL_SECONDS` and decides liveness every `HANGAR_RUN_PROBE_SECONDS` by the
+/// exit file, the supervisor's pid and start time, and its heartbeat.
+#[allow(clippy::too_many_arguments)]
+async fn polled_watch(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    place: &Place,
+    tag: &str,
+    turn: &TurnRow,
+    ingest: &mut Ingest,
+    poke: &Notify,
+    stop: &mut Stop,
+) -> Result<End> {
+    relay.store.set_turn_polled(&turn.id, true)?;
+    let settings = &relay.sessions.settings;
+    let mut inode = None;
+    let mut decided = Instant::now() - settings.probe;
+    loop {
+        let (p, more) = poll(relay, shell, place, &turn.id, ingest, &mut inode).await?;
+        if let Some(exit) = &p.exit {
+            return Ok(exit_file(exit));
+        }
+        if decided.elapsed() >= settings.probe {
+            decided = Instant::now();
+            if !p.alive && p.heartbeat_age.is_none_or(|a| a > HEARTBEAT_DEAD_SECONDS) {
+                return Ok(End::Died("the supervisor is gone and wrote no exit file".into()));
+            }
+        }
+        if more {
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(settings.poll) => {}
+            _ = poke.notified() => if poked(relay, shell, place, tag, turn, stop).await? { return Ok(End::Outside) },
+            _ = tokio::time::sleep_until(stop.deadline), if !stop.signalled => {
+                deadline_passed(relay, shell, place, tag, turn, stop).await?;
+            }
+        }
+    }
+}
+
+fn exit_file(text: &str) -> End {
+    let v: Option<serde_json::Value> = serde_json::from_str(text).ok();
+    match v.as_ref().and_then(|v| v.get("code")?.as_i64()) {
+        Some(code) => End::Exited {
+            code,
+            signal: v.as_ref().and_then(|v| v.get("signal")?.as_str()).map(|s| s.chars().take(16).collect()),
+        },
+        None => End::Died("the exit file is not the supervisor's".into()),
+    }
+}
+
+/// Reads the rest of the log, then records the turn's end.
+async fn conclude(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    place: &Place,
+    session: &SessionRow,
+    turn: &TurnRow,
+    ingest: &mut Ingest,
+    end: End,
+) -> Result<()> {
+    if let End::Outside = end {
+        return Ok(());
+    }
+    if let End::Died(_) = end {
+        // The harness may outlive its supervisor: its process group goes with it.
+        if let Some(pid) = turn.pid.filter(|p| *p > 1) {
+            shell.run(place.split, &format!("kill -KILL -- -{pid} 2>/dev/null; true"), SCRIPT_TIMEOUT).await?;
+        }
+    }
+    let mut inode = None;
+    for _ in 0..MAX_DRAIN_POLLS {
+        if !poll(relay, shell, place, &turn.id, ingest, &mut inode).await?.1 {
+            break;
+        }
+    }
+    let now = relay.store.turn(&turn.id)?.unwrap_or_else(|| turn.clone());
+    let deadline = now.started_at.unwrap_or(now.created_at) + now.timeout_minutes as f64 * 60.0;
+    let (code, signal) = match &end {
+        End::Exited { code, signal } => (Some(*code), signal.clone()),
+        _ => (None, None),
+    };
+    relay.store.set_turn_exit(&turn.id, code, signal.as_deref())?;
+    let o = ingest.outcome;
+    let (to, reason, detail) = match &end {
+        _ if now.cancel_requested_at.is_some() && time::now() >= deadline => {
+            (TurnState::TimedOut, "run_timeout", format!("ran past its {} minutes", now.timeout_minutes))
+        }
+        _ if now.cancel_requested_at.is_some() => (TurnState::Cancelled, "cancel_agent", "cancelled".to_string()),
+        End::Died(why) => (TurnState::Crashed, "process_died", why.clone()),
+        End::Exited { code: 0, .. } if o.result_ok != Some(false) => (TurnState::Succeeded, "ok", "exit code 0".into()),
+        End::Exited { signal: Some(s), .. } => {
+            (TurnState::Crashed, "process_died", format!("the harness was killed by SIG{s}"))
+        }
+        End::Exited { code, .. } if o.rate_limited => (TurnState::Failed, "rate_limited", format!("exit code {code}")),
+        End::Exited { code, .. } if o.result_ok == Some(false) => {
+            (TurnState::Failed, "harness_error", format!("exit code {code}; the harness reported an error"))
+        }
+        End::Exited { code, .. } => (TurnState::Failed, "nonzero_exit", format!("exit code {code}")),
+        End::Outside | End::Unknown => return Ok(()),
+    };
+    transition(relay, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail))?;
+    Ok(())
+}

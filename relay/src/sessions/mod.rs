@@ -1,0 +1,577 @@
+//! Agent sessions and turns: a session is one conversation with one agent CLI in one sandbox, a
+//! turn one run of its harness (the first prompt, then each follow-up), under a supervisor in the
+//! sandbox (`supervisor`) that a driver task per turn starts, follows and ends (`driver`). Lines
+//! of the turn's log become events (`ingest`, with `hangar-agents`' parsers), recorded with the
+//! read position and told to live readers (`live`).
+//!
+//! Invariants:
+//! - What a sandbox says is information: a turn's state, exit code and summary come from the
+//!   relay's own reads (the daemon's report of the supervisor, files only root can write where
+//!   the uid split holds), never from a file the agent can write.
+//! - A terminal state is final (`Store::set_turn_state` only moves live turns).
+//! - Every text from a turn passes the one redaction step (`Secrets::redactor`) before it is
+//!   stored or streamed.
+//! - Sessions belong to a person; a caller sees its person's (an admin everyone's).
+mod driver;
+mod ingest;
+pub mod live;
+mod queue;
+pub mod supervisor;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+    time::Duration,
+};
+
+use hangar_agents::harness::{Harness, Harnesses, SessionIds};
+use serde::Serialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use crate::{
+    app::Relay,
+    auth::{random_hex, Caller},
+    error::{Error, Result},
+    events,
+    store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, TurnRow, TurnState},
+    time,
+};
+
+pub use ingest::valid_session_id;
+pub use queue::{usage, Usage};
+
+/// The longest prompt: it reaches the sandbox inside one script argument (128 KiB at most, in
+/// base64).
+pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
+/// The longest a long poll or a `session` tool call waits.
+pub const MAX_WAIT: Duration = Duration::from_secs(25);
+/// The most events one read returns.
+pub const MAX_EVENTS_PER_READ: usize = 1_000;
+/// How long a cancelled turn's harness has after SIGTERM before SIGKILL.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(10);
+/// A turn's deadline when its request names none.
+pub const DEFAULT_TIMEOUT_MINUTES: i64 = 120;
+
+/// The settings sessions run by (docs/operations.md lists them).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub max_runs_per_credential: usize,
+    pub usage_warn_pct: f64,
+    pub usage_gate_pct: f64,
+    pub poll: Duration,
+    pub probe: Duration,
+    pub follow_logs: bool,
+    pub retention_days: f64,
+    pub max_events: i64,
+}
+
+/// The sessions' shared state: harness profiles, live readers, and the drivers' cancel signals.
+pub struct Sessions {
+    pub harnesses: Harnesses,
+    pub settings: Settings,
+    pub live: live::Live,
+    /// Per running driver: woken when its turn is cancelled or ended from outside.
+    drivers: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Held while a queued turn is admitted, so two never take one slot.
+    admission: tokio::sync::Mutex<()>,
+    /// Woken when a slot may have freed.
+    slots: Notify,
+    /// The prompts of turns not yet started, as the caller wrote them, in memory only: the
+    /// store keeps the redacted text, the sandbox gets the caller's. A relay restarted before
+    /// the start sends the stored (redacted) prompt.
+    prompts: Mutex<HashMap<String, String>>,
+}
+
+impl Sessions {
+    pub fn new(harnesses: Harnesses, settings: Settings) -> Sessions {
+        Sessions {
+            harnesses,
+            settings,
+            live: live::Live::default(),
+            drivers: Mutex::default(),
+            admission: tokio::sync::Mutex::new(()),
+            slots: Notify::new(),
+            prompts: Mutex::default(),
+        }
+    }
+
+    fn prompts(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.prompts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.drivers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tells a turn's driver to look at its turn again (cancelled, ended from outside).
+    fn poke(&self, turn_id: &str) {
+        if let Some(n) = self.lock().get(turn_id) {
+            n.notify_one();
+        }
+    }
+}
+
+/// What `POST /api/sessions` and the `session` tool's `start` take.
+#[derive(Debug, Clone, Default)]
+pub struct StartRequest {
+    pub name: String,
+    pub sandbox: String,
+    pub harness: Option<String>,
+    pub prompt: String,
+    pub cwd: Option<String>,
+    pub timeout_minutes: Option<i64>,
+    pub secrets: Vec<String>,
+    pub idempotency_key: Option<String>,
+    pub ignore_limits: bool,
+}
+
+/// What a follow-up takes.
+#[derive(Debug, Clone, Default)]
+pub struct TurnRequest {
+    pub prompt: String,
+    pub timeout_minutes: Option<i64>,
+    pub idempotency_key: Option<String>,
+    pub ignore_limits: bool,
+}
+
+/// A session as its readers see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionView {
+    #[serde(flatten)]
+    pub session: SessionRow,
+    /// The latest turn's state and reason.
+    pub state: TurnState,
+    pub reason: Option<String>,
+    pub turns: Vec<TurnRow>,
+    /// Pass as `since` to read only what comes next.
+    pub events_cursor: i64,
+    /// Which fields hold the agent's own text (untrusted; an orchestrator model must not take
+    /// them for hangar's).
+    pub agent_text: &'static [&'static str],
+    pub warnings: Vec<String>,
+    /// Whether this answer is an earlier request's, replayed for its idempotency key.
+    pub idempotent_replay: bool,
+}
+
+const AGENT_TEXT: &[&str] = &[
+    "summary.last_message",
+    "summary.last_tool_summary",
+    "summary.current_file",
+    "summary.files_touched",
+    "summary.tests",
+];
+
+fn view(relay: &Relay, session: SessionRow, warnings: Vec<String>, replay: bool) -> Result<SessionView> {
+    let turns = relay.store.turns(&session.id)?;
+    let (state, reason) = turns.last().map_or((TurnState::Queued, None), |t| (t.state, t.reason.clone()));
+    Ok(SessionView {
+        events_cursor: session.event_seq,
+        session,
+        state,
+        reason,
+        turns,
+        agent_text: AGENT_TEXT,
+        warnings,
+        idempotent_replay: replay,
+    })
+}
+
+fn sha256_hex(s: &str) -> String {
+    Sha256::digest(s.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn check_prompt(prompt: &str) -> Result<()> {
+    if prompt.trim().is_empty() {
+        return Err(Error::invalid("prompt: must not be empty"));
+    }
+    if prompt.len() > MAX_PROMPT_BYTES {
+        return Err(Error::invalid(format!("prompt: {} bytes, at most {MAX_PROMPT_BYTES}", prompt.len())));
+    }
+    if prompt.contains('\0') {
+        return Err(Error::invalid("prompt: must not contain NUL"));
+    }
+    Ok(())
+}
+
+fn check_key(key: &Option<String>) -> Result<()> {
+    match key {
+        Some(k) if k.is_empty() || k.len() > 200 || k.chars().any(char::is_control) => {
+            Err(Error::invalid("idempotency_key: 1 to 200 characters, no control characters"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn check_timeout(minutes: Option<i64>) -> Result<i64> {
+    match minutes {
+        None => Ok(DEFAULT_TIMEOUT_MINUTES),
+        Some(m) if (1..=7 * 24 * 60).contains(&m) => Ok(m),
+        Some(m) => Err(Error::invalid(format!("timeout_minutes: {m}: 1 to 10080 (a week)"))),
+    }
+}
+
+/// Session names: a word of letters, digits, `.`, `_` and `-`, as in an MCP resource URI.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && !name.starts_with(['.', '-'])
+}
+
+fn new_turn(session_id: &str, prompt: &str, req: &TurnRequest, credential: Option<String>, timeout: i64) -> TurnRow {
+    TurnRow {
+        id: format!("turn_{}", random_hex(6)),
+        session_id: session_id.to_string(),
+        n: 1,
+        prompt: String::new(),
+        prompt_sha256: sha256_hex(prompt),
+        state: TurnState::Queued,
+        reason: None,
+        detail: None,
+        credential,
+        idempotency_key: req.idempotency_key.clone(),
+        ignore_limits: req.ignore_limits,
+        timeout_minutes: timeout,
+        created_at: time::now(),
+        started_at: None,
+        finished_at: None,
+        pid: None,
+        exit_code: None,
+        signal: None,
+        cancel_requested_at: None,
+        log_offset: 0,
+        log_base: 0,
+        polled: false,
+    }
+}
+
+/// The credential a turn uses: the secret passed under one of the harness's credential
+/// variables (the first named), which its concurrency and plan usage are counted by.
+fn credential_of(harness: &Harness, secrets: &[String]) -> Option<String> {
+    harness.credentials.iter().find(|c| secrets.contains(c)).cloned()
+}
+
+/// Starts a session and its first turn; answers at once (the turn is queued or starting).
+pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Result<SessionView> {
+    if !valid_name(&req.name) {
+        return Err(Error::invalid(format!(
+            "name {:?}: 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
+            req.name
+        )));
+    }
+    check_prompt(&req.prompt)?;
+    check_key(&req.idempotency_key)?;
+    let timeout = check_timeout(req.timeout_minutes)?;
+    let harness_name = req.harness.as_deref().unwrap_or("claude-code");
+    let harness = relay.sessions.harnesses.get(harness_name).ok_or_else(|| {
+        let known: Vec<&str> = relay.sessions.harnesses.iter().map(|h| h.name.as_str()).collect();
+        Error::invalid(format!("harness {harness_name:?}: one of {}", known.join(", ")))
+    })?;
+    let mut secrets = harness.secrets.clone();
+    for s in &req.secrets {
+        if !secrets.contains(s) {
+            secrets.push(s.clone());
+        }
+    }
+    relay.secrets.check_exist(&secrets)?;
+    let row = relay.sandboxes.enter(&req.sandbox, caller)?;
+    let cwd = match req.cwd.as_deref().or(row.workdir.as_deref()) {
+        Some(cwd) => relay.sandboxes.resolve_cwd(&row, cwd)?,
+        None => return Err(Error::invalid("cwd: the sandbox has no working directory; name one")),
+    };
+    let credential = credential_of(harness, &secrets);
+    let redactor = relay.secrets.redactor();
+    let session = SessionRow {
+        id: format!("ses_{}", random_hex(6)),
+        name: req.name.clone(),
+        person: caller.person.clone(),
+        sandbox_id: row.id.clone(),
+        sandbox_name: row.name.clone(),
+        harness: harness.name.clone(),
+        cwd,
+        secrets,
+        credential: credential.clone(),
+        agent_session_id: (harness.session_ids == SessionIds::Assign).then(uuid_v4),
+        split: None,
+        summary: json!({}),
+        event_seq: 0,
+        idempotency_key: req.idempotency_key.clone(),
+        prompt_sha256: sha256_hex(&req.prompt),
+        created_at: time::now(),
+        started_at: None,
+    };
+    let turn_req = TurnRequest {
+        prompt: req.prompt.clone(),
+        timeout_minutes: req.timeout_minutes,
+        idempotency_key: None,
+        ignore_limits: req.ignore_limits,
+    };
+    let mut turn = new_turn(&session.id, &req.prompt, &turn_req, credential, timeout);
+    turn.prompt = redactor.text(&req.prompt).into_owned();
+    match relay.store.create_session(&session, &turn)? {
+        Created::New((session, turn)) => {
+            events::SessionStarted {
+                session: &session.name,
+                person: &session.person,
+                harness: &session.harness,
+                sandbox: &session.sandbox_name,
+            }
+            .emit();
+            relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
+            let warnings = queue::warnings(relay, turn.credential.as_deref())?;
+            spawn_driver(relay, &turn.id);
+            view(relay, session, warnings, false)
+        }
+        Created::Replayed((session, _)) => view(relay, session, Vec::new(), true),
+        Created::KeyConflict => {
+            Err(Error::Conflict("idempotency_key: already used for a session with another prompt".into()))
+        }
+        Created::Taken => Err(Error::Conflict(format!("a session named {:?} exists: pick another name", req.name))),
+    }
+}
+
+/// The session `reference` names among the caller's (any person's for an admin).
+pub fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionRow> {
+    relay.store.session(reference, caller.sees())?.ok_or_else(|| Error::not_found(format!("no session {reference:?}")))
+}
+
+/// A follow-up in the same conversation.
+pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req: TurnRequest) -> Result<SessionView> {
+    check_prompt(&req.prompt)?;
+    check_key(&req.idempotency_key)?;
+    let timeout = check_timeout(req.timeout_minutes)?;
+    let session = find(relay, caller, reference)?;
+    let harness = relay
+        .sessions
+        .harnesses
+        .get(&session.harness)
+        .ok_or_else(|| Error::invalid(format!("harness {:?} is no longer configured", session.harness)))?;
+    if harness.follow_up.is_none() {
+        return Err(Error::invalid(format!("harness {:?} has no follow-up command", harness.name)));
+    }
+    relay.sandboxes.enter(&session.sandbox_id, caller)?;
+    let mut turn = new_turn(&session.id, &req.prompt, &req, session.credential.clone(), timeout);
+    turn.prompt = relay.secrets.redactor().text(&req.prompt).into_owned();
+    match relay.store.create_turn(&turn)? {
+        Created::New(turn) => {
+            relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
+            let warnings = queue::warnings(relay, turn.credential.as_deref())?;
+            spawn_driver(relay, &turn.id);
+            let session = relay.store.session_by_id(&session.id)?.unwrap_or(session);
+            view(relay, session, warnings, false)
+        }
+        Created::Replayed(_) => view(relay, session, Vec::new(), true),
+        Created::KeyConflict => {
+            Err(Error::Conflict("idempotency_key: already used for a turn with another prompt".into()))
+        }
+        Created::Taken => Err(Error::Conflict(format!(
+            "session {:?} has a turn running: wait for it to end, or cancel it",
+            session.name
+        ))),
+    }
+}
+
+pub fn get(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionView> {
+    view(relay, find(relay, caller, reference)?, Vec::new(), false)
+}
+
+pub fn list(relay: &Relay, caller: &Caller) -> Result<Vec<SessionView>> {
+    relay.store.sessions(caller.sees())?.into_iter().map(|s| view(relay, s, Vec::new(), false)).collect()
+}
+
+/// Cancels the session's live turn, if any: TERM to its process group, KILL after a grace
+/// period. Idempotent.
+pub async fn cancel(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionView> {
+    let session = find(relay, caller, reference)?;
+    if let Some(turn) = relay.store.turns(&session.id)?.into_iter().find(|t| !t.state.is_terminal()) {
+        cancel_turn(relay, &session, &turn)?;
+    }
+    get(relay, caller, &session.id)
+}
+
+fn cancel_turn(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result<()> {
+    relay.store.request_cancel(&turn.id, time::now())?;
+    if turn.state == TurnState::Queued {
+        transition(relay, &session.id, &turn.id, turn.state, TurnState::Cancelled, Some("cancel_agent"), None)?;
+    }
+    relay.sessions.poke(&turn.id);
+    Ok(())
+}
+
+/// Deletes a session with its turns and events, cancelling a live turn first.
+pub async fn delete(relay: &Relay, caller: &Caller, reference: &str) -> Result<()> {
+    let session = find(relay, caller, reference)?;
+    for turn in relay.store.turns(&session.id)?.iter().filter(|t| !t.state.is_terminal()) {
+        cancel_turn(relay, &session, turn)?;
+    }
+    relay.store.delete_session(&session.id)?;
+    events::SessionDeleted { session: &session.name, person: &session.person }.emit();
+    Ok(())
+}
+
+/// Ends every live turn in a sandbox that is going away, then lets its drivers go.
+pub fn end_in_sandbox(relay: &Relay, sandbox: &SandboxRow, to: TurnState, reason: &str) -> Result<()> {
+    for session in relay.store.sessions_in_sandbox(&sandbox.id)? {
+        for turn in relay.store.turns(&session.id)?.into_iter().filter(|t| !t.state.is_terminal()) {
+            transition(relay, &session.id, &turn.id, turn.state, to, Some(reason), None)?;
+            relay.sessions.poke(&turn.id);
+        }
+    }
+    Ok(())
+}
+
+/// Destroys a sandbox: its live turns end `cancelled/sandbox_destroyed` first.
+pub async fn destroy_sandbox(relay: &Relay, row: &SandboxRow) -> Result<()> {
+    end_in_sandbox(relay, row, TurnState::Cancelled, "sandbox_destroyed")?;
+    relay.sandboxes.destroy(row).await
+}
+
+/// A page of events.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventsPage {
+    pub events: Vec<EventRow>,
+    /// Pass as `since` next time.
+    pub next: i64,
+    /// More events are recorded past this page.
+    pub more: bool,
+    /// The latest turn's state.
+    pub state: TurnState,
+}
+
+/// Events after `since`; with `wait`, as soon as there is one (or the wait ends, or the
+/// session's turn ends).
+pub async fn events(
+    relay: &Relay,
+    caller: &Caller,
+    reference: &str,
+    since: i64,
+    limit: usize,
+    wait: Duration,
+) -> Result<EventsPage> {
+    let session = find(relay, caller, reference)?;
+    let limit = limit.clamp(1, MAX_EVENTS_PER_READ);
+    let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
+    let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
+    loop {
+        let page = read_page(relay, &session.id, since, limit)?;
+        if !page.events.is_empty() || page.state.is_terminal() || tokio::time::Instant::now() >= deadline {
+            return Ok(page);
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => return read_page(relay, &session.id, since, limit),
+        }
+    }
+}
+
+pub fn read_page(relay: &Relay, session_id: &str, since: i64, limit: usize) -> Result<EventsPage> {
+    let mut events = relay.store.events_after(session_id, since.max(0), limit + 1)?;
+    let more = events.len() > limit;
+    events.truncate(limit);
+    let next = events.last().map_or(since.max(0), |e| e.seq);
+    let state = relay.store.turns(session_id)?.last().map_or(TurnState::Queued, |t| t.state);
+    Ok(EventsPage { events, next, more, state })
+}
+
+/// Moves a turn between states and records the `run.state` event hangar emits for it. A turn
+/// already terminal is left alone (its state is final).
+pub(crate) fn transition(
+    relay: &Relay,
+    session_id: &str,
+    turn_id: &str,
+    from: TurnState,
+    to: TurnState,
+    reason: Option<&str>,
+    detail: Option<&str>,
+) -> Result<bool> {
+    let detail = detail.map(|d| relay.secrets.redactor().text(d).into_owned());
+    if !relay.store.set_turn_state(turn_id, to, reason, detail.as_deref(), time::now())? {
+        return Ok(false);
+    }
+    let data =
+        json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason, "detail": detail, "source": "hangar" });
+    let (seq, _) = relay.store.record_events(
+        session_id,
+        turn_id,
+        &[NewEvent { kind: "run.state", data, src_offset: None, part: 0 }],
+        time::now(),
+        None,
+        None,
+    )?;
+    relay.sessions.live.publish(session_id, seq);
+    events::TurnState { turn: turn_id, from: from.as_str(), to: to.as_str(), reason }.emit();
+    if to.is_terminal() {
+        relay.sessions.prompts().remove(turn_id);
+        relay.sessions.slots.notify_waiters();
+    }
+    Ok(true)
+}
+
+/// Starts a driver for the turn unless one runs.
+fn spawn_driver(relay: &Arc<Relay>, turn_id: &str) {
+    let notify = {
+        let mut drivers = relay.sessions.lock();
+        if drivers.contains_key(turn_id) {
+            return;
+        }
+        let n = Arc::new(Notify::new());
+        drivers.insert(turn_id.to_string(), n.clone());
+        n
+    };
+    let relay = relay.clone();
+    let turn_id = turn_id.to_string();
+    tokio::spawn(async move {
+        driver::drive(&relay, &turn_id, &notify).await;
+        relay.sessions.lock().remove(&turn_id);
+        relay.sessions.slots.notify_waiters();
+    });
+}
+
+/// At start: a driver for every live turn (they resume from their saved positions), and the
+/// retention sweep.
+pub async fn resume(relay: Arc<Relay>) {
+    match relay.store.live_turns() {
+        Ok(turns) => {
+            for t in turns {
+                spawn_driver(&relay, &t.id);
+            }
+        }
+        Err(e) => events::SessionsNotResumed { error: &e.to_string() }.emit(),
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        tick.tick().await;
+        let s = &relay.sessions.settings;
+        let before = time::now() - s.retention_days * 86_400.0;
+        match relay.store.prune_events(before, s.max_events) {
+            Ok(n) if n > 0 => events::EventsPruned { events: n }.emit(),
+            Ok(_) => {}
+            Err(e) => events::SessionsNotResumed { error: &e.to_string() }.emit(),
+        }
+    }
+}
+
+/// A random (version 4) UUID: the conversation id hangar assigns where the CLI takes one.
+pub fn uuid_v4() -> String {
+    let mut b = crate::auth::random_bytes::<16>();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_uuids() {
+        assert!(valid_name("fix-flaky.1"));
+        assert!(!valid_name("-x") && !valid_name("a/b") && !valid_name("") && !valid_name(&"a".repeat(65)));
+        let u = uuid_v4();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert_ne!(u, uuid_v4());
+    }
+}

@@ -1,0 +1,483 @@
+//! The turn supervisor inside the sandbox, and the one way the relay runs its small scripts
+//! there (through the daemon, as root where the uid split holds, else through the provider).
+//!
+//! The supervisor is a bash script hangar writes: it starts the harness with the prompt file on
+//! its stdin and its merged stdout and stderr going to `<turn>.log`, touches `<turn>.hb` every
+//! 10 s, forwards SIGTERM, and writes `<turn>.exit.json` (`{code, signal, ended_at}`) when the
+//! harness ends, printing the same line on its own stdout.
+//!
+//! **The uid split.** Where the daemon can act as root and its default user is not root, the
+//! supervisor runs as root in `/var/lib/hangar/runs` (root's, readable by all) and the harness as
+//! the sandbox's user with `no_new_privs` (`setpriv`); its output reaches the log through a pipe
+//! only root can open, so the agent can neither forge nor replace what hangar reads. The agent's
+//! `~/.hangar/runs/<turn>.log` and `.exit.json` are links to those files; hangar never reads them.
+//! Elsewhere (no daemon, a daemon that is not root) every file is in the agent's
+//! `~/.hangar/runs` and the session says `split: false`.
+use std::{collections::HashMap, time::Duration};
+
+use base64::{engine::general_purpose::STANDARD as B64, Engine as _};
+use hangar_proto::{
+    ext::{attach_event, AttachRequest, SignalRequest},
+    process::{process_event, process_selector, ProcessConfig, ProcessSelector, StartRequest},
+};
+use tonic::{metadata::MetadataValue, Code, Request};
+
+use crate::{
+    app::Relay,
+    envd::{daemon_error, Envd},
+    error::{Error, Result},
+    providers::{ExecOutput, EXEC_OUTPUT_BYTES},
+    store::SandboxRow,
+    text::sh_quote,
+};
+
+/// Where hangar keeps what it trusts in a split sandbox: a directory per sandbox below it,
+/// root's and readable by the sandbox's group alone (local sandboxes share the host's).
+pub const SPLIT_DIR: &str = "/var/lib/hangar/runs";
+/// The agent's own run directory (relative to its home).
+pub const AGENT_DIR: &str = ".hangar/runs";
+/// A script the relay runs (install, probe, read) that takes longer has gone wrong.
+pub const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+const SUPERVISOR: &str = r#"#!/bin/bash
+# hangar's turn supervisor: written by the relay for each turn; see relay/src/sessions/supervisor.rs.
+# Arguments: TURN HANGAR_DIR UID GID USER HOME CWD -- ARGV...  (UID "-": run the harness as is)
+set -u
+turn=$1 hdir=$2 as=$3 gid=$4 name=$5 home=$6 cwd=$7
+shift 8
+log=$hdir/$turn.log
+fifo=$hdir/$turn.pipe
+umask 022
+: >>"$log"
+start=$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20)
+printf '%s %s\n' "$$" "$start" >"$hdir/$turn.pid"
+rm -f "$fifo"
+mkfifo -m 600 "$fifo"
+cat "$fifo" >>"$log" &
+writer=$!
+( while :; do touch "$hdir/$turn.hb"; sleep 10; done ) &
+hb=$!
+child=
+term() { [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }
+trap term TERM INT HUP
+if [ "$as" = - ]; then
+  ( cd "$cwd" && exec "$@" ) <"$hdir/$turn.prompt" >"$fifo" 2>&1 &
+else
+  setpriv --reuid="$as" --regid="$gid" --init-groups --no-new-privs -- env HOME="$home" USER="$name" LOGNAME="$name" \
+    bash -c 'cd "$1" && shift && exec "$@"' hangar-turn "$cwd" "$@" <"$hdir/$turn.prompt" >"$fifo" 2>&1 &
+fi
+child=$!
+printf '%s\n' "$child" >>"$hdir/$turn.pid"
+while :; do
+  wait "$child"
+  code=$?
+  kill -0 "$child" 2>/dev/null || break
+done
+kill "$hb" 2>/dev/null
+for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+  kill -0 "$writer" 2>/dev/null || break
+  sleep 0.1
+done
+signal=null
+if [ "$code" -gt 128 ] && name=$(kill -l $((code - 128)) 2>/dev/null); then signal="\"$name\""; fi
+line=$(printf '{"code":%s,"signal":%s,"ended_at":%s}' "$code" "$signal" "$(date +%s.%N)")
+printf '%s\n' "$line" >"$hdir/$turn.exit.json.tmp" && mv -f "$hdir/$turn.exit.json.tmp" "$hdir/$turn.exit.json"
+rm -f "$fifo"
+printf '%s\n' "$line"
+exit "$code"
+"#;
+
+/// Where a turn's files are and who runs the harness, decided once per turn at its start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Place {
+    /// The uid split holds.
+    pub split: bool,
+    /// The directory of the files hangar reads.
+    pub dir: String,
+    /// The sandbox's user, whom a split supervisor drops to for the harness.
+    pub user: Option<AgentUser>,
+}
+
+/// The daemon's default user: who the agent is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentUser {
+    pub uid: u32,
+    pub gid: u32,
+    pub name: String,
+    pub home: String,
+}
+
+/// Reads `id -u`, `id -g`, `id -un` and `$HOME`, one a line.
+fn parse_user(out: &[u8]) -> Option<AgentUser> {
+    let text = String::from_utf8_lossy(out);
+    let mut lines = text.lines().map(str::trim);
+    let uid = lines.next()?.parse().ok()?;
+    let gid = lines.next()?.parse().ok()?;
+    let name = lines.next().filter(|n| !n.is_empty() && !n.contains([' ', '/']))?.to_string();
+    let home = lines.next().filter(|h| h.starts_with('/')).unwrap_or("/tmp").trim_end_matches('/').to_string();
+    Some(AgentUser { uid, gid, name, home: if home.is_empty() { "/".into() } else { home } })
+}
+
+impl Place {
+    pub fn log(&self, turn: &str) -> String {
+        format!("{}/{turn}.log", self.dir)
+    }
+}
+
+/// A sandbox the relay runs its scripts in: through its daemon, or its provider without one.
+pub struct Shell<'a> {
+    relay: &'a Relay,
+    pub row: SandboxRow,
+    pub envd: Option<Envd>,
+}
+
+/// `Authorization: Basic base64("root:")`: envd acts as root when it can.
+const AS_ROOT: &str = "Basic cm9vdDo=";
+
+impl<'a> Shell<'a> {
+    pub async fn open(relay: &'a Relay, mut row: SandboxRow) -> Result<Shell<'a>> {
+        let envd = relay.sandboxes.daemon(&mut row).await?;
+        Ok(Shell { relay, row, envd })
+    }
+
+    /// Runs `bash -c script` to its end (or `timeout`), as root when `root` and the daemon can.
+    pub async fn run(&self, root: bool, script: &str, timeout: Duration) -> Result<ExecOutput> {
+        let Some(envd) = &self.envd else {
+            return self.relay.sandboxes.exec_fallback(&self.row, script, None, &[], timeout).await;
+        };
+        let start = StartRequest {
+            process: Some(ProcessConfig {
+                cmd: "/bin/bash".into(),
+                args: vec!["-c".into(), script.to_string()],
+                envs: HashMap::new(),
+                cwd: Some("/".into()),
+            }),
+            pty: None,
+            tag: None,
+            stdin: Some(false),
+        };
+        let run = async {
+            let mut stream = envd
+                .process()
+                .start(as_user(start, root))
+                .await
+                .map_err(|s| daemon_error("running a session script", s))?
+                .into_inner();
+            let mut out = ExecOutput::default();
+            loop {
+                let ev = match stream.message().await {
+                    Ok(Some(m)) => m.event.and_then(|e| e.event),
+                    Ok(None) => return Err(Error::daemon("the daemon ended a session script's stream early")),
+                    Err(s) => return Err(daemon_error("running a session script", s)),
+                };
+                match ev {
+                    Some(process_event::Event::Data(d)) => match d.output {
+                        Some(hangar_proto::process::process_event::data_event::Output::Stdout(b)) => {
+                            keep_last(&mut out.stdout, &b)
+                        }
+                        Some(hangar_proto::process::process_event::data_event::Output::Stderr(b)) => {
+                            keep_last(&mut out.stderr, &b)
+                        }
+                        _ => {}
+                    },
+                    Some(process_event::Event::End(e)) => {
+                        out.exit_code = e.exit_code;
+                        return Ok(out);
+                    }
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, run).await {
+            Ok(r) => r,
+            Err(_) => Ok(ExecOutput { exit_code: -1, timed_out: true, ..Default::default() }),
+        }
+    }
+
+    /// Decides where the turn's files go: split where the daemon is root and its default user
+    /// is not.
+    pub async fn place(&self) -> Result<Place> {
+        let out = self.run(false, "id -u && id -g && id -un && printf '%s\\n' \"$HOME\"", SCRIPT_TIMEOUT).await?;
+        let user = match parse_user(&out.stdout) {
+            Some(u) if out.exit_code == 0 => u,
+            _ => {
+                return Err(Error::daemon(format!(
+                    "could not learn the sandbox's user (exit {}): {}",
+                    out.exit_code,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )))
+            }
+        };
+        let root = match &self.envd {
+            Some(_) if user.uid != 0 => {
+                let r = self.run(true, "id -u", SCRIPT_TIMEOUT).await?;
+                r.exit_code == 0 && String::from_utf8_lossy(&r.stdout).trim() == "0"
+            }
+            _ => false,
+        };
+        Ok(if root {
+            Place { split: true, dir: format!("{SPLIT_DIR}/{}", self.row.id), user: Some(user) }
+        } else {
+            Place { split: false, dir: format!("{}/{AGENT_DIR}", user.home.trim_end_matches('/')), user: None }
+        })
+    }
+
+    /// Writes the supervisor and the prompt file (and, split, the agent's links to the log and
+    /// exit file). Repeating it is harmless.
+    pub async fn install(&self, place: &Place, turn: &str, prompt: &str) -> Result<()> {
+        let access = match (&place.user, place.split) {
+            (Some(u), true) => format!(
+                "mkdir -p {top}\nchmod 711 {top}\nmkdir -p \"$d\"\nchown 0:{gid} \"$d\"\nchmod 750 \"$d\"\n",
+                top = sh_quote(SPLIT_DIR),
+                gid = u.gid
+            ),
+            _ => "mkdir -p \"$d\"\n".to_string(),
+        };
+        let mut script = format!(
+            "set -e\numask 022\nd={dir}\n{access}\
+             printf %s {sup} | base64 -d >\"$d/supervisor.sh\"\n\
+             printf %s {prompt} | base64 -d >\"$d/{turn}.prompt\"\n",
+            dir = sh_quote(&place.dir),
+            sup = sh_quote(&B64.encode(SUPERVISOR)),
+            prompt = sh_quote(&B64.encode(prompt)),
+        );
+        if let (true, Some(u)) = (place.split, &place.user) {
+            // The links are made as the agent, in its own directory: root never writes where
+            // the agent can.
+            script.push_str(&format!(
+                "setpriv --reuid={uid} --regid={gid} --init-groups --no-new-privs -- bash -c \
+                 'mkdir -p \"$1\" && ln -sfn \"$2/$3.log\" \"$1/$3.log\" && ln -sfn \"$2/$3.exit.json\" \"$1/$3.exit.json\"' \
+                 - {a} \"$d\" {turn}\n",
+                uid = u.uid,
+                gid = u.gid,
+                a = sh_quote(&format!("{}/{AGENT_DIR}", u.home)),
+            ));
+        }
+        let out = self.run(place.split, &script, SCRIPT_TIMEOUT).await?;
+        if out.exit_code != 0 {
+            return Err(Error::daemon(format!(
+                "writing the turn's files failed (exit {}): {}",
+                out.exit_code,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts the supervisor; returns its pid. Through the daemon with `tag`; without one,
+    /// detached with `setsid` through the provider (its pid read back from `<turn>.pid`).
+    pub async fn start(
+        &self,
+        place: &Place,
+        turn: &str,
+        cwd: &str,
+        argv: &[String],
+        env: &[(String, String)],
+        tag: &str,
+    ) -> Result<i64> {
+        let mut args = vec![format!("{}/supervisor.sh", place.dir), turn.to_string(), place.dir.clone()];
+        match &place.user {
+            Some(u) => args.extend([u.uid.to_string(), u.gid.to_string(), u.name.clone(), u.home.clone()]),
+            None => args.extend(["-", "-", "-", "-"].map(String::from)),
+        }
+        args.extend([cwd.to_string(), "--".to_string()]);
+        args.extend(argv.iter().cloned());
+        let Some(envd) = &self.envd else {
+            let words: Vec<String> = args.iter().map(|a| sh_quote(a)).collect();
+            let d = sh_quote(&place.dir);
+            let script = format!(
+                "cd / && setsid bash {} </dev/null >/dev/null 2>&1 &\n\
+                 for _ in $(seq 100); do [ -s {d}/{turn}.pid ] && break; sleep 0.05; done\n\
+                 head -n1 {d}/{turn}.pid | cut -d' ' -f1",
+                words.join(" ")
+            );
+            let out = self.relay.sandboxes.exec_fallback(&self.row, &script, None, env, SCRIPT_TIMEOUT).await?;
+            return String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .map_err(|_| Error::daemon(format!("the supervisor did not start (exit {})", out.exit_code)));
+        };
+        let start = StartRequest {
+            process: Some(ProcessConfig {
+                cmd: "/bin/bash".into(),
+                args,
+                envs: env.iter().cloned().collect(),
+                cwd: Some("/".into()),
+            }),
+            pty: None,
+            tag: Some(tag.to_string()),
+            stdin: Some(false),
+        };
+        let mut stream = envd
+            .process()
+            .start(as_user(start, place.split))
+            .await
+            .map_err(|s| daemon_error("starting the turn's supervisor", s))?
+            .into_inner();
+        match stream.message().await {
+            Ok(Some(m)) => match m.event.and_then(|e| e.event) {
+                Some(process_event::Event::Start(s)) => Ok(s.pid as i64),
+                _ => Err(Error::daemon("the daemon did not report the supervisor's start")),
+            },
+            Ok(None) => Err(Error::daemon("the daemon ended the supervisor's start stream at once")),
+            Err(s) => Err(daemon_error("starting the turn's supervisor", s)),
+        }
+    }
+
+    /// Waits for the supervisor tagged `tag` to end (through the daemon); its exit line, or
+    /// `None` when the daemon no longer knows it.
+    pub async fn supervisor_end(&self, envd: &Envd, tag: &str) -> Result<Option<SupervisorEnd>> {
+        let req = AttachRequest { process: by_tag(tag), since: Some(0) };
+        let mut stream = match envd.processes().attach(req).await {
+            Ok(s) => s.into_inner(),
+            Err(s) if s.code() == Code::NotFound => return Ok(None),
+            Err(s) => return Err(daemon_error("attaching to the supervisor", s)),
+        };
+        let mut out = Vec::new();
+        loop {
+            match stream.message().await {
+                Ok(Some(m)) => match m.event.and_then(|e| e.event) {
+                    Some(attach_event::Event::Data(d)) => keep_last(&mut out, &d.data),
+                    Some(attach_event::Event::End(e)) => {
+                        let exit = e.exit.unwrap_or_default();
+                        return Ok(Some(SupervisorEnd {
+                            line: String::from_utf8_lossy(&out).lines().last().map(str::to_string),
+                            exit_code: exit.exit_code,
+                            signal: exit.signal,
+                        }));
+                    }
+                    _ => {}
+                },
+                Ok(None) => return Err(Error::daemon("the daemon ended the supervisor's stream")),
+                Err(s) => return Err(daemon_error("following the supervisor", s)),
+            }
+        }
+    }
+
+    /// SIGTERM to the supervisor's process group (the harness is in it), SIGKILL after `grace`.
+    pub async fn signal(&self, place_dir: &str, turn: &str, tag: &str, pid: i64, grace: Duration) -> Result<()> {
+        if let Some(envd) = &self.envd {
+            let req = SignalRequest {
+                process: by_tag(tag),
+                signal: libc::SIGTERM,
+                escalate_after_ms: Some(grace.as_millis().min(u32::MAX as u128) as u32),
+            };
+            return match envd.processes().signal(req).await {
+                Ok(_) => Ok(()),
+                Err(s) if s.code() == Code::NotFound => Ok(()),
+                Err(s) => Err(daemon_error("signalling the turn", s)),
+            };
+        }
+        // Without a daemon: the pid is the relay's own record, the start time in the pid file
+        // guards against its reuse.
+        let script = format!(
+            "p={pid}; f={d}/{turn}.pid; s=$(head -n1 \"$f\" | cut -d' ' -f2); \
+             now=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f20); \
+             [ -n \"$now\" ] && [ \"$now\" = \"$s\" ] || exit 0; kill -TERM -- -$p 2>/dev/null; \
+             (sleep {g}; kill -KILL -- -$p 2>/dev/null) >/dev/null 2>&1 </dev/null & exit 0",
+            d = sh_quote(place_dir),
+            g = grace.as_secs().max(1),
+        );
+        self.run(false, &script, SCRIPT_TIMEOUT).await.map(|_| ())
+    }
+}
+
+/// What the supervisor's end said: its exit line (the harness's code and signal) and its own exit.
+#[derive(Debug, Clone)]
+pub struct SupervisorEnd {
+    pub line: Option<String>,
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+}
+
+fn by_tag(tag: &str) -> Option<ProcessSelector> {
+    Some(ProcessSelector { selector: Some(process_selector::Selector::Tag(tag.to_string())) })
+}
+
+fn as_user<T>(msg: T, root: bool) -> Request<T> {
+    let mut req = Request::new(msg);
+    if root {
+        req.metadata_mut().insert("authorization", MetadataValue::from_static(AS_ROOT));
+    }
+    req
+}
+
+fn keep_last(buf: &mut Vec<u8>, more: &[u8]) {
+    buf.extend_from_slice(more);
+    if buf.len() > EXEC_OUTPUT_BYTES {
+        buf.drain(..buf.len() - EXEC_OUTPUT_BYTES);
+    }
+}
+
+/// The probe: one script that says everything the relay decides a turn's fate by, and reads the
+/// log from `offset`. Its output: `key=value` lines, a `--` line, then up to `max` log bytes.
+pub fn probe_script(dir: &str, turn: &str, offset: u64, max: usize) -> String {
+    format!(
+        "d={d}; t={turn}; l=\"$d/$t.log\"\n\
+         echo \"size=$(stat -c %s \"$l\" 2>/dev/null || echo -1)\"\n\
+         echo \"inode=$(stat -c %i \"$l\" 2>/dev/null || echo -1)\"\n\
+         echo \"exit=$(head -c 4096 \"$d/$t.exit.json\" 2>/dev/null | tr -d '\\n')\"\n\
+         read -r p s <\"$d/$t.pid\" 2>/dev/null || p=\n\
+         echo \"pid=$p\"\n\
+         now=; [ -n \"$p\" ] && now=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f20)\n\
+         if [ -n \"$now\" ] && [ \"$now\" = \"$s\" ]; then echo alive=1; else echo alive=0; fi\n\
+         echo \"hb_age=$(( $(date +%s) - $(stat -c %Y \"$d/$t.hb\" 2>/dev/null || date +%s) ))\"\n\
+         echo --\n\
+         tail -c +{from} \"$l\" 2>/dev/null | head -c {max}",
+        d = sh_quote(dir),
+        from = offset + 1,
+    )
+}
+
+/// What a probe found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Probe {
+    /// The log's size, `None` when it does not exist.
+    pub size: Option<u64>,
+    pub inode: Option<u64>,
+    /// The exit file's content, when present.
+    pub exit: Option<String>,
+    /// The supervisor's pid, from its pid file.
+    pub pid: Option<i64>,
+    pub alive: bool,
+    pub heartbeat_age: Option<i64>,
+    /// Log bytes from the offset asked for.
+    pub data: Vec<u8>,
+}
+
+pub fn parse_probe(out: &[u8]) -> Option<Probe> {
+    let split = out.windows(4).position(|w| w == b"\n--\n")?;
+    let head = String::from_utf8_lossy(&out[..split]);
+    let mut p = Probe { data: out[split + 4..].to_vec(), ..Default::default() };
+    for line in head.lines() {
+        let (k, v) = line.split_once('=')?;
+        match k {
+            "size" => p.size = v.parse().ok(),
+            "inode" => p.inode = v.parse().ok(),
+            "exit" => p.exit = Some(v.to_string()).filter(|v| !v.is_empty()),
+            "alive" => p.alive = v == "1",
+            "pid" => p.pid = v.parse().ok(),
+            "hb_age" => p.heartbeat_age = v.parse().ok(),
+            _ => {}
+        }
+    }
+    Some(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_parses_and_keeps_the_log_bytes_whole() {
+        let out = b"size=12\ninode=77\nexit={\"code\":0}\nalive=0\nhb_age=3\n--\nline\n--\nmore";
+        let p = parse_probe(out).unwrap();
+        assert_eq!(p.size, Some(12));
+        assert_eq!(p.exit.as_deref(), Some("{\"code\":0}"));
+        assert!(!p.alive);
+        assert_eq!(p.data, b"line\n--\nmore");
+        let missing = parse_probe(b"size=-1\ninode=-1\nexit=\nalive=0\nhb_age=0\n--\n").unwrap();
+        assert_eq!((missing.size, missing.exit), (None, None));
+        assert!(parse_probe(b"garbage").is_none());
+    }
+}
