@@ -34,6 +34,7 @@ pub mod host;
 pub mod procfs;
 pub mod relay;
 pub mod requests;
+pub mod sessions;
 pub mod timing;
 pub mod watch;
 

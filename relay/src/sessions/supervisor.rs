@@ -53,9 +53,11 @@ start=$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20)
 printf '%s %s\n' "$$" "$start" >"$hdir/$turn.pid"
 rm -f "$fifo"
 mkfifo -m 600 "$fifo"
-cat "$fifo" >>"$log" &
+# Helpers keep none of the supervisor's own output open: the daemon reports its end once that
+# closes, which must be when the supervisor exits.
+cat "$fifo" >>"$log" 2>/dev/null &
 writer=$!
-( while :; do touch "$hdir/$turn.hb"; sleep 10; done ) &
+( trap 'kill $! 2>/dev/null; exit 0' TERM; while :; do touch "$hdir/$turn.hb"; sleep 10 & wait $!; done ) >/dev/null 2>&1 </dev/null &
 hb=$!
 child=
 term() { [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }

@@ -1,0 +1,140 @@
+//! Agent sessions as tests drive them: harness profiles that stand in for the agent CLIs
+//! (replaying a real or hand-written capture a line every 100 ms), and the reads a client makes.
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde_json::{json, Value};
+
+use crate::relay::Relay;
+
+/// A fixture of `agents/fixtures/`.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../agents/fixtures").join(name)
+}
+
+/// The events hangar-agents' parser makes of a fixture (its golden file): `(type, data)`.
+pub fn golden(name: &str) -> Vec<(String, Value)> {
+    let path = fixture(&name.replace(".jsonl", ".events.jsonl"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("golden line");
+            (v["type"].as_str().expect("type").to_string(), v["data"].clone())
+        })
+        .collect()
+}
+
+/// A bash command replaying the file at `$1` a line every `delay` seconds (the prompt, on
+/// stdin, goes to `prompt.seen` in the working directory first).
+pub fn replay_argv(path: &str, delay: f64) -> Vec<String> {
+    vec![
+        "bash".into(),
+        "-c".into(),
+        format!("cat > prompt.seen; while IFS= read -r l; do printf '%s\\n' \"$l\"; sleep {delay}; done < \"$1\""),
+        "replay".into(),
+        path.into(),
+    ]
+}
+
+/// A harness profile in the TOML `--harnesses` takes.
+pub fn profile(name: &str, new: &[String], follow_up: Option<&[String]>, format: &str, ids: &str) -> String {
+    let list = |v: &[String]| serde_json::to_string(v).expect("argv");
+    let mut s = format!("[harness.{name}]\nnew = {}\n", list(new));
+    if let Some(f) = follow_up {
+        s.push_str(&format!("follow_up = {}\n", list(f)));
+    }
+    s.push_str(&format!("format = \"{format}\"\nsession_ids = \"{ids}\"\n\n"));
+    s
+}
+
+/// Writes `profiles` to a harness file beside `state`; its path, for `HANGAR_HARNESSES`.
+pub fn harness_file(state: &Path, profiles: &[String]) -> PathBuf {
+    let path = state.with_extension("harnesses.toml");
+    std::fs::write(&path, profiles.concat()).expect("harness file");
+    path
+}
+
+/// Starts a session; fails the test unless it is created (201).
+pub async fn start(relay: &Relay, token: &str, body: Value) -> Value {
+    let r = relay.call("POST", "/api/sessions", Some(token), Some(body.clone())).await;
+    assert_eq!(r.status, 201, "{body}: {r:?}");
+    r.json()
+}
+
+pub async fn get(relay: &Relay, token: &str, session: &str) -> Value {
+    let r = relay.call("GET", &format!("/api/sessions/{session}"), Some(token), None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+/// Waits (long polls) until the session's latest turn is terminal; the session then.
+pub async fn until_ended(relay: &Relay, token: &str, session: &str, limit: Duration) -> Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let s = get(relay, token, session).await;
+        let state = s["state"].as_str().unwrap_or_default().to_string();
+        if ["succeeded", "failed", "crashed", "cancelled", "timed_out"].contains(&state.as_str()) {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "session {session} still {state} after {limit:?}: {s}");
+        let since = s["events_cursor"].as_i64().unwrap_or(0);
+        let path = format!("/api/sessions/{session}/events?since={since}&wait=2");
+        relay.call("GET", &path, Some(token), None).await;
+    }
+}
+
+/// Every event recorded, in seq order (read in pages).
+pub async fn all_events(relay: &Relay, token: &str, session: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut since = 0;
+    loop {
+        let r = relay
+            .call("GET", &format!("/api/sessions/{session}/events?since={since}&limit=100"), Some(token), None)
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let page = r.json();
+        let events = page["events"].as_array().expect("events").clone();
+        since = page["next"].as_i64().expect("next");
+        let more = page["more"] == json!(true);
+        out.extend(events);
+        if !more {
+            return out;
+        }
+    }
+}
+
+/// The events the agent's output made (not hangar's own `run.state`), as `(type, data)`.
+pub fn agent_events(events: &[Value]) -> Vec<(String, Value)> {
+    events
+        .iter()
+        .filter(|e| e["type"] != "run.state")
+        .map(|e| (e["type"].as_str().unwrap_or_default().to_string(), e["data"].clone()))
+        .collect()
+}
+
+/// Seqs are 1, 2, 3... with nothing missing or repeated.
+pub fn assert_contiguous(events: &[Value]) {
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().expect("seq")).collect();
+    let want: Vec<i64> = (1..=seqs.len() as i64).collect();
+    assert_eq!(seqs, want, "seqs are not 1..n");
+}
+
+/// The `run.state` transitions, as `from>to:reason`.
+pub fn states(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "run.state")
+        .map(|e| {
+            let d = &e["data"];
+            format!(
+                "{}>{}:{}",
+                d["from"].as_str().unwrap_or_default(),
+                d["to"].as_str().unwrap_or_default(),
+                d["reason"].as_str().unwrap_or("-")
+            )
+        })
+        .collect()
+}

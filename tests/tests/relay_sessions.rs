@@ -1,0 +1,480 @@
+//! Agent sessions on the local provider, end to end through the real relay: a harness profile
+//! that replays a capture a line every 100 ms stands in for the agent CLI. Every event arrives
+//! once and in order, follow-ups continue the seq, cancel and crashes end the turn as the run
+//! design record's table says, a relay killed mid-turn loses and repeats nothing, a truncated log
+//! falls back to polling without losing what is written after, secrets are redacted from
+//! everything stored, streamed or logged, and bad input gets a clear error.
+use std::time::Duration;
+
+use hangar_e2e::{
+    is_root, pids_with, pids_with_all,
+    relay::{Relay, StateDir, ADMIN},
+    sessions::{
+        agent_events, all_events, assert_contiguous, fixture, get, golden, harness_file, profile, replay_argv, start,
+        states, until_ended,
+    },
+    wait_until, STEP,
+};
+use serde_json::{json, Value};
+
+const LONG: &str = "claude-long-turn.jsonl";
+const SHORT: &str = "claude-stream-json-executor.jsonl";
+
+fn text(r: &hangar_e2e::RawResponse) -> String {
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+/// Literal arguments: braces are doubled, since a profile's `{...}` are placeholders.
+fn argv(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.replace('{', "{{").replace('}', "}}")).collect()
+}
+
+/// The profiles every test here may use.
+fn profiles() -> Vec<String> {
+    let long = fixture(LONG).to_string_lossy().into_owned();
+    let short = fixture(SHORT).to_string_lossy().into_owned();
+    let codex = fixture("codex-out-of-order.jsonl").to_string_lossy().into_owned();
+    let init = r#"{"type":"system","subtype":"init","session_id":"s","model":"m","cwd":"/"}"#;
+    let sleeper = argv(&["bash", "-c", &format!("cat >/dev/null; echo '{init}'; exec sleep 60")]);
+    vec![
+        profile("replay", &replay_argv(&long, 0.1), Some(&replay_argv(&short, 0.1)), "claude-stream-json", "assign"),
+        // The follow-up records its arguments: the conversation id the CLI reported comes back.
+        profile(
+            "codex-replay",
+            &replay_argv(&codex, 0.02),
+            Some(
+                &["bash", "-c", "printf '%s\\n' \"$1\" > resumed.seen; cat >/dev/null", "x", "{session_id}"]
+                    .map(String::from),
+            ),
+            "codex-jsonl",
+            "report",
+        ),
+        profile("sleeper", &sleeper, Some(&sleeper), "claude-stream-json", "none"),
+        profile(
+            "secret",
+            &argv(&[
+                "bash",
+                "-c",
+                r#"cat >/dev/null; printf '{"type":"assistant","message":{"content":[{"type":"text","text":"the key is %s"}]}}\n' "$E2E_TOKEN"; echo "plain $E2E_TOKEN""#,
+            ]),
+            None,
+            "claude-stream-json",
+            "none",
+        ),
+        // Three lines, a pause (the test truncates the log then), three more.
+        profile(
+            "steps",
+            &argv(&[
+                "bash",
+                "-c",
+                r#"cat >/dev/null; for i in 1 2 3; do echo "{\"type\":\"unknown_a\",\"n\":$i}"; done; sleep 2; for i in 4 5 6; do echo "{\"type\":\"unknown_b\",\"n\":$i}"; sleep 0.1; done"#,
+            ]),
+            None,
+            "claude-stream-json",
+            "none",
+        ),
+        profile("fails", &argv(&["bash", "-c", "cat >/dev/null; echo oops >&2; exit 3"]), None, "text", "none"),
+    ]
+}
+
+fn relay_with(state: &StateDir, env: &[(&str, &str)]) -> Relay {
+    let file = harness_file(&state.0, &profiles());
+    let mut all: Vec<(&str, &str)> =
+        vec![("HANGAR_HARNESSES", file.to_str().expect("path")), ("HANGAR_SESSION_POLL_SECONDS", "0.3")];
+    all.extend_from_slice(env);
+    Relay::start(&state.0, &all)
+}
+
+fn body(name: &str, harness: &str) -> Value {
+    json!({"name": name, "sandbox": "default", "harness": harness, "prompt": "fix the failing tests"})
+}
+
+#[tokio::test]
+async fn a_replayed_turn_streams_every_event_once_in_order_and_a_follow_up_continues_the_seq() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    let created = start(&relay, ADMIN, body("one", "replay")).await;
+    assert_eq!(created["turns"][0]["n"], json!(1), "{created}");
+    assert!(created["agent_session_id"].as_str().is_some_and(|s| s.len() == 36), "{created}");
+
+    // SSE from the start: every event, then a close once the turn ended.
+    let mut sse = relay.sse("GET", "/api/sessions/one/events/stream", Some(ADMIN), None).await;
+    assert_eq!(sse.status, 200);
+    let streamed = sse.collect(STEP).await;
+    let (close, events) = streamed.split_last().expect("events then close");
+    assert_eq!(close.event, "close", "{close:?}");
+    assert_eq!(close.json()["reason"], json!("done"));
+    let events: Vec<Value> = events
+        .iter()
+        .map(|e| {
+            let v = e.json();
+            assert_eq!(e.id.as_deref(), Some(v["seq"].to_string().as_str()));
+            v
+        })
+        .collect();
+    assert_contiguous(&events);
+    assert_eq!(agent_events(&events), golden(LONG), "the recorded events are the parser's, once each, in order");
+    assert_eq!(states(&events), ["queued>starting:-", "starting>running:-", "running>succeeded:ok"]);
+
+    let s = get(&relay, ADMIN, "one").await;
+    assert_eq!((s["state"].clone(), s["reason"].clone()), (json!("succeeded"), json!("ok")), "{s}");
+    assert_eq!(s["split"], json!(is_root()), "the split holds where the daemon is root: {s}");
+    let sum = &s["summary"];
+    assert_eq!(sum["tests"]["framework"], json!("cargo"), "{sum}");
+    assert_eq!(sum["files_touched"], json!(["src/shipper/cli.py", "src/shipper/config.py"]), "{sum}");
+    assert!(sum["output_tokens"].as_u64().unwrap_or(0) > 0 && sum["last_message"].as_str().is_some(), "{sum}");
+    assert_eq!(s["turns"][0]["exit_code"], json!(0));
+    // The prompt reached the agent on its stdin, from the prompt file.
+    let work = s["cwd"].as_str().expect("cwd");
+    assert_eq!(std::fs::read_to_string(format!("{work}/prompt.seen")).expect("prompt.seen"), "fix the failing tests");
+
+    // A follow-up: a second turn whose events continue the seq.
+    let before = events.len() as i64;
+    let r = relay.call("POST", "/api/sessions/one/turns", Some(ADMIN), Some(json!({"prompt": "and the docs"}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let s = until_ended(&relay, ADMIN, "one", STEP).await;
+    assert_eq!(s["turns"].as_array().map(Vec::len), Some(2), "{s}");
+    let all = all_events(&relay, ADMIN, "one").await;
+    assert_contiguous(&all);
+    let second: Vec<Value> = all.iter().filter(|e| e["seq"].as_i64() > Some(before)).cloned().collect();
+    assert_eq!(agent_events(&second), golden(SHORT));
+    assert!(second.iter().all(|e| e["turn"] == s["turns"][1]["id"]), "{second:?}");
+}
+
+#[tokio::test]
+async fn long_polls_answer_as_soon_as_an_event_is_recorded() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("poll", "replay")).await;
+    let mut since = 0;
+    let mut seen = Vec::new();
+    loop {
+        let r = relay.call("GET", &format!("/api/sessions/poll/events?since={since}&wait=20"), Some(ADMIN), None).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let page = r.json();
+        let events = page["events"].as_array().expect("events").clone();
+        // Lines come every 100 ms: each answer brings what was recorded, none is empty after a
+        // wait that ran out.
+        assert!(!events.is_empty() || page["state"] == json!("succeeded"), "an empty answer: {page}");
+        since = page["next"].as_i64().expect("next");
+        seen.extend(events);
+        if page["state"] == json!("succeeded") && page["more"] == json!(false) && since == seen.len() as i64 {
+            break;
+        }
+    }
+    assert_contiguous(&seen);
+    assert_eq!(agent_events(&seen), golden(LONG));
+}
+
+#[tokio::test]
+async fn a_reported_conversation_id_is_what_the_follow_up_resumes() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("codex", "codex-replay")).await;
+    let s = until_ended(&relay, ADMIN, "codex", STEP).await;
+    let reported = golden("codex-out-of-order.jsonl")[0].1["session_id"].clone();
+    assert!(reported.is_string());
+    assert_eq!(s["agent_session_id"], reported, "the thread id codex reported is kept: {s}");
+    let r = relay.call("POST", "/api/sessions/codex/turns", Some(ADMIN), Some(json!({"prompt": "more"}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let s = until_ended(&relay, ADMIN, "codex", STEP).await;
+    let work = s["cwd"].as_str().expect("cwd");
+    assert_eq!(
+        std::fs::read_to_string(format!("{work}/resumed.seen")).expect("resumed.seen").trim(),
+        s["agent_session_id"].as_str().unwrap()
+    );
+}
+
+/// Waits until the session's latest turn is in `state`; the session then.
+async fn wait_state(relay: &Relay, name: &str, state: &str) -> Value {
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let s = get(relay, ADMIN, name).await;
+        if s["state"] == json!(state) {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "{name} never {state}: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The host pids of the turn's supervisor (its command line names the turn).
+fn supervisors(turn: &str) -> Vec<u32> {
+    pids_with_all(&["supervisor.sh", turn])
+}
+
+#[tokio::test]
+async fn cancel_ends_a_turn_and_is_idempotent_and_a_running_turn_refuses_a_follow_up() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("c", "sleeper")).await;
+    let s = wait_state(&relay, "c", "running").await;
+    let turn = s["turns"][0]["id"].as_str().expect("turn").to_string();
+    let r = relay.call("POST", "/api/sessions/c/turns", Some(ADMIN), Some(json!({"prompt": "x"}))).await;
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (409, json!("already_exists")), "{r:?}");
+    let t = std::time::Instant::now();
+    for _ in 0..2 {
+        let r = relay.call("POST", "/api/sessions/c/cancel", Some(ADMIN), None).await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    let s = until_ended(&relay, ADMIN, "c", STEP).await;
+    assert_eq!((s["state"].clone(), s["reason"].clone()), (json!("cancelled"), json!("cancel_agent")), "{s}");
+    assert!(t.elapsed() < Duration::from_secs(5), "the harness got SIGTERM, not the grace's KILL: {:?}", t.elapsed());
+    // Cancelled is final: another cancel changes nothing.
+    let again = relay.call("POST", "/api/sessions/c/cancel", Some(ADMIN), None).await.json();
+    assert_eq!(
+        (again["state"].clone(), again["turns"][0]["finished_at"].clone()),
+        (json!("cancelled"), s["turns"][0]["finished_at"].clone())
+    );
+    wait_until(STEP, "the supervisor gone", || supervisors(&turn).is_empty()).await;
+}
+
+#[tokio::test]
+async fn a_failing_harness_fails_and_a_killed_supervisor_is_a_crash_that_takes_its_harness() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("f", "fails")).await;
+    let s = until_ended(&relay, ADMIN, "f", STEP).await;
+    assert_eq!(
+        (s["state"].clone(), s["reason"].clone(), s["turns"][0]["exit_code"].clone()),
+        (json!("failed"), json!("nonzero_exit"), json!(3)),
+        "{s}"
+    );
+
+    start(&relay, ADMIN, body("k", "sleeper")).await;
+    let s = wait_state(&relay, "k", "running").await;
+    let turn = s["turns"][0]["id"].as_str().expect("turn").to_string();
+    let pids =
+        hangar_e2e::eventually(STEP, "the supervisor", || Some(supervisors(&turn)).filter(|p| !p.is_empty())).await;
+    for p in pids {
+        // SAFETY: kill(2) on the supervisor this test's relay started.
+        unsafe { libc::kill(p as i32, libc::SIGKILL) };
+    }
+    let s = until_ended(&relay, ADMIN, "k", STEP).await;
+    assert_eq!((s["state"].clone(), s["reason"].clone()), (json!("crashed"), json!("process_died")), "{s}");
+    assert_eq!(s["turns"][0]["exit_code"], Value::Null);
+    wait_until(STEP, "the orphaned harness killed with its group", || {
+        pids_with("sleep 60").iter().all(|p| !hangar_e2e::cmdline(*p).unwrap_or_default().contains(&turn))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_relay_killed_mid_turn_resumes_without_losing_or_repeating_an_event() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("r", "replay")).await;
+    // Some events recorded, many to come (the replay takes about 3 s).
+    let deadline = std::time::Instant::now() + STEP;
+    while get(&relay, ADMIN, "r").await["events_cursor"].as_i64().unwrap_or(0) < 8 {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // kill -9 (what dropping the relay does).
+    drop(relay);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let relay = relay_with(&state, &[]);
+    let s = until_ended(&relay, ADMIN, "r", STEP).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    let events = all_events(&relay, ADMIN, "r").await;
+    assert_contiguous(&events);
+    assert_eq!(agent_events(&events), golden(LONG), "every line's events once, in order, across the restart");
+}
+
+#[tokio::test]
+async fn a_truncated_log_falls_back_to_polling_and_loses_nothing_written_after() {
+    if !is_root() {
+        // Without root the supervisor's files are the agent's own; truncating them is the same
+        // case through another path, covered by the Docker tests' forged log.
+        eprintln!("note: not root, the log is in the sandbox's home");
+    }
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("t", "steps")).await;
+    let s = wait_state(&relay, "t", "running").await;
+    let turn = s["turns"][0]["id"].as_str().expect("turn").to_string();
+    let log = if s["split"] == json!(true) {
+        // SAFETY-free: the sandbox's id names its directory of trusted files.
+        let sandbox = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
+        format!("/var/lib/hangar/runs/{}/{turn}.log", sandbox["id"].as_str().expect("id"))
+    } else {
+        format!("{}/.hangar/runs/{turn}.log", s["cwd"].as_str().expect("cwd"))
+    };
+    // The first three lines are recorded; then the log is cut to nothing.
+    let deadline = std::time::Instant::now() + STEP;
+    while agent_events(&all_events(&relay, ADMIN, "t").await).len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the first lines never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::OpenOptions::new().write(true).open(&log).expect("the log").set_len(0).expect("truncate");
+    let s = until_ended(&relay, ADMIN, "t", STEP).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    assert_eq!(s["turns"][0]["polled"], json!(true), "following gave way to polling: {s}");
+    let events = all_events(&relay, ADMIN, "t").await;
+    assert_contiguous(&events);
+    let ns: Vec<i64> = agent_events(&events)
+        .iter()
+        .map(|(_, d)| {
+            serde_json::from_str::<Value>(d["raw"].as_str().unwrap_or("{}")).unwrap_or_default()["n"]
+                .as_i64()
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(ns, [1, 2, 3, 4, 5, 6], "every line once: {events:?}");
+}
+
+#[tokio::test]
+async fn secrets_reach_the_harness_and_are_redacted_from_the_store_the_streams_and_the_logs() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    let value = "sk-e2e-7f3a9c1d2b4e6f80";
+    let r = relay.call("POST", "/api/secrets", Some(ADMIN), Some(json!({"name": "E2E_TOKEN", "value": value}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    assert!(!text(&r).contains(value), "a value is never returned");
+    let listed = relay.call("GET", "/api/secrets", Some(ADMIN), None).await;
+    assert_eq!(listed.json()["secrets"][0]["name"], json!("E2E_TOKEN"));
+    assert!(!text(&listed).contains(value));
+    // Only admins manage secrets.
+    let user = relay.token("u", "user").await;
+    assert_eq!(relay.call("GET", "/api/secrets", Some(&user.secret), None).await.status, 403);
+
+    let mut b = body("sec", "secret");
+    b["secrets"] = json!(["E2E_TOKEN"]);
+    b["prompt"] = json!(format!("use {value} to log in"));
+    let created = start(&relay, ADMIN, b).await;
+    assert!(!created.to_string().contains(value), "the prompt is stored redacted: {created}");
+    let mut sse = relay.sse("GET", "/api/sessions/sec/events/stream", Some(ADMIN), None).await;
+    let streamed: String = sse.collect(STEP).await.iter().map(|e| e.data.clone()).collect();
+    let s = until_ended(&relay, ADMIN, "sec", STEP).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    let events = serde_json::to_string(&all_events(&relay, ADMIN, "sec").await).expect("json");
+    assert!(events.contains("the key is [redacted:E2E_TOKEN]"), "the harness got the secret, redacted: {events}");
+    for (what, text) in
+        [("events", events), ("stream", streamed), ("session", s.to_string()), ("relay log", relay.log())]
+    {
+        assert!(!text.contains(value), "the secret's value is in the {what}");
+    }
+    // Nowhere in the relay's database but the secrets table itself.
+    let db = std::fs::read(state.0.join("relay.sqlite")).expect("db");
+    let wal = std::fs::read(state.0.join("relay.sqlite-wal")).unwrap_or_default();
+    let count = |b: &[u8]| b.windows(value.len()).filter(|w| *w == value.as_bytes()).count();
+    assert!(
+        count(&db) + count(&wal) <= 2,
+        "the value is stored only as the secret (db {}, wal {})",
+        count(&db),
+        count(&wal)
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_errors_and_idempotency_keys_replay() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    let bad = [
+        (json!({"name": "x", "sandbox": "default", "harness": "nope", "prompt": "p"}), 400, "harness"),
+        (json!({"name": "x", "sandbox": "default", "harness": "replay", "prompt": ""}), 400, "prompt"),
+        (json!({"name": "a/b", "sandbox": "default", "harness": "replay", "prompt": "p"}), 400, "name"),
+        (json!({"name": "x", "sandbox": "nope", "harness": "replay", "prompt": "p"}), 404, "sandbox"),
+        (
+            json!({"name": "x", "sandbox": "default", "harness": "replay", "prompt": "p", "secrets": ["MISSING"]}),
+            400,
+            "MISSING",
+        ),
+        (
+            json!({"name": "x", "sandbox": "default", "harness": "replay", "prompt": "p", "timeout_minutes": 0}),
+            400,
+            "timeout_minutes",
+        ),
+        (json!({"name": "x", "sandbox": "default", "harness": "replay", "prompt": "p", "extra": 1}), 400, "extra"),
+        (json!({"name": "x", "sandbox": "default", "harness": "replay", "prompt": "p".repeat(70_000)}), 400, "prompt"),
+    ];
+    for (b, status, names) in bad {
+        let r = relay.call("POST", "/api/sessions", Some(ADMIN), Some(b.clone())).await;
+        assert_eq!(r.status, status, "{b}: {r:?}");
+        assert!(text(&r).contains(names), "{b}: the error names {names}: {r:?}");
+    }
+    assert!(
+        relay.call("GET", "/api/sessions", Some(ADMIN), None).await.json()["sessions"].as_array().unwrap().is_empty(),
+        "nothing was created"
+    );
+
+    let mut b = body("idem", "sleeper");
+    b["idempotency_key"] = json!("k1");
+    let first = start(&relay, ADMIN, b.clone()).await;
+    let again = relay.call("POST", "/api/sessions", Some(ADMIN), Some(b.clone())).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(
+        (again.json()["id"].clone(), again.json()["idempotent_replay"].clone()),
+        (first["id"].clone(), json!(true))
+    );
+    b["prompt"] = json!("something else");
+    let conflict = relay.call("POST", "/api/sessions", Some(ADMIN), Some(b)).await;
+    assert_eq!(conflict.status, 409, "{conflict:?}");
+    let taken = relay.call("POST", "/api/sessions", Some(ADMIN), Some(body("idem", "sleeper"))).await;
+    assert_eq!(taken.status, 409, "a name is unique among a person's sessions: {taken:?}");
+    let s = wait_state(&relay, "idem", "running").await;
+    assert_eq!(s["turns"].as_array().map(Vec::len), Some(1), "{s}");
+    // The supervisor's command line names the session's working directory, unique to this test.
+    let cwd = s["cwd"].as_str().expect("cwd").to_string();
+    // Supervisors by the turn they run (its heartbeat loop is a second process of the same
+    // command line).
+    let agents = || {
+        let mut turns: Vec<String> = pids_with_all(&["supervisor.sh", &cwd])
+            .into_iter()
+            .filter_map(|p| hangar_e2e::cmdline(p)?.split('\0').nth(2).map(str::to_string))
+            .collect();
+        turns.dedup();
+        turns.len()
+    };
+    assert_eq!(agents(), 1, "a retry never starts a second agent");
+    let r = relay.call("DELETE", "/api/sessions/idem", Some(ADMIN), None).await;
+    assert_eq!(r.status, 204, "{r:?}");
+    assert_eq!(relay.call("GET", "/api/sessions/idem", Some(ADMIN), None).await.status, 404);
+    wait_until(STEP, "the deleted session's turn cancelled", || agents() == 0).await;
+}
+
+#[tokio::test]
+async fn sessions_belong_to_the_person_behind_the_token() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[("HANGAR_ALLOW_UNISOLATED_SANDBOXES", "true")]);
+    let mk = |name: &'static str, person: Value| {
+        let relay = &relay;
+        async move {
+            let r = relay
+                .call(
+                    "POST",
+                    "/api/tokens",
+                    Some(ADMIN),
+                    Some(json!({"name": name, "scope": "user", "person": person})),
+                )
+                .await;
+            assert_eq!(r.status, 201, "{r:?}");
+            r.json()["secret"].as_str().expect("secret").to_string()
+        }
+    };
+    let console = mk("ada-console", json!({"id": "ada", "name": "Ada"})).await;
+    let cli = mk("ada-cli", json!({"id": "ada"})).await;
+    let other = mk("bob", Value::Null).await;
+    start(&relay, &console, body("mine", "fails")).await;
+    assert_eq!(get(&relay, &cli, "mine").await["person"], json!("ada"), "the same person's other token sees it");
+    assert_eq!(
+        relay.call("GET", "/api/sessions/mine", Some(&other), None).await.status,
+        404,
+        "another person's does not exist for bob"
+    );
+    assert!(relay.call("GET", "/api/sessions", Some(&other), None).await.json()["sessions"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        relay.call("GET", "/api/sessions", Some(ADMIN), None).await.json()["sessions"].as_array().unwrap().len(),
+        1,
+        "an admin sees everyone's"
+    );
+    // Bob may use the same name: names are unique per person.
+    start(&relay, &other, body("mine", "fails")).await;
+    let bad = relay
+        .call("POST", "/api/tokens", Some(ADMIN), Some(json!({"name": "x", "scope": "user", "person": {"id": ""}})))
+        .await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+}
