@@ -478,3 +478,99 @@ async fn sessions_belong_to_the_person_behind_the_token() {
         .await;
     assert_eq!(bad.status, 400, "{bad:?}");
 }
+
+/// A profile that says its plan is exhausted (Claude's `rate_limit_event`, rejected, resetting
+/// in an hour) and ends.
+/// `profile`, with `credentials` (the variables whose secret is a turn's credential).
+fn with_credentials(p: String) -> String {
+    p.replacen("\n\n", "\ncredentials = [\"ANTHROPIC_API_KEY\"]\n\n", 1)
+}
+
+fn limited() -> String {
+    let resets =
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 3600).to_string();
+    let line = format!(
+        r#"{{"type":"rate_limit_event","rate_limit_info":{{"status":"rejected","rateLimitType":"five_hour","utilization":1.0,"resetsAt":{resets}}}}}"#
+    );
+    profile(
+        "limited",
+        &argv(&["bash", "-c", &format!("cat >/dev/null; echo '{line}'")]),
+        None,
+        "claude-stream-json",
+        "none",
+    )
+}
+
+#[tokio::test]
+async fn turns_queue_per_credential_and_wait_for_a_plan_limit_unless_told_to_ignore_it() {
+    let state = StateDir::new();
+    let mut all = profiles();
+    all.push(with_credentials(limited().replacen("[harness.limited]", "[harness.limited-key]", 1)));
+    let sleeper = profiles().into_iter().find(|p| p.starts_with("[harness.sleeper]")).expect("sleeper");
+    all.push(with_credentials(sleeper.replacen("[harness.sleeper]", "[harness.sleeper-key]", 1)));
+    let file = harness_file(&state.0, &all);
+    let relay = Relay::start(
+        &state.0,
+        &[("HANGAR_HARNESSES", file.to_str().expect("path")), ("HANGAR_MAX_RUNS_PER_CREDENTIAL", "2")],
+    );
+    // A turn's credential is the secret it gets under one of its profile's credential variables.
+    let r = relay
+        .call(
+            "POST",
+            "/api/secrets",
+            Some(ADMIN),
+            Some(json!({"name": "ANTHROPIC_API_KEY", "value": "sk-ant-test-0123456789"})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let with_key = |name: &str, harness: &str| {
+        let mut b = body(name, harness);
+        b["secrets"] = json!(["ANTHROPIC_API_KEY"]);
+        b
+    };
+    for n in ["q1", "q2", "q3"] {
+        start(&relay, ADMIN, with_key(n, "sleeper-key")).await;
+    }
+    wait_state(&relay, "q1", "running").await;
+    wait_state(&relay, "q2", "running").await;
+    let q3 = get(&relay, ADMIN, "q3").await;
+    assert_eq!((q3["state"].clone(), q3["reason"].clone()), (json!("queued"), json!("credential_concurrency")), "{q3}");
+    let usage = relay.call("GET", "/api/usage", Some(ADMIN), None).await.json();
+    assert_eq!(
+        usage["credentials"][0],
+        json!({"credential": "ANTHROPIC_API_KEY", "running": 2, "queued": 1}),
+        "{usage}"
+    );
+    // A slot frees: the queued turn starts.
+    relay.call("POST", "/api/sessions/q1/cancel", Some(ADMIN), None).await;
+    wait_state(&relay, "q3", "running").await;
+    for n in ["q2", "q3"] {
+        relay.call("POST", &format!("/api/sessions/{n}/cancel"), Some(ADMIN), None).await;
+        until_ended(&relay, ADMIN, n, STEP).await;
+    }
+
+    // The plan says it is exhausted: the next turn with that credential waits for the reset.
+    start(&relay, ADMIN, with_key("lim", "limited-key")).await;
+    let s = until_ended(&relay, ADMIN, "lim", STEP).await;
+    assert_eq!(s["state"], json!("succeeded"), "running turns are never stopped for a limit: {s}");
+    let usage = relay.call("GET", "/api/usage", Some(ADMIN), None).await.json();
+    let w = &usage["windows"][0];
+    assert_eq!(
+        (w["credential"].clone(), w["window"].clone(), w["used_pct"].clone(), w["status"].clone(), w["stale"].clone()),
+        (json!("ANTHROPIC_API_KEY"), json!("five_hour"), json!(100.0), json!("rejected"), json!(false)),
+        "{usage}"
+    );
+    start(&relay, ADMIN, with_key("gated", "sleeper-key")).await;
+    let g = wait_state(&relay, "gated", "queued").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let g2 = get(&relay, ADMIN, "gated").await;
+    assert_eq!((g2["state"].clone(), g2["reason"].clone()), (json!("queued"), json!("plan_limit")), "{g} {g2}");
+    let mut b = with_key("ignoring", "sleeper-key");
+    b["ignore_limits"] = json!(true);
+    start(&relay, ADMIN, b).await;
+    wait_state(&relay, "ignoring", "running").await;
+    // A queued turn is cancelled in the store alone.
+    let c = relay.call("POST", "/api/sessions/gated/cancel", Some(ADMIN), None).await.json();
+    assert_eq!((c["state"].clone(), c["reason"].clone()), (json!("cancelled"), json!("cancel_agent")), "{c}");
+    relay.call("POST", "/api/sessions/ignoring/cancel", Some(ADMIN), None).await;
+}

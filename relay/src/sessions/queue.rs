@@ -41,7 +41,14 @@ pub fn admit(relay: &Relay, turn: &TurnRow) -> Result<Admission> {
     let (mut running, mut ahead) = (0, 0);
     for t in mine {
         match t.state {
-            TurnState::Queued if (t.created_at, &t.id) < (turn.created_at, &turn.id) => ahead += 1,
+            // Older turns waiting for a slot go first; one held back by its plan or its paused
+            // sandbox does not hold up the rest.
+            TurnState::Queued
+                if (t.created_at, &t.id) < (turn.created_at, &turn.id)
+                    && !matches!(t.reason.as_deref(), Some("plan_limit" | "sandbox_not_ready")) =>
+            {
+                ahead += 1
+            }
             TurnState::Queued => {}
             _ => running += 1,
         }
