@@ -30,6 +30,7 @@ fn argv(v: &[&str]) -> Vec<String> {
 const FORGER: &str = r#"cat >/dev/null
 d=$HOME/.hangar/runs
 link=$(ls -l "$d/$HANGAR_TURN.log"); real=${link##*-> }; real=${real%/*}
+echo "target=${real%/*}"
 rm -f "$d/$HANGAR_TURN.exit.json" "$d/$HANGAR_TURN.log"
 echo '{"code":0,"signal":null,"ended_at":1}' > "$d/$HANGAR_TURN.exit.json"
 echo '{"type":"result","subtype":"success","is_error":false,"result":"forged"}' > "$d/$HANGAR_TURN.log"
@@ -116,7 +117,7 @@ async fn with_the_daemon_a_turn_is_followed_and_split_and_forgeries_change_nothi
         agent_events(&events).iter().filter_map(|(_, d)| d["raw"].as_str().map(str::to_string)).collect();
     assert_eq!(
         raw,
-        ["uid=1000 NoNewPrivs:1"],
+        ["target=/var/lib/hangar/runs", "uid=1000 NoNewPrivs:1"],
         "the harness ran as the sandbox's user with no_new_privs, wrote nothing of hangar's: {events:?}"
     );
     assert!(!serde_json::to_string(&events).unwrap().contains("forged"), "{events:?}");
