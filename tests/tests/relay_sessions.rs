@@ -574,3 +574,79 @@ async fn turns_queue_per_credential_and_wait_for_a_plan_limit_unless_told_to_ign
     assert_eq!((c["state"].clone(), c["reason"].clone()), (json!("cancelled"), json!("cancel_agent")), "{c}");
     relay.call("POST", "/api/sessions/ignoring/cancel", Some(ADMIN), None).await;
 }
+
+/// Whether the turn's log was polled (rather than followed), once the session ended.
+async fn polled_run(relay: &Relay, name: &str) -> bool {
+    start(relay, ADMIN, body(name, "replay")).await;
+    let s = until_ended(relay, ADMIN, name, STEP).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    let events = all_events(relay, ADMIN, name).await;
+    assert_contiguous(&events);
+    assert_eq!(agent_events(&events), golden(LONG), "followed or polled, nothing lost or repeated");
+    s["turns"][0]["polled"].as_bool().expect("polled")
+}
+
+#[tokio::test]
+async fn following_is_a_turn_log_stream_and_gives_way_to_polling_when_off_or_when_streams_are_full() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("m", "replay")).await;
+    // While the turn runs its log is followed: one stream of kind turn_log, in the metrics.
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let m = relay.call("GET", "/metrics", Some(ADMIN), None).await;
+        if text(&m).contains("hangar_streams_open{kind=\"turn_log\"} 1") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no turn_log stream: {}", text(&m));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let s = until_ended(&relay, ADMIN, "m", STEP).await;
+    assert_eq!(s["turns"][0]["polled"], json!(false), "{s}");
+    assert!(!polled_run(&relay, "followed").await);
+    drop(relay);
+
+    // HANGAR_STREAM_TURN_LOGS=false: polled.
+    let off = StateDir::new();
+    let relay = relay_with(&off, &[("HANGAR_STREAM_TURN_LOGS", "false")]);
+    assert!(polled_run(&relay, "off").await);
+    drop(relay);
+
+    // Every stream taken (HANGAR_STREAM_MAX_TOTAL=1, held by a client's watch): polled.
+    let full = StateDir::new();
+    let relay = relay_with(&full, &[("HANGAR_STREAM_MAX_TOTAL", "1")]);
+    let held = relay.sse("GET", "/api/sandboxes/default/watch?path=.", Some(ADMIN), None).await;
+    assert_eq!(held.status, 200);
+    assert!(polled_run(&relay, "full").await);
+    drop(held);
+}
+
+#[tokio::test]
+async fn sse_resumes_exactly_from_last_event_id() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("resume", "replay")).await;
+    until_ended(&relay, ADMIN, "resume", STEP).await;
+    let all = all_events(&relay, ADMIN, "resume").await;
+    let path = "/api/sessions/resume/events/stream";
+    let auth = format!("Bearer {ADMIN}");
+    let send = |last: &'static str| {
+        let req = hangar_e2e::build_request(
+            "GET",
+            path,
+            relay.addr,
+            false,
+            &[("authorization", &auth), ("last-event-id", last)],
+            hangar_e2e::full_body(Default::default()),
+        );
+        hangar_e2e::send_http1(relay.addr, req)
+    };
+    let mut resumed = hangar_e2e::relay::Sse::from_response(send("10").await);
+    assert_eq!(resumed.status, 200);
+    let events = resumed.collect(STEP).await;
+    let seqs: Vec<i64> =
+        events.iter().filter(|e| e.event.is_empty()).map(|e| e.json()["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (11..=all.len() as i64).collect::<Vec<_>>(), "from the event after the last one seen");
+    assert_eq!(events.last().map(|e| e.event.as_str()), Some("close"));
+    assert_eq!(send("x").await.status(), 400, "a malformed Last-Event-ID is refused");
+}
