@@ -145,6 +145,11 @@ impl Sandboxes {
         Ok(path)
     }
 
+    /// Whether the sandbox's files are on the relay's own host.
+    pub fn on_host(&self, row: &SandboxRow) -> bool {
+        self.local_root(row).is_some()
+    }
+
     /// The host directory a sandbox's paths are confined to, where its files are on this host.
     fn local_root(&self, row: &SandboxRow) -> Option<PathBuf> {
         self.provider(&row.provider).ok()?.host_root(row)

@@ -421,10 +421,17 @@ pub fn end_in_sandbox(relay: &Relay, sandbox: &SandboxRow, to: TurnState, reason
     Ok(())
 }
 
-/// Destroys a sandbox: its live turns end `cancelled/sandbox_destroyed` first.
+/// Destroys a sandbox: its live turns end `cancelled/sandbox_destroyed` first. A local
+/// sandbox's split directory is on the relay's host, and goes with it.
 pub async fn destroy_sandbox(relay: &Relay, row: &SandboxRow) -> Result<()> {
     end_in_sandbox(relay, row, TurnState::Cancelled, "sandbox_destroyed")?;
-    relay.sandboxes.destroy(row).await
+    let on_host = relay.sandboxes.on_host(row);
+    relay.sandboxes.destroy(row).await?;
+    if on_host {
+        // Best effort: it is there only where the relay is root.
+        let _ = std::fs::remove_dir_all(std::path::Path::new(supervisor::SPLIT_DIR).join(&row.id));
+    }
+    Ok(())
 }
 
 /// A page of events.
