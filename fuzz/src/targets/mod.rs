@@ -1,4 +1,6 @@
-//! The targets: the daemon's (`envd_*`) and the relay's (`relay_*`).
+//! The targets: the daemon's (`envd_*`), the relay's (`relay_*`) and the agent-output parsers'
+//! (`agent_output`).
+mod agent_output;
 mod envd_envelope;
 mod envd_headers;
 mod envd_multipart;
@@ -20,4 +22,5 @@ pub static ALL: &[Target] = &[
     relay_query::TARGET,
     relay_json::TARGET,
     relay_mcp_uri::TARGET,
+    agent_output::TARGET,
 ];

@@ -1,9 +1,12 @@
 //! The relay's REST JSON bodies, read as its handlers read them (`extract::Body`): starting a
 //! process (`StartBody`), its input (`InputBody`), exec (`ExecBody`, then the checks of
-//! `exec_request`), creating a sandbox (`CreateSandbox`) and a token (`CreateToken`).
+//! `exec_request`), creating a sandbox (`CreateSandbox`), a token (`CreateToken`), a session
+//! (`CreateSession`), a follow-up turn (`CreateTurn`) and a secret (`CreateSecret`).
 //!
 //! Input: a selector byte (which body), then the body.
-use hangar_relay::api::rest::inputs::{exec_request, CreateSandbox, CreateToken, ExecBody, InputBody, StartBody};
+use hangar_relay::api::rest::inputs::{
+    exec_request, CreateSandbox, CreateSecret, CreateSession, CreateToken, CreateTurn, ExecBody, InputBody, StartBody,
+};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -12,7 +15,8 @@ use crate::{input::Input, property, Failure, Runs, Target};
 
 pub const TARGET: Target = Target {
     name: "relay_json",
-    about: "every REST JSON body (processes' start and input, exec, sandboxes, tokens) through \
+    about: "every REST JSON body (processes' start and input, exec, sandboxes, tokens, sessions, \
+            turns, secrets) through \
             the relay's extractor, exec's through its checks: what is accepted is an object of \
             known fields; an exec's timeout is within its bounds; a refusal is a 400 with a message",
     run,
@@ -25,7 +29,23 @@ const BODIES: &[(&str, &[&str])] = &[
     ("InputBody", &["input", "base64", "eof"]),
     ("ExecBody", &["command", "cwd", "timeout"]),
     ("CreateSandbox", &["name", "provider", "options"]),
-    ("CreateToken", &["name", "scope"]),
+    ("CreateToken", &["name", "scope", "person"]),
+    (
+        "CreateSession",
+        &[
+            "name",
+            "sandbox",
+            "harness",
+            "prompt",
+            "cwd",
+            "timeout_minutes",
+            "secrets",
+            "idempotency_key",
+            "ignore_limits",
+        ],
+    ),
+    ("CreateTurn", &["prompt", "timeout_minutes", "idempotency_key", "ignore_limits"]),
+    ("CreateSecret", &["name", "value"]),
 ];
 
 pub fn run(data: &[u8]) {
@@ -44,7 +64,10 @@ pub fn run(data: &[u8]) {
             Err(e) => bad_request(&e),
         }),
         3 => json::<CreateSandbox>(body).map(drop),
-        _ => json::<CreateToken>(body).map(drop),
+        4 => json::<CreateToken>(body).map(drop),
+        5 => json::<CreateSession>(body).map(drop),
+        6 => json::<CreateTurn>(body).map(drop),
+        _ => json::<CreateSecret>(body).map(drop),
     };
     match accepted {
         Ok(()) => {
