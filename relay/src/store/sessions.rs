@@ -734,3 +734,107 @@ impl Store {
         Ok(rows)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store(test: &str) -> (Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("hangar-sessions-store-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir.join("relay.sqlite")).unwrap(), dir)
+    }
+
+    fn session(id: &str) -> SessionRow {
+        SessionRow {
+            id: id.into(),
+            name: id.into(),
+            person: "p".into(),
+            sandbox_id: "sbx".into(),
+            sandbox_name: "box".into(),
+            harness: "h".into(),
+            cwd: "/".into(),
+            secrets: vec![],
+            credential: None,
+            agent_session_id: None,
+            split: None,
+            summary: serde_json::json!({}),
+            event_seq: 0,
+            idempotency_key: None,
+            prompt_sha256: "x".into(),
+            created_at: 0.0,
+            started_at: None,
+        }
+    }
+
+    fn turn(id: &str, session: &str) -> TurnRow {
+        TurnRow {
+            id: id.into(),
+            session_id: session.into(),
+            n: 1,
+            prompt: "p".into(),
+            prompt_sha256: "x".into(),
+            state: TurnState::Queued,
+            reason: None,
+            detail: None,
+            credential: None,
+            idempotency_key: None,
+            ignore_limits: false,
+            timeout_minutes: 1,
+            created_at: 0.0,
+            started_at: None,
+            finished_at: None,
+            pid: None,
+            exit_code: None,
+            signal: None,
+            cancel_requested_at: None,
+            log_offset: 0,
+            log_base: 0,
+            polled: false,
+        }
+    }
+
+    fn ev(off: Option<i64>, part: i64) -> NewEvent {
+        NewEvent { kind: "message", data: serde_json::json!({}), src_offset: off, part }
+    }
+
+    /// Reading a byte range again (a restart before the position was saved) records nothing
+    /// twice, and the position is saved with the events.
+    #[test]
+    fn events_are_unique_by_their_place_in_the_log_and_a_terminal_state_is_final() {
+        let (s, dir) = store("unique");
+        assert!(matches!(s.create_session(&session("s1"), &turn("t1", "s1")).unwrap(), Created::New(_)));
+        let (seq, rec) = s
+            .record_events("s1", "t1", &[ev(Some(0), 0), ev(Some(0), 1), ev(Some(10), 0)], 1.0, Some((0, 20)), None)
+            .unwrap();
+        assert_eq!((seq, rec.len()), (3, 3));
+        let (seq, rec) = s
+            .record_events("s1", "t1", &[ev(Some(10), 0), ev(Some(20), 0), ev(None, 0)], 2.0, Some((0, 30)), None)
+            .unwrap();
+        assert_eq!((seq, rec.iter().map(|e| e.seq).collect::<Vec<_>>()), (5, vec![4, 5]));
+        assert_eq!(s.turn("t1").unwrap().unwrap().log_offset, 30);
+        assert_eq!(s.events_after("s1", 0, 100).unwrap().len(), 5);
+
+        assert!(s.set_turn_state("t1", TurnState::Running, None, None, 3.0).unwrap());
+        assert!(s.set_turn_state("t1", TurnState::Succeeded, Some("ok"), None, 4.0).unwrap());
+        assert!(!s.set_turn_state("t1", TurnState::Crashed, Some("process_died"), None, 5.0).unwrap(), "final");
+        assert_eq!(s.turn("t1").unwrap().unwrap().state, TurnState::Succeeded);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_and_the_recent() {
+        let (s, dir) = store("prune");
+        s.create_session(&session("s1"), &turn("t1", "s1")).unwrap();
+        let many: Vec<NewEvent> = (0..10).map(|i| ev(Some(i), 0)).collect();
+        s.record_events("s1", "t1", &many[..5], 100.0, None, None).unwrap();
+        s.record_events("s1", "t1", &many[5..], 200.0, None, None).unwrap();
+        // Older than 150: the first five go; then only the newest 3 are kept.
+        assert_eq!(s.prune_events(150.0, 1000).unwrap(), 5);
+        assert_eq!(s.prune_events(0.0, 3).unwrap(), 2);
+        let left: Vec<i64> = s.events_after("s1", 0, 100).unwrap().iter().map(|e| e.seq).collect();
+        assert_eq!(left, vec![8, 9, 10]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
