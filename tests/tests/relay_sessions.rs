@@ -203,6 +203,21 @@ fn supervisors(turn: &str) -> Vec<u32> {
     pids_with_all(&["supervisor.sh", turn])
 }
 
+/// The host pids of the turn's `sleep 60` harness: the process that is `sleep` itself (its
+/// command line's arguments are NUL-separated; the supervisor's holds the harness's too) with
+/// the turn in its environment.
+fn sleepers(turn: &str) -> Vec<u32> {
+    let marker = format!("HANGAR_TURN={turn}");
+    pids_with("sleep\060")
+        .into_iter()
+        .filter(|p| {
+            hangar_e2e::cmdline(*p).is_some_and(|c| c.starts_with("sleep\0"))
+                && std::fs::read(format!("/proc/{p}/environ"))
+                    .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == marker.as_bytes()))
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn cancel_ends_a_turn_and_is_idempotent_and_a_running_turn_refuses_a_follow_up() {
     let state = StateDir::new();
@@ -246,6 +261,7 @@ async fn a_failing_harness_fails_and_a_killed_supervisor_is_a_crash_that_takes_i
     let turn = s["turns"][0]["id"].as_str().expect("turn").to_string();
     let pids =
         hangar_e2e::eventually(STEP, "the supervisor", || Some(supervisors(&turn)).filter(|p| !p.is_empty())).await;
+    hangar_e2e::eventually(STEP, "the harness running", || sleepers(&turn).first().copied()).await;
     for p in pids {
         // SAFETY: kill(2) on the supervisor this test's relay started.
         unsafe { libc::kill(p as i32, libc::SIGKILL) };
@@ -253,10 +269,7 @@ async fn a_failing_harness_fails_and_a_killed_supervisor_is_a_crash_that_takes_i
     let s = until_ended(&relay, ADMIN, "k", STEP).await;
     assert_eq!((s["state"].clone(), s["reason"].clone()), (json!("crashed"), json!("process_died")), "{s}");
     assert_eq!(s["turns"][0]["exit_code"], Value::Null);
-    wait_until(STEP, "the orphaned harness killed with its group", || {
-        pids_with("sleep 60").iter().all(|p| !hangar_e2e::cmdline(*p).unwrap_or_default().contains(&turn))
-    })
-    .await;
+    wait_until(STEP, "the orphaned harness killed with its group", || sleepers(&turn).is_empty()).await;
 }
 
 #[tokio::test]
@@ -649,4 +662,92 @@ async fn sse_resumes_exactly_from_last_event_id() {
     assert_eq!(seqs, (11..=all.len() as i64).collect::<Vec<_>>(), "from the event after the last one seen");
     assert_eq!(events.last().map(|e| e.event.as_str()), Some("close"));
     assert_eq!(send("x").await.status(), 400, "a malformed Last-Event-ID is refused");
+}
+
+/// The log hangar reads for a turn: its trusted copy where the split holds.
+async fn log_path(relay: &Relay, s: &Value) -> String {
+    let turn = s["turns"][0]["id"].as_str().expect("turn");
+    if s["split"] == json!(true) {
+        let sandbox = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
+        format!("/var/lib/hangar/runs/{}/{turn}.log", sandbox["id"].as_str().expect("id"))
+    } else {
+        format!("{}/.hangar/runs/{turn}.log", s["cwd"].as_str().expect("cwd"))
+    }
+}
+
+#[tokio::test]
+async fn a_replaced_log_is_read_from_its_start_by_polling() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("rep", "steps")).await;
+    let s = wait_state(&relay, "rep", "running").await;
+    let log = log_path(&relay, &s).await;
+    let deadline = std::time::Instant::now() + STEP;
+    while agent_events(&all_events(&relay, ADMIN, "rep").await).len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the first lines never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another file renamed over the log: what it holds is read from its offset 0.
+    let other = format!("{log}.other");
+    std::fs::write(&other, "{\"type\":\"replaced_a\",\"n\":7}\n{\"type\":\"replaced_b\",\"n\":8}\n").expect("write");
+    std::fs::rename(&other, &log).expect("rename over the log");
+    let s = until_ended(&relay, ADMIN, "rep", STEP).await;
+    assert_eq!((s["state"].clone(), s["turns"][0]["polled"].clone()), (json!("succeeded"), json!(true)), "{s}");
+    let events = all_events(&relay, ADMIN, "rep").await;
+    assert_contiguous(&events);
+    let ns: Vec<i64> = agent_events(&events)
+        .iter()
+        .map(|(_, d)| {
+            serde_json::from_str::<Value>(d["raw"].as_str().unwrap_or("{}")).unwrap_or_default()["n"]
+                .as_i64()
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(&ns[..3], [1, 2, 3], "{events:?}");
+    assert!(ns[3..].starts_with(&[7, 8]), "the replacement's lines, from its start: {ns:?}");
+}
+
+#[tokio::test]
+async fn a_killed_agent_is_a_crash_and_the_supervisor_is_nobodys_background_process() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    let user = relay.token("runner", "user").await;
+    start(&relay, &user.secret, body("agent", "sleeper")).await;
+    let s = wait_state(&relay, "agent", "running").await;
+    let r = relay.call("GET", "/api/sandboxes/default/processes", Some(&user.secret), None).await;
+    assert_eq!(r.json()["processes"], json!([]), "the supervisor is not one of the token's processes: {r:?}");
+    // kill -9 of the agent itself (the harness): the supervisor says so, the turn crashed.
+    let turn = s["turns"][0]["id"].as_str().expect("turn").to_string();
+    let harness = hangar_e2e::eventually(STEP, "the harness", || sleepers(&turn).first().copied()).await;
+    // SAFETY: kill(2) on the harness this test's relay started.
+    unsafe { libc::kill(harness as i32, libc::SIGKILL) };
+    let s = until_ended(&relay, ADMIN, "agent", STEP).await;
+    let t = &s["turns"][0];
+    assert_eq!(
+        (s["state"].clone(), s["reason"].clone(), t["signal"].clone(), t["exit_code"].clone()),
+        (json!("crashed"), json!("process_died"), json!("KILL"), json!(137)),
+        "{s}"
+    );
+    wait_until(STEP, "the supervisor gone", || supervisors(&turn).is_empty()).await;
+}
+
+#[tokio::test]
+async fn revoking_a_token_ends_its_streams_and_not_its_persons_turns() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    let tok = relay.token("ada", "user").await;
+    start(&relay, &tok.secret, body("kept", "sleeper")).await;
+    wait_state(&relay, "kept", "running").await;
+    let mut sse = relay.sse("GET", "/api/sessions/kept/events/stream?follow=true", Some(&tok.secret), None).await;
+    assert_eq!(sse.status, 200);
+    let r = relay.call("DELETE", &format!("/api/tokens/{}", tok.id), Some(ADMIN), None).await;
+    assert_eq!(r.status, 204, "{r:?}");
+    let events = sse.collect(STEP).await;
+    let close = events.last().expect("a close event");
+    assert_eq!((close.event.as_str(), close.json()["reason"].clone()), ("close", json!("revoked")), "{events:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let s = get(&relay, ADMIN, "kept").await;
+    assert_eq!(s["state"], json!("running"), "the turn runs on: {s}");
+    relay.call("POST", "/api/sessions/kept/cancel", Some(ADMIN), None).await;
+    until_ended(&relay, ADMIN, "kept", STEP).await;
 }
