@@ -23,7 +23,7 @@ use clap::ValueEnum;
 
 pub use error::{BenchError, Result};
 use report::Results;
-use scenarios::{follow, memory, scale, streaming, throughput, watch};
+use scenarios::{follow, memory, scale, streaming, throughput, turns, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
@@ -33,10 +33,18 @@ pub enum Scenario {
     Throughput,
     Memory,
     Scale,
+    Turns,
 }
 
-pub const ALL: [Scenario; 6] =
-    [Scenario::Streaming, Scenario::Follow, Scenario::Watch, Scenario::Throughput, Scenario::Memory, Scenario::Scale];
+pub const ALL: [Scenario; 7] = [
+    Scenario::Streaming,
+    Scenario::Follow,
+    Scenario::Watch,
+    Scenario::Throughput,
+    Scenario::Memory,
+    Scenario::Scale,
+    Scenario::Turns,
+];
 
 /// How much of each scenario to run: the full run behind committed results, or a quick one
 /// (under two minutes) that proves every scenario still works.
@@ -50,6 +58,7 @@ pub struct Sizes {
     pub throughput_bytes: u64,
     pub throughput_runs: usize,
     pub scale_lines: u64,
+    pub turn_runs: usize,
 }
 
 impl Sizes {
@@ -64,6 +73,7 @@ impl Sizes {
                 throughput_bytes: 256 << 20,
                 throughput_runs: 1,
                 scale_lines: 150,
+                turn_runs: 1,
             }
         } else {
             Sizes {
@@ -75,6 +85,7 @@ impl Sizes {
                 throughput_bytes: 1 << 30,
                 throughput_runs: 3,
                 scale_lines: 300,
+                turn_runs: 5,
             }
         }
     }
@@ -100,6 +111,7 @@ pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results>
             }
             Scenario::Memory => r.memory = Some(memory::run().await?),
             Scenario::Scale => r.scale = Some(scale::run(&scale::Config { lines: sizes.scale_lines }).await?),
+            Scenario::Turns => r.turns = Some(turns::run(&turns::Config { runs: sizes.turn_runs }).await?),
         }
         eprintln!("hangar-bench: {s:?} done in {:.1} s", t.elapsed().as_secs_f64());
     }
