@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - The bench drives the real release binaries from outside (REST, SSE, MCP, gRPC), through
-//!   the end-to-end harness (`hangar-e2e`), as users do; it links no relay or daemon code.
+//!   the end-to-end harness (`hangar-e2e`), as users do; it links no relay or daemon code (only
+//!   hangar-agents' parser, a pure function, to know which events a replayed log must make).
 //! - A scenario that cannot measure what it claims (a line lost, a stream refused early, a peer
 //!   missing) fails the run; it never reports a number that means something else.
 //! - Everything it starts (relays, daemons, containers, peers) is stopped when it ends.
