@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - The bench drives the real release binaries from outside (REST, SSE, MCP, gRPC), through
-//!   the end-to-end harness (`hangar-e2e`), as users do; it links no relay or daemon code.
+//!   the end-to-end harness (`hangar-e2e`), as users do; it links no relay or daemon code (only
+//!   hangar-agents' parser, a pure function, to know which events a replayed log must make).
 //! - A scenario that cannot measure what it claims (a line lost, a stream refused early, a peer
 //!   missing) fails the run; it never reports a number that means something else.
 //! - Everything it starts (relays, daemons, containers, peers) is stopped when it ends.
@@ -23,7 +24,7 @@ use clap::ValueEnum;
 
 pub use error::{BenchError, Result};
 use report::Results;
-use scenarios::{follow, memory, scale, streaming, throughput, watch};
+use scenarios::{follow, memory, scale, streaming, throughput, turns, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
@@ -33,10 +34,18 @@ pub enum Scenario {
     Throughput,
     Memory,
     Scale,
+    Turns,
 }
 
-pub const ALL: [Scenario; 6] =
-    [Scenario::Streaming, Scenario::Follow, Scenario::Watch, Scenario::Throughput, Scenario::Memory, Scenario::Scale];
+pub const ALL: [Scenario; 7] = [
+    Scenario::Streaming,
+    Scenario::Follow,
+    Scenario::Watch,
+    Scenario::Throughput,
+    Scenario::Memory,
+    Scenario::Scale,
+    Scenario::Turns,
+];
 
 /// How much of each scenario to run: the full run behind committed results, or a quick one
 /// (under two minutes) that proves every scenario still works.
@@ -50,6 +59,7 @@ pub struct Sizes {
     pub throughput_bytes: u64,
     pub throughput_runs: usize,
     pub scale_lines: u64,
+    pub turn_runs: usize,
 }
 
 impl Sizes {
@@ -64,6 +74,7 @@ impl Sizes {
                 throughput_bytes: 256 << 20,
                 throughput_runs: 1,
                 scale_lines: 150,
+                turn_runs: 1,
             }
         } else {
             Sizes {
@@ -75,6 +86,7 @@ impl Sizes {
                 throughput_bytes: 1 << 30,
                 throughput_runs: 3,
                 scale_lines: 300,
+                turn_runs: 5,
             }
         }
     }
@@ -100,6 +112,7 @@ pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results>
             }
             Scenario::Memory => r.memory = Some(memory::run().await?),
             Scenario::Scale => r.scale = Some(scale::run(&scale::Config { lines: sizes.scale_lines }).await?),
+            Scenario::Turns => r.turns = Some(turns::run(&turns::Config { runs: sizes.turn_runs }).await?),
         }
         eprintln!("hangar-bench: {s:?} done in {:.1} s", t.elapsed().as_secs_f64());
     }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::{
     error::{fail, IoContext, Result},
     machine::Machine,
-    scenarios::{follow, memory, scale, streaming, throughput, watch},
+    scenarios::{follow, memory, scale, streaming, throughput, turns, watch},
     stats::{significant, Summary},
 };
 
@@ -31,6 +31,7 @@ pub struct Results {
     pub throughput: Option<throughput::Report>,
     pub memory: Option<memory::Report>,
     pub scale: Option<scale::Report>,
+    pub turns: Option<turns::Report>,
 }
 
 impl Results {
@@ -47,6 +48,7 @@ impl Results {
             throughput: None,
             memory: None,
             scale: None,
+            turns: None,
         }
     }
 
@@ -255,6 +257,34 @@ pub fn markdown(r: &Results) -> String {
             s.refused.code,
             s.refused.message
         );
+        let _ = writeln!(m);
+    }
+    if let Some(t) = &r.turns {
+        let _ = writeln!(m, "## 6. Turn events\n");
+        let _ = writeln!(
+            m,
+            "A Docker sandbox with the daemon and the uid split, hangar's directory on a volume ({}; the root filesystem is {}); a harness replaying `{}` ({} lines, {} of them making {} events) a line every 100 ms, stamping each line as it writes it; {} runs per row. Recorded: from a line's writing to its first event's `ts`. At the SSE client: to that event's arrival at `events/stream`. Polled runs start at a different point of the {} s cycle each, and end a poll interval after their last line. Exit to `close`: from the harness's exit to the stream's end (p50 / max).\n",
+            t.runs_dir_fs, t.sandbox_root_fs, t.fixture, t.lines, t.lines_with_events, t.events, t.runs, t.poll_seconds
+        );
+        let _ = writeln!(
+            m,
+            "| How the relay reads the turn's log | Line to event recorded, ms | Line to SSE client, ms | Exit to `close`, ms | Document (line to recorded), ms | vs the document |"
+        );
+        let _ = writeln!(m, "|---|---|---|---|---|---|");
+        for row in &t.rows {
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | {} / {} | {} / {} | {} |",
+                row.label,
+                pair(&row.recorded_ms),
+                pair(&row.delivered_ms),
+                ms(row.exit_to_close_ms.p50),
+                ms(row.exit_to_close_ms.max),
+                ms(row.document_ms[0]),
+                ms(row.document_ms[1]),
+                ratios(&row.recorded_vs_document)
+            );
+        }
         let _ = writeln!(m);
     }
     m

@@ -53,8 +53,15 @@ impl RelayWorld {
 
     /// A Docker sandbox from `image`; fails unless its daemon answered exactly when `daemon`.
     pub async fn docker_sandbox(&mut self, what: &str, image: &str, daemon: bool) -> Result<Sandbox> {
+        self.docker_sandbox_with(what, json!({ "image": image }), daemon).await
+    }
+
+    /// A Docker sandbox with these `options` (`image` among them); fails unless its daemon
+    /// answered exactly when `daemon`.
+    pub async fn docker_sandbox_with(&mut self, what: &str, options: Value, daemon: bool) -> Result<Sandbox> {
+        let image = options["image"].as_str().unwrap_or_default().to_string();
         let name = self.containers.name(what);
-        let body = json!({"name": name, "provider": "docker", "options": {"image": image}});
+        let body = json!({"name": name, "provider": "docker", "options": options});
         let r = self.relay.call("POST", "/api/sandboxes", Some(ADMIN), Some(body)).await;
         let v: Value = r.json();
         if r.status != 201 {

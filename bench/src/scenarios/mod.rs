@@ -5,4 +5,5 @@ pub mod memory;
 pub mod scale;
 pub mod streaming;
 pub mod throughput;
+pub mod turns;
 pub mod watch;
