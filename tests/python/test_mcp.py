@@ -160,10 +160,11 @@ def test_tools_are_listed_and_sandboxes_says_which_have_a_daemon(relay, mode):
             else:
                 assert c.protocol_version == "2026-07-28"
             names = {t.name for t in (await c.list_tools()).tools}
-            assert {"sandboxes", "exec", "process"} <= names
+            assert {"sandboxes", "exec", "process", "session"} <= names
             templates = (await c.list_resource_templates()).resource_templates
             assert [t.uri_template for t in templates] == [
-                "hangar://sandboxes/{sandbox}/watch?path={path}&recursive={recursive}"
+                "hangar://sandboxes/{sandbox}/watch?path={path}&recursive={recursive}",
+                "hangar://sessions/{session}/events",
             ]
             r = await c.call_tool("sandboxes", {})
             assert not r.is_error, text(r)
@@ -181,6 +182,8 @@ HINTS = {
     "exec": (False, True, False, True),
     # list and attach read, but start runs any command and kill kills.
     "process": (False, True, False, True),
+    # status, list and events read, but start runs an agent and cancel ends its turn.
+    "session": (False, True, False, True),
 }
 
 

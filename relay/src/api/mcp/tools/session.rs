@@ -1,0 +1,295 @@
+//! The `session` tool: agent sessions (start, prompt, cancel, status, list, events) through the
+//! same `sessions` calls as `/api/sessions`. The agent's own text in a result is named in
+//! `_meta["hangar/agent_text"]`: it is untrusted, never instructions.
+use std::{sync::Arc, time::Duration};
+
+use rmcp::{
+    model::{CallToolResult, JsonObject, ProgressNotificationParam},
+    service::RequestContext,
+    RoleServer,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{args, AGENT_TEXT_META};
+use crate::{
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+    sessions::{self, EventsPage, SessionView, StartRequest, TurnRequest},
+    store::{EventRow, TurnState},
+    streams::{Front, Kind, Reason},
+};
+
+/// Events a read returns when the call names no `limit` (as over REST).
+pub const DEFAULT_LIMIT: usize = 200;
+/// Where the agent's text is in an `events` result: the data of every event whose
+/// `data.source` is not `"hangar"` (hangar's own events say `"hangar"`).
+const EVENTS_AGENT_TEXT: &[&str] = &["events[].data"];
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Debug)]
+#[serde(rename_all = "lowercase")]
+enum Action {
+    Start,
+    Prompt,
+    Cancel,
+    Status,
+    List,
+    Events,
+}
+
+impl Action {
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Start => "start",
+            Action::Prompt => "prompt",
+            Action::Cancel => "cancel",
+            Action::Status => "status",
+            Action::List => "list",
+            Action::Events => "events",
+        }
+    }
+
+    /// The arguments the action takes besides `action`: any other is refused, so that a
+    /// misplaced one (a `prompt` on `status`) is an error rather than silently ignored.
+    fn takes(self) -> &'static [&'static str] {
+        match self {
+            Action::Start => &[
+                "name",
+                "sandbox",
+                "harness",
+                "prompt",
+                "cwd",
+                "timeout_minutes",
+                "secrets",
+                "idempotency_key",
+                "ignore_limits",
+            ],
+            Action::Prompt => &["session", "prompt", "timeout_minutes", "idempotency_key", "ignore_limits"],
+            Action::Cancel | Action::Status => &["session"],
+            Action::List => &[],
+            Action::Events => &["session", "since", "limit", "wait_seconds"],
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SessionArgs {
+    action: Action,
+    session: Option<String>,
+    name: Option<String>,
+    sandbox: Option<String>,
+    harness: Option<String>,
+    prompt: Option<String>,
+    cwd: Option<String>,
+    timeout_minutes: Option<i64>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    idempotency_key: Option<String>,
+    #[serde(default)]
+    ignore_limits: bool,
+    since: Option<i64>,
+    limit: Option<usize>,
+    wait_seconds: Option<f64>,
+}
+
+fn need<T>(v: Option<T>, what: &str, action: Action) -> Result<T> {
+    v.ok_or_else(|| Error::invalid(format!("session: {what} is required for action {:?}", action.as_str())))
+}
+
+pub async fn call(
+    relay: &Arc<Relay>,
+    caller: &Caller,
+    raw: Option<JsonObject>,
+    ctx: RequestContext<RoleServer>,
+) -> Result<CallToolResult> {
+    let keys: Vec<String> = raw.iter().flat_map(|m| m.keys().cloned()).collect();
+    let a: SessionArgs = args("session", raw)?;
+    let action = a.action;
+    if let Some(k) = keys.iter().find(|k| *k != "action" && !action.takes().contains(&k.as_str())) {
+        let takes = action.takes();
+        let takes = if takes.is_empty() { "no other arguments".to_string() } else { takes.join(", ") };
+        return Err(Error::invalid(format!(
+            "session: {k} does not apply to action {:?} (it takes {takes})",
+            action.as_str()
+        )));
+    }
+    match action {
+        Action::Start => {
+            let req = StartRequest {
+                name: need(a.name, "name", action)?,
+                sandbox: need(a.sandbox, "sandbox", action)?,
+                harness: a.harness,
+                prompt: need(a.prompt, "prompt", action)?,
+                cwd: a.cwd,
+                timeout_minutes: a.timeout_minutes,
+                secrets: a.secrets,
+                idempotency_key: a.idempotency_key,
+                ignore_limits: a.ignore_limits,
+            };
+            Ok(view(sessions::start(relay, caller, req).await?))
+        }
+        Action::Prompt => {
+            let reference = need(a.session, "session", action)?;
+            let req = TurnRequest {
+                prompt: need(a.prompt, "prompt", action)?,
+                timeout_minutes: a.timeout_minutes,
+                idempotency_key: a.idempotency_key,
+                ignore_limits: a.ignore_limits,
+            };
+            Ok(view(sessions::follow_up(relay, caller, &reference, req).await?))
+        }
+        Action::Cancel => Ok(view(sessions::cancel(relay, caller, &need(a.session, "session", action)?).await?)),
+        Action::Status => Ok(view(sessions::get(relay, caller, &need(a.session, "session", action)?)?)),
+        Action::List => {
+            let list = sessions::list(relay, caller)?;
+            let marked: Vec<String> = list
+                .first()
+                .map(|v| v.agent_text.iter().map(|f| format!("sessions[].{f}")).collect())
+                .unwrap_or_default();
+            let marked: Vec<&str> = marked.iter().map(String::as_str).collect();
+            Ok(result(json!({ "sessions": list }), &marked))
+        }
+        Action::Events => {
+            let reference = need(a.session, "session", action)?;
+            let since = a.since.unwrap_or(0);
+            if since < 0 {
+                return Err(Error::invalid("since: an event's seq (a previous read's next), 0 or more"));
+            }
+            let limit = a.limit.unwrap_or(DEFAULT_LIMIT);
+            if !(1..=sessions::MAX_EVENTS_PER_READ).contains(&limit) {
+                return Err(Error::invalid(format!("limit: 1 to {}", sessions::MAX_EVENTS_PER_READ)));
+            }
+            let max = sessions::MAX_WAIT.as_secs_f64();
+            let wait = match a.wait_seconds {
+                None => Duration::ZERO,
+                Some(w) if w.is_finite() && (0.0..=max).contains(&w) => Duration::from_secs_f64(w),
+                Some(w) => return Err(Error::invalid(format!("wait_seconds: {w}: 0 to {max}"))),
+            };
+            events(relay, caller, &reference, since, limit, wait, ctx).await
+        }
+    }
+}
+
+/// A result with the fields holding the agent's text named in `_meta`.
+fn result(v: Value, agent_fields: &[&str]) -> CallToolResult {
+    let mut r = super::done(v, &[]);
+    if !agent_fields.is_empty() {
+        r.meta.get_or_insert_with(rmcp::model::MetaObject::new).insert(AGENT_TEXT_META.into(), json!(agent_fields));
+    }
+    r
+}
+
+fn view(v: SessionView) -> CallToolResult {
+    let fields = v.agent_text;
+    result(serde_json::to_value(&v).unwrap_or(Value::Null), fields)
+}
+
+fn page(
+    name: &str,
+    events: &[EventRow],
+    next: i64,
+    more: bool,
+    state: TurnState,
+    closed: Option<Reason>,
+) -> CallToolResult {
+    result(
+        json!({
+            "session": name,
+            "events": events,
+            "next": next,
+            "more": more,
+            "state": state,
+            "closed": closed.map(Reason::as_str),
+        }),
+        EVENTS_AGENT_TEXT,
+    )
+}
+
+fn whole(name: &str, p: &EventsPage, closed: Option<Reason>) -> CallToolResult {
+    page(name, &p.events, p.next, p.more, p.state, closed)
+}
+
+/// Whether the event is hangar's record of a turn ending.
+fn ends_turn(e: &EventRow) -> bool {
+    e.kind == "run.state"
+        && e.data.get("to").and_then(Value::as_str).and_then(TurnState::parse).is_some_and(TurnState::is_terminal)
+}
+
+/// Events after `since`. Without a wait, what is there; with one, an open stream (kind
+/// `mcp_events`) that the relay's closes cut short. Without a progress token it is REST's long
+/// poll (it returns at the first event); with one, every event is also sent as a progress
+/// notification as it is recorded, until the wait ends, `limit` events were sent, or the turn
+/// ends.
+async fn events(
+    relay: &Arc<Relay>,
+    caller: &Caller,
+    reference: &str,
+    since: i64,
+    limit: usize,
+    wait: Duration,
+    ctx: RequestContext<RoleServer>,
+) -> Result<CallToolResult> {
+    let session = sessions::find(relay, caller, reference)?;
+    if wait.is_zero() {
+        return Ok(whole(&session.name, &sessions::read_page(relay, &session.id, since, limit)?, None));
+    }
+    let mut admitted = relay.streams.open(caller, &session.sandbox_id, Kind::Events, Front::Mcp)?;
+    let Some(token) = ctx.meta.get_progress_token() else {
+        let r = tokio::select! {
+            r = sessions::events(relay, caller, &session.id, since, limit, wait) => r.map(|p| (p, None)),
+            reason = admitted.closed() => {
+                sessions::read_page(relay, &session.id, since, limit).map(|p| (p, Some(reason)))
+            }
+            _ = ctx.ct.cancelled() => Err(Error::unavailable("the call was cancelled")),
+        };
+        let (p, closed) = r?;
+        admitted.end(closed.unwrap_or(Reason::Done));
+        return Ok(whole(&session.name, &p, closed));
+    };
+    let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut sent: Vec<EventRow> = Vec::new();
+    let mut next = since;
+    let mut closed = None;
+    let mut first = true;
+    loop {
+        let p = sessions::read_page(relay, &session.id, next, limit - sent.len())?;
+        for e in p.events {
+            let text = serde_json::to_string(&e).unwrap_or_default();
+            if let Err(r) = admitted.send(text.len() as u64).await {
+                closed = Some(r);
+                break;
+            }
+            let mut n = ProgressNotificationParam::new(token.clone(), e.seq as f64);
+            n.message = Some(text);
+            if ctx.peer.notify_progress(n).await.is_err() {
+                admitted.end(Reason::Client);
+                return Err(Error::unavailable("the client went away"));
+            }
+            next = e.seq;
+            sent.push(e);
+        }
+        // The turn's state is set just before its `run.state` event is recorded: done once
+        // that event was the last sent (or the turn had ended before the call).
+        let ended = p.state.is_terminal() && !p.more && (first || sent.last().is_some_and(ends_turn));
+        first = false;
+        if closed.is_some() || sent.len() >= limit || ended {
+            break;
+        }
+        if p.more {
+            continue;
+        }
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { break },
+            _ = tokio::time::sleep_until(deadline) => break,
+            r = admitted.closed() => { closed = Some(r); break }
+            _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
+        }
+    }
+    admitted.end(closed.unwrap_or(Reason::Done));
+    // Whether more is recorded past what was sent, and the state as it is now.
+    let after = sessions::read_page(relay, &session.id, next, 1)?;
+    Ok(page(&session.name, &sent, next, !after.events.is_empty(), after.state, closed))
+}
