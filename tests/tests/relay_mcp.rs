@@ -89,3 +89,19 @@ async fn deleting_a_2025_era_session_ends_it_with_204_then_it_is_404() {
     let r = delete(&relay, Some(&token), "no-such-session", &[]).await;
     assert_eq!(r.status, 404, "an unknown session: {r:?}");
 }
+
+/// A 2025-era session is its opener's: another token that names it gets 404, as for a session
+/// that does not exist, and cannot end it; its opener carries on.
+#[tokio::test]
+async fn a_session_answers_only_the_token_that_opened_it() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let ada = relay.token("ada", "mcp").await.secret;
+    let bob = relay.token("bob", "mcp").await.secret;
+    let session = open_session(&relay, &ada).await;
+    assert_eq!(list_tools_status(&relay, &bob, &session).await, 404, "another token's session does not exist");
+    let r = delete(&relay, Some(&bob), &session, &[]).await;
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (404, json!("not_found")), "{r:?}");
+    assert_eq!(list_tools_status(&relay, &ada, &session).await, 200, "the opener's session lives on");
+    assert_eq!(delete(&relay, Some(&ada), &session, &[]).await.status, 204);
+}

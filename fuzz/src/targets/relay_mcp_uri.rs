@@ -1,6 +1,6 @@
-//! MCP resource URIs, `hangar://sandboxes/<s>/watch?path=<dir>[&recursive=true][&since=<n>]`
-//! (`mcp::resources::Resource::parse`), as `resources/read`, `subscribe` and `unsubscribe` pass
-//! them.
+//! MCP resource URIs, `hangar://sandboxes/<s>/watch?path=<dir>[&recursive=true][&since=<n>]` and
+//! `hangar://sessions/<name>/events[?since=<seq>]` (`mcp::resources::Resource::parse`), as
+//! `resources/read`, `subscribe` and `unsubscribe` pass them.
 //!
 //! Input: the URI (bytes that are not UTF-8 replaced: MCP carries URIs as JSON strings).
 use hangar_relay::{api::mcp::resources::Resource, error::Error};
@@ -24,9 +24,15 @@ pub fn run(data: &[u8]) {
 fn check(uri: &str) -> Option<(Resource, Option<u64>)> {
     match Resource::parse(uri) {
         Ok((r, since)) => {
-            let Resource::SandboxWatch { sandbox, path, .. } = &r;
-            assert!(!sandbox.is_empty() && !sandbox.contains('/'), "sandbox {sandbox:?}");
-            assert!(!path.is_empty(), "a watch names a directory");
+            match &r {
+                Resource::SandboxWatch { sandbox, path, .. } => {
+                    assert!(!sandbox.is_empty() && !sandbox.contains('/'), "sandbox {sandbox:?}");
+                    assert!(!path.is_empty(), "a watch names a directory");
+                }
+                Resource::SessionEvents { session } => {
+                    assert!(!session.is_empty() && !session.contains('/'), "session {session:?}");
+                }
+            }
             let key = r.key();
             match Resource::parse(&key) {
                 Ok((again, None)) => assert_eq!(again, r, "{key:?} names the same resource"),

@@ -83,9 +83,14 @@ pub fn router(relay: Arc<Relay>, allowed_hosts: Vec<String>, shutdown: Cancellat
         config,
     );
     let hosts = Arc::new(allowed_hosts);
+    let owners = Arc::new(Owners::default());
     Router::new()
         .nest_service(PATH, service)
-        .layer(middleware::from_fn(move |req, next| end_session(sessions.clone(), req, next)))
+        .layer(middleware::from_fn({
+            let sessions = sessions.clone();
+            move |req, next| end_session(sessions.clone(), req, next)
+        }))
+        .layer(middleware::from_fn(move |req, next| owned_session(owners.clone(), sessions.clone(), req, next)))
         .layer(middleware::from_fn(auth::sandbox_scopes))
         .layer(middleware::from_fn(move |req, next| allowed_host(hosts.clone(), req, next)))
         .layer(middleware::from_fn_with_state(relay, auth::authenticate))
@@ -117,6 +122,62 @@ async fn end_session(sessions: Arc<LocalSessionManager>, req: Request, next: Nex
             .into_response();
     }
     *resp.status_mut() = http::StatusCode::NO_CONTENT;
+    resp
+}
+
+/// Which token opened each 2025-era session. A session's requests must come with that token:
+/// its notifications (a subscription's updates about another person's session) and its
+/// subscriptions are its opener's, and its id, though random, travels in headers that proxies
+/// log.
+#[derive(Default)]
+struct Owners(Mutex<HashMap<String, String>>);
+
+impl Owners {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// More sessions than this remembered: the ones the SDK no longer has are forgotten.
+const OWNERS_SWEEP_AT: usize = 4096;
+
+/// A request in a 2025-era session from another token than the one that opened it is refused
+/// as the SDK refuses an unknown session (404), so an id tells another token nothing. The
+/// opener is recorded from the answer to `initialize`, which carries the new `Mcp-Session-Id`.
+async fn owned_session(owners: Arc<Owners>, sessions: Arc<LocalSessionManager>, req: Request, next: Next) -> Response {
+    let token = req.extensions().get::<Caller>().map(|c| c.token_id.clone()).unwrap_or_default();
+    let asked = req.headers().get(HEADER_SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(id) = &asked {
+        if owners.lock().get(id).is_some_and(|owner| *owner != token) {
+            return ApiError::from(Error::not_found("no MCP session by that Mcp-Session-Id: it ended or never began"))
+                .into_response();
+        }
+    }
+    let deleting = req.method() == http::Method::DELETE;
+    let resp = next.run(req).await;
+    let given = resp.headers().get(HEADER_SESSION_ID).and_then(|v| v.to_str().ok()).map(str::to_string);
+    match (asked, given) {
+        (None, Some(id)) => {
+            let known: Vec<String> = {
+                let mut map = owners.lock();
+                map.insert(id, token);
+                if map.len() < OWNERS_SWEEP_AT {
+                    return resp;
+                }
+                map.keys().cloned().collect()
+            };
+            // Sessions that ended without a DELETE (expired, closed by the SDK) are forgotten.
+            for id in known {
+                if !sessions.has_session(&Arc::<str>::from(id.as_str())).await.unwrap_or(true) {
+                    owners.lock().remove(&id);
+                }
+            }
+        }
+        (Some(id), _) if deleting && resp.status().is_success() => {
+            owners.lock().remove(&id);
+        }
+        _ => {}
+    }
     resp
 }
 
