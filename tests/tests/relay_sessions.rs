@@ -208,7 +208,7 @@ fn supervisors(turn: &str) -> Vec<u32> {
 /// the turn in its environment.
 fn sleepers(turn: &str) -> Vec<u32> {
     let marker = format!("HANGAR_TURN={turn}");
-    pids_with("sleep\060")
+    pids_with("sleep\u{0}60")
         .into_iter()
         .filter(|p| {
             hangar_e2e::cmdline(*p).is_some_and(|c| c.starts_with("sleep\0"))
