@@ -573,7 +573,12 @@ async fn turns_queue_per_credential_and_wait_for_a_plan_limit_unless_told_to_ign
         (json!("ANTHROPIC_API_KEY"), json!("five_hour"), json!(100.0), json!("rejected"), json!(false)),
         "{usage}"
     );
-    start(&relay, ADMIN, with_key("gated", "sleeper-key")).await;
+    let gated = start(&relay, ADMIN, with_key("gated", "sleeper-key")).await;
+    let warned = gated["warnings"].as_array().cloned().unwrap_or_default();
+    assert!(
+        warned.iter().any(|w| w.as_str().is_some_and(|w| w.contains("five_hour") && w.contains("100%"))),
+        "a start past HANGAR_USAGE_WARN_PCT warns: {gated}"
+    );
     let g = wait_state(&relay, "gated", "queued").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let g2 = get(&relay, ADMIN, "gated").await;
