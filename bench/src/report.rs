@@ -263,7 +263,7 @@ pub fn markdown(r: &Results) -> String {
         let _ = writeln!(m, "## 6. Turn events\n");
         let _ = writeln!(
             m,
-            "A Docker sandbox with the daemon and the uid split, hangar's directory on a volume ({}; the root filesystem is {}); a harness replaying `{}` ({} lines, {} of them making {} events) a line every 100 ms, stamping each line as it writes it; {} runs per row. Recorded: from a line's writing to its first event's `ts`. At the SSE client: to that event's arrival at `events/stream`. Polled runs start at a different point of the {} s cycle each, and end a poll interval after their last line. Exit to `close`: from the harness's exit to the stream's end (p50 / max).\n",
+            "A Docker sandbox with the daemon and the uid split, hangar's directory on {} (the root filesystem is {}); a harness replaying `{}` ({} lines, {} of them making {} events) a line every 100 ms, stamping each line as it writes it; {} runs per row. Recorded: from a line's writing to its first event's `ts`. At the SSE client: to that event's arrival at `events/stream`. Polled runs start at a different point of the {} s cycle each, and end a poll interval after their last line. Exit to `close`: from the harness's exit to the stream's end (p50 / max).\n",
             t.runs_dir_fs, t.sandbox_root_fs, t.fixture, t.lines, t.lines_with_events, t.events, t.runs, t.poll_seconds
         );
         let _ = writeln!(

@@ -296,43 +296,17 @@ async fn a_relay_killed_mid_turn_resumes_without_losing_or_repeating_an_event() 
 
 #[tokio::test]
 async fn a_truncated_log_falls_back_to_polling_and_loses_nothing_written_after() {
-    if !is_root() {
-        // Without root the supervisor's files are the agent's own; truncating them is the same
-        // case through another path, covered by the Docker tests' forged log.
-        eprintln!("note: not root, the log is in the sandbox's home");
-    }
     let state = StateDir::new();
     let relay = relay_with(&state, &[]);
-    start(&relay, ADMIN, body("t", "steps")).await;
-    let s = wait_state(&relay, "t", "running").await;
-    let turn = s["turns"][0]["id"].as_str().expect("turn").to_string();
-    let log = if s["split"] == json!(true) {
-        // SAFETY-free: the sandbox's id names its directory of trusted files.
-        let sandbox = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
-        format!("/var/lib/hangar/runs/{}/{turn}.log", sandbox["id"].as_str().expect("id"))
-    } else {
-        format!("{}/.hangar/runs/{turn}.log", s["cwd"].as_str().expect("cwd"))
-    };
     // The first three lines are recorded; then the log is cut to nothing.
-    let deadline = std::time::Instant::now() + STEP;
-    while agent_events(&all_events(&relay, ADMIN, "t").await).len() < 3 {
-        assert!(std::time::Instant::now() < deadline, "the first lines never came");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let log = steps_log_after_three(&relay, "t").await;
     std::fs::OpenOptions::new().write(true).open(&log).expect("the log").set_len(0).expect("truncate");
     let s = until_ended(&relay, ADMIN, "t", STEP).await;
     assert_eq!(s["state"], json!("succeeded"), "{s}");
     assert_eq!(s["turns"][0]["polled"], json!(true), "following gave way to polling: {s}");
     let events = all_events(&relay, ADMIN, "t").await;
     assert_contiguous(&events);
-    let ns: Vec<i64> = agent_events(&events)
-        .iter()
-        .map(|(_, d)| {
-            serde_json::from_str::<Value>(d["raw"].as_str().unwrap_or("{}")).unwrap_or_default()["n"]
-                .as_i64()
-                .unwrap_or(0)
-        })
-        .collect();
+    let ns = step_numbers(&events);
     assert_eq!(ns, [1, 2, 3, 4, 5, 6], "every line once: {events:?}");
 }
 
@@ -669,6 +643,31 @@ async fn sse_resumes_exactly_from_last_event_id() {
     assert_eq!(send("x").await.status(), 400, "a malformed Last-Event-ID is refused");
 }
 
+/// Starts a `steps` session and waits for its first three lines' events; the log hangar reads.
+async fn steps_log_after_three(relay: &Relay, name: &str) -> String {
+    start(relay, ADMIN, body(name, "steps")).await;
+    let s = wait_state(relay, name, "running").await;
+    let log = log_path(relay, &s).await;
+    let deadline = std::time::Instant::now() + STEP;
+    while agent_events(&all_events(relay, ADMIN, name).await).len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the first lines never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    log
+}
+
+/// The `n` of each `steps` line's event, in order.
+fn step_numbers(events: &[Value]) -> Vec<i64> {
+    agent_events(events)
+        .iter()
+        .map(|(_, d)| {
+            serde_json::from_str::<Value>(d["raw"].as_str().unwrap_or("{}")).unwrap_or_default()["n"]
+                .as_i64()
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
 /// The log hangar reads for a turn: its trusted copy where the split holds.
 async fn log_path(relay: &Relay, s: &Value) -> String {
     let turn = s["turns"][0]["id"].as_str().expect("turn");
@@ -684,14 +683,7 @@ async fn log_path(relay: &Relay, s: &Value) -> String {
 async fn a_replaced_log_is_read_from_its_start_by_polling() {
     let state = StateDir::new();
     let relay = relay_with(&state, &[]);
-    start(&relay, ADMIN, body("rep", "steps")).await;
-    let s = wait_state(&relay, "rep", "running").await;
-    let log = log_path(&relay, &s).await;
-    let deadline = std::time::Instant::now() + STEP;
-    while agent_events(&all_events(&relay, ADMIN, "rep").await).len() < 3 {
-        assert!(std::time::Instant::now() < deadline, "the first lines never came");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let log = steps_log_after_three(&relay, "rep").await;
     // Another file renamed over the log: what it holds is read from its offset 0.
     let other = format!("{log}.other");
     std::fs::write(&other, "{\"type\":\"replaced_a\",\"n\":7}\n{\"type\":\"replaced_b\",\"n\":8}\n").expect("write");
@@ -700,14 +692,7 @@ async fn a_replaced_log_is_read_from_its_start_by_polling() {
     assert_eq!((s["state"].clone(), s["turns"][0]["polled"].clone()), (json!("succeeded"), json!(true)), "{s}");
     let events = all_events(&relay, ADMIN, "rep").await;
     assert_contiguous(&events);
-    let ns: Vec<i64> = agent_events(&events)
-        .iter()
-        .map(|(_, d)| {
-            serde_json::from_str::<Value>(d["raw"].as_str().unwrap_or("{}")).unwrap_or_default()["n"]
-                .as_i64()
-                .unwrap_or(0)
-        })
-        .collect();
+    let ns = step_numbers(&events);
     assert_eq!(&ns[..3], [1, 2, 3], "{events:?}");
     assert!(ns[3..].starts_with(&[7, 8]), "the replacement's lines, from its start: {ns:?}");
 }

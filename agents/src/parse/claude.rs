@@ -11,10 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{
-    error, final_text, input_file, input_summary, message, num_at, obj_at, output_text, str_at, str_val, tool_phase,
-    State, ToolStart,
-};
+use super::{error, final_text, message, num_at, obj_at, output_text, str_at, str_val, State, ToolStart};
 use crate::event::{obj, Event, EventType};
 
 /// The events of one decoded line of type `kind`; false if the type is not Claude's.
@@ -89,24 +86,8 @@ fn assistant(state: &mut State, o: &Map<String, Value>, out: &mut Vec<Event>) {
             }
             Some("tool_use") => {
                 let name = str_at(block, "name").unwrap_or_default().to_string();
-                let input = obj_at(block, "input");
-                let shell = name == "Bash";
-                let command = if shell { input.and_then(|i| str_at(i, "command")).map(String::from) } else { None };
-                let phase = if shell && command.is_none() { Some("running_command") } else { tool_phase(&name) };
-                let summary = match &command {
-                    Some(c) => Some(super::tests::unwrap(c)),
-                    None => input_summary(input),
-                };
-                let start = ToolStart {
-                    id: str_at(block, "id").map(String::from),
-                    file: input_file(phase, input),
-                    name,
-                    summary,
-                    command,
-                    phase,
-                    files: None,
-                };
-                state.tool_start(start, out);
+                let id = str_at(block, "id").map(String::from);
+                state.tool_start(ToolStart::of_call(id, name, obj_at(block, "input"), "Bash"), out);
             }
             Some("thinking" | "redacted_thinking") => state.phase("thinking", out),
             _ => {}

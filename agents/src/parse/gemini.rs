@@ -9,10 +9,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{
-    error, final_text, input_file, input_summary, message, num_at, obj_at, output_text, str_at, str_val, tool_phase,
-    State, ToolStart,
-};
+use super::{error, final_text, message, num_at, obj_at, output_text, str_at, str_val, State, ToolStart};
 use crate::event::{obj, Event, EventType};
 
 /// The events of one decoded line of type `kind`; false if the type is not Gemini's.
@@ -45,24 +42,8 @@ pub(super) fn feed(state: &mut State, kind: &str, o: &Map<String, Value>, out: &
         }
         "tool_use" => {
             let name = str_at(o, "tool_name").unwrap_or_default().to_string();
-            let params = obj_at(o, "parameters");
-            let shell = name == "run_shell_command";
-            let command = if shell { params.and_then(|p| str_at(p, "command")).map(String::from) } else { None };
-            let phase = if shell && command.is_none() { Some("running_command") } else { tool_phase(&name) };
-            let summary = match &command {
-                Some(c) => Some(super::tests::unwrap(c)),
-                None => input_summary(params),
-            };
-            let start = ToolStart {
-                id: str_at(o, "tool_id").map(String::from),
-                file: input_file(phase, params),
-                name,
-                summary,
-                command,
-                phase,
-                files: None,
-            };
-            state.tool_start(start, out);
+            let id = str_at(o, "tool_id").map(String::from);
+            state.tool_start(ToolStart::of_call(id, name, obj_at(o, "parameters"), "run_shell_command"), out);
         }
         "tool_result" => {
             let ok = str_at(o, "status") == Some("success");

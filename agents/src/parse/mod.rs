@@ -243,6 +243,21 @@ struct ToolStart {
     phase: Option<&'static str>,
 }
 
+impl ToolStart {
+    /// A tool call by name and input, as Claude's `tool_use` and Gemini's carry them: `shell` is
+    /// the CLI's name for its shell tool, whose `command` says the phase and is the summary.
+    fn of_call(id: Option<String>, name: String, input: Option<&Map<String, Value>>, shell: &str) -> ToolStart {
+        let is_shell = name == shell;
+        let command = if is_shell { input.and_then(|i| str_at(i, "command")).map(String::from) } else { None };
+        let phase = if is_shell && command.is_none() { Some("running_command") } else { tool_phase(&name) };
+        let summary = match &command {
+            Some(c) => Some(tests::unwrap(c)),
+            None => input_summary(input),
+        };
+        ToolStart { id, file: input_file(phase, input), name, summary, command, phase, files: None }
+    }
+}
+
 /// The most bytes of a message's text, or of a final text.
 const MAX_TEXT: usize = 2 << 10;
 /// The most chars of a tool's summary.

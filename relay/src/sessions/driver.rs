@@ -234,6 +234,17 @@ struct Stop {
     signalled: bool,
 }
 
+/// A running turn as its driver watches it: where it runs, the supervisor's tag, what wakes the
+/// driver.
+struct Watch<'a> {
+    relay: &'a Relay,
+    shell: &'a Shell<'a>,
+    place: &'a Place,
+    tag: &'a str,
+    turn: &'a TurnRow,
+    poke: &'a Notify,
+}
+
 async fn running(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Notify) -> Result<()> {
     let shell = shell(relay, session).await?;
     let place = shell.place().await?;
@@ -245,92 +256,69 @@ async fn running(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Not
     let left = (started + turn.timeout_minutes as f64 * 60.0 - time::now()).max(0.0);
     let mut stop = Stop { deadline: Instant::now() + Duration::from_secs_f64(left), signalled: false };
     let tag = tag(relay, session, &turn.id);
+    let w = Watch { relay, shell: &shell, place: &place, tag: &tag, turn, poke };
     let mut end = match &shell.envd {
-        Some(envd) => daemon_watch(relay, &shell, envd, &place, &tag, turn, &mut ingest, poke, &mut stop).await?,
+        Some(envd) => w.daemon(envd, &mut ingest, &mut stop).await?,
         None => End::Unknown,
     };
     if let End::Unknown = end {
-        end = polled_watch(relay, &shell, &place, &tag, turn, &mut ingest, poke, &mut stop).await?;
+        end = w.polled(&mut ingest, &mut stop).await?;
     }
-    conclude(relay, &shell, &place, session, turn, &mut ingest, end).await
+    w.conclude(session, &mut ingest, end).await
 }
 
-/// Looks at the turn again after a poke: ended from outside, or asked to stop.
-async fn poked(
-    relay: &Relay,
-    shell: &Shell<'_>,
-    place: &Place,
-    tag: &str,
-    turn: &TurnRow,
-    stop: &mut Stop,
-) -> Result<bool> {
-    let Some(now) = relay.store.turn(&turn.id)? else {
-        signal(shell, place, tag, turn, stop).await?;
-        return Ok(true);
-    };
-    if now.state.is_terminal() {
-        signal(shell, place, tag, turn, stop).await?;
-        return Ok(true);
+impl Watch<'_> {
+    /// Looks at the turn again after a poke: ended from outside, or asked to stop.
+    async fn poked(&self, stop: &mut Stop) -> Result<bool> {
+        let Some(now) = self.relay.store.turn(&self.turn.id)? else {
+            self.signal(stop).await?;
+            return Ok(true);
+        };
+        if now.state.is_terminal() {
+            self.signal(stop).await?;
+            return Ok(true);
+        }
+        if now.cancel_requested_at.is_some() {
+            self.signal(stop).await?;
+        }
+        Ok(false)
     }
-    if now.cancel_requested_at.is_some() {
-        signal(shell, place, tag, turn, stop).await?;
+
+    async fn signal(&self, stop: &mut Stop) -> Result<()> {
+        if !stop.signalled {
+            stop.signalled = true;
+            let pid = self.turn.pid.unwrap_or(0);
+            self.shell.signal(&self.place.dir, &self.turn.id, self.tag, pid, CANCEL_GRACE).await?;
+        }
+        Ok(())
     }
-    Ok(false)
-}
 
-async fn signal(shell: &Shell<'_>, place: &Place, tag: &str, turn: &TurnRow, stop: &mut Stop) -> Result<()> {
-    if !stop.signalled {
-        stop.signalled = true;
-        shell.signal(&place.dir, &turn.id, tag, turn.pid.unwrap_or(0), CANCEL_GRACE).await?;
+    async fn deadline_passed(&self, stop: &mut Stop) -> Result<()> {
+        self.relay.store.request_cancel(&self.turn.id, time::now())?;
+        self.signal(stop).await
     }
-    Ok(())
-}
 
-async fn deadline_passed(
-    relay: &Relay,
-    shell: &Shell<'_>,
-    place: &Place,
-    tag: &str,
-    turn: &TurnRow,
-    stop: &mut Stop,
-) -> Result<()> {
-    relay.store.request_cancel(&turn.id, time::now())?;
-    signal(shell, place, tag, turn, stop).await
-}
-
-/// Follows the log through the daemon (polling when it cannot) until the supervisor ends.
-#[allow(clippy::too_many_arguments)]
-async fn daemon_watch(
-    relay: &Relay,
-    shell: &Shell<'_>,
-    envd: &Envd,
-    place: &Place,
-    tag: &str,
-    turn: &TurnRow,
-    ingest: &mut Ingest,
-    poke: &Notify,
-    stop: &mut Stop,
-) -> Result<End> {
-    let mut stream = relay.streams.open_own(&shell.row.id, Kind::TurnLog).ok();
-    let result = {
-        let end = shell.supervisor_end(envd, tag);
-        let follow = follow_then_poll(relay, shell, envd, place, turn, ingest, stream.as_mut());
-        tokio::pin!(end, follow);
-        loop {
-            tokio::select! {
-                e = &mut end => break e.map(|e| e.map_or(End::Unknown, ended)),
-                r = &mut follow => if let Err(e) = r { break Err(e) },
-                _ = poke.notified() => if poked(relay, shell, place, tag, turn, stop).await? { break Ok(End::Outside) },
-                _ = tokio::time::sleep_until(stop.deadline), if !stop.signalled => {
-                    deadline_passed(relay, shell, place, tag, turn, stop).await?;
+    /// Follows the log through the daemon (polling when it cannot) until the supervisor ends.
+    async fn daemon(&self, envd: &Envd, ingest: &mut Ingest, stop: &mut Stop) -> Result<End> {
+        let mut stream = self.relay.streams.open_own(&self.shell.row.id, Kind::TurnLog).ok();
+        let result = {
+            let end = self.shell.supervisor_end(envd, self.tag);
+            let follow = self.follow_then_poll(envd, ingest, stream.as_mut());
+            tokio::pin!(end, follow);
+            loop {
+                tokio::select! {
+                    e = &mut end => break e.map(|e| e.map_or(End::Unknown, ended)),
+                    r = &mut follow => if let Err(e) = r { break Err(e) },
+                    _ = self.poke.notified() => if self.poked(stop).await? { break Ok(End::Outside) },
+                    _ = tokio::time::sleep_until(stop.deadline), if !stop.signalled => self.deadline_passed(stop).await?,
                 }
             }
+        };
+        if let Some(s) = stream.as_mut() {
+            s.end(Reason::Done);
         }
-    };
-    if let Some(s) = stream.as_mut() {
-        s.end(Reason::Done);
+        result
     }
-    result
 }
 
 /// What the daemon said of the supervisor's end. Its exit code is the harness's (the script
@@ -378,30 +366,24 @@ impl FollowEnd {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn follow_then_poll(
-    relay: &Relay,
-    shell: &Shell<'_>,
-    envd: &Envd,
-    place: &Place,
-    turn: &TurnRow,
-    ingest: &mut Ingest,
-    stream: Option<&mut Stream>,
-) -> Result<()> {
-    let why = match stream {
-        _ if !relay.sessions.settings.follow_logs => FollowEnd::Disabled,
-        None => FollowEnd::Full,
-        Some(stream) => follow(relay, envd, place, turn, ingest, stream).await?,
-    };
-    if matches!(why, FollowEnd::Truncated | FollowEnd::Replaced) {
-        ingest.restart();
-    }
-    relay.store.set_turn_polled(&turn.id, true)?;
-    events::TurnPolled { turn: &turn.id, why: &why.describe() }.emit();
-    let mut inode = None;
-    loop {
-        poll(relay, shell, place, &turn.id, ingest, &mut inode).await?;
-        tokio::time::sleep(relay.sessions.settings.poll).await;
+impl Watch<'_> {
+    async fn follow_then_poll(&self, envd: &Envd, ingest: &mut Ingest, stream: Option<&mut Stream>) -> Result<()> {
+        let (relay, turn) = (self.relay, self.turn);
+        let why = match stream {
+            _ if !relay.sessions.settings.follow_logs => FollowEnd::Disabled,
+            None => FollowEnd::Full,
+            Some(stream) => follow(relay, envd, self.place, turn, ingest, stream).await?,
+        };
+        if matches!(why, FollowEnd::Truncated | FollowEnd::Replaced) {
+            ingest.restart();
+        }
+        relay.store.set_turn_polled(&turn.id, true)?;
+        events::TurnPolled { turn: &turn.id, why: &why.describe() }.emit();
+        let mut inode = None;
+        loop {
+            poll(relay, self.shell, self.place, &turn.id, ingest, &mut inode).await?;
+            tokio::time::sleep(relay.sessions.settings.poll).await;
+        }
     }
 }
 
@@ -506,40 +488,31 @@ async fn probe(shell: &Shell<'_>, place: &Place, turn_id: &str, from: u64, max: 
 /// Without the daemon (or when it no longer knows the supervisor): polls the log every
 /// `HANGAR_SESSION_POLL_SECONDS` and decides liveness every `HANGAR_RUN_PROBE_SECONDS` by the
 /// exit file, the supervisor's pid and start time, and its heartbeat.
-#[allow(clippy::too_many_arguments)]
-async fn polled_watch(
-    relay: &Relay,
-    shell: &Shell<'_>,
-    place: &Place,
-    tag: &str,
-    turn: &TurnRow,
-    ingest: &mut Ingest,
-    poke: &Notify,
-    stop: &mut Stop,
-) -> Result<End> {
-    relay.store.set_turn_polled(&turn.id, true)?;
-    let settings = &relay.sessions.settings;
-    let mut inode = None;
-    let mut decided = Instant::now() - settings.probe;
-    loop {
-        let (p, more) = poll(relay, shell, place, &turn.id, ingest, &mut inode).await?;
-        if let Some(exit) = &p.exit {
-            return Ok(exit_file(exit));
-        }
-        if decided.elapsed() >= settings.probe {
-            decided = Instant::now();
-            if !p.alive && p.heartbeat_age.is_none_or(|a| a > HEARTBEAT_DEAD_SECONDS) {
-                return Ok(End::Died("the supervisor is gone and wrote no exit file".into()));
+impl Watch<'_> {
+    async fn polled(&self, ingest: &mut Ingest, stop: &mut Stop) -> Result<End> {
+        let relay = self.relay;
+        relay.store.set_turn_polled(&self.turn.id, true)?;
+        let settings = &relay.sessions.settings;
+        let mut inode = None;
+        let mut decided = Instant::now() - settings.probe;
+        loop {
+            let (p, more) = poll(relay, self.shell, self.place, &self.turn.id, ingest, &mut inode).await?;
+            if let Some(exit) = &p.exit {
+                return Ok(exit_file(exit));
             }
-        }
-        if more {
-            continue;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(settings.poll) => {}
-            _ = poke.notified() => if poked(relay, shell, place, tag, turn, stop).await? { return Ok(End::Outside) },
-            _ = tokio::time::sleep_until(stop.deadline), if !stop.signalled => {
-                deadline_passed(relay, shell, place, tag, turn, stop).await?;
+            if decided.elapsed() >= settings.probe {
+                decided = Instant::now();
+                if !p.alive && p.heartbeat_age.is_none_or(|a| a > HEARTBEAT_DEAD_SECONDS) {
+                    return Ok(End::Died("the supervisor is gone and wrote no exit file".into()));
+                }
+            }
+            if more {
+                continue;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(settings.poll) => {}
+                _ = self.poke.notified() => if self.poked(stop).await? { return Ok(End::Outside) },
+                _ = tokio::time::sleep_until(stop.deadline), if !stop.signalled => self.deadline_passed(stop).await?,
             }
         }
     }
@@ -556,56 +529,55 @@ fn exit_file(text: &str) -> End {
     }
 }
 
-/// Reads the rest of the log, then records the turn's end.
-async fn conclude(
-    relay: &Relay,
-    shell: &Shell<'_>,
-    place: &Place,
-    session: &SessionRow,
-    turn: &TurnRow,
-    ingest: &mut Ingest,
-    end: End,
-) -> Result<()> {
-    if let End::Outside = end {
-        return Ok(());
+impl Watch<'_> {
+    /// Reads the rest of the log, then records the turn's end.
+    async fn conclude(&self, session: &SessionRow, ingest: &mut Ingest, end: End) -> Result<()> {
+        let Watch { relay, shell, place, turn, .. } = *self;
+        if let End::Outside = end {
+            return Ok(());
+        }
+        if let End::Died(_) = end {
+            // The harness may outlive its supervisor: its process group goes with it.
+            if let Some(pid) = turn.pid.filter(|p| *p > 1) {
+                shell.run(place.split, &format!("kill -KILL -- -{pid} 2>/dev/null; true"), SCRIPT_TIMEOUT).await?;
+            }
+        }
+        let mut inode = None;
+        for _ in 0..MAX_DRAIN_POLLS {
+            if !poll(relay, shell, place, &turn.id, ingest, &mut inode).await?.1 {
+                break;
+            }
+        }
+        let now = relay.store.turn(&turn.id)?.unwrap_or_else(|| turn.clone());
+        let deadline = now.started_at.unwrap_or(now.created_at) + now.timeout_minutes as f64 * 60.0;
+        let (code, signal) = match &end {
+            End::Exited { code, signal } => (Some(*code), signal.clone()),
+            _ => (None, None),
+        };
+        relay.store.set_turn_exit(&turn.id, code, signal.as_deref())?;
+        let o = ingest.outcome;
+        let (to, reason, detail) = match &end {
+            _ if now.cancel_requested_at.is_some() && time::now() >= deadline => {
+                (TurnState::TimedOut, "run_timeout", format!("ran past its {} minutes", now.timeout_minutes))
+            }
+            _ if now.cancel_requested_at.is_some() => (TurnState::Cancelled, "cancel_agent", "cancelled".to_string()),
+            End::Died(why) => (TurnState::Crashed, "process_died", why.clone()),
+            End::Exited { code: 0, .. } if o.result_ok != Some(false) => {
+                (TurnState::Succeeded, "ok", "exit code 0".into())
+            }
+            End::Exited { signal: Some(s), .. } => {
+                (TurnState::Crashed, "process_died", format!("the harness was killed by SIG{s}"))
+            }
+            End::Exited { code, .. } if o.rate_limited => {
+                (TurnState::Failed, "rate_limited", format!("exit code {code}"))
+            }
+            End::Exited { code, .. } if o.result_ok == Some(false) => {
+                (TurnState::Failed, "harness_error", format!("exit code {code}; the harness reported an error"))
+            }
+            End::Exited { code, .. } => (TurnState::Failed, "nonzero_exit", format!("exit code {code}")),
+            End::Outside | End::Unknown => return Ok(()),
+        };
+        transition(relay, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail))?;
+        Ok(())
     }
-    if let End::Died(_) = end {
-        // The harness may outlive its supervisor: its process group goes with it.
-        if let Some(pid) = turn.pid.filter(|p| *p > 1) {
-            shell.run(place.split, &format!("kill -KILL -- -{pid} 2>/dev/null; true"), SCRIPT_TIMEOUT).await?;
-        }
-    }
-    let mut inode = None;
-    for _ in 0..MAX_DRAIN_POLLS {
-        if !poll(relay, shell, place, &turn.id, ingest, &mut inode).await?.1 {
-            break;
-        }
-    }
-    let now = relay.store.turn(&turn.id)?.unwrap_or_else(|| turn.clone());
-    let deadline = now.started_at.unwrap_or(now.created_at) + now.timeout_minutes as f64 * 60.0;
-    let (code, signal) = match &end {
-        End::Exited { code, signal } => (Some(*code), signal.clone()),
-        _ => (None, None),
-    };
-    relay.store.set_turn_exit(&turn.id, code, signal.as_deref())?;
-    let o = ingest.outcome;
-    let (to, reason, detail) = match &end {
-        _ if now.cancel_requested_at.is_some() && time::now() >= deadline => {
-            (TurnState::TimedOut, "run_timeout", format!("ran past its {} minutes", now.timeout_minutes))
-        }
-        _ if now.cancel_requested_at.is_some() => (TurnState::Cancelled, "cancel_agent", "cancelled".to_string()),
-        End::Died(why) => (TurnState::Crashed, "process_died", why.clone()),
-        End::Exited { code: 0, .. } if o.result_ok != Some(false) => (TurnState::Succeeded, "ok", "exit code 0".into()),
-        End::Exited { signal: Some(s), .. } => {
-            (TurnState::Crashed, "process_died", format!("the harness was killed by SIG{s}"))
-        }
-        End::Exited { code, .. } if o.rate_limited => (TurnState::Failed, "rate_limited", format!("exit code {code}")),
-        End::Exited { code, .. } if o.result_ok == Some(false) => {
-            (TurnState::Failed, "harness_error", format!("exit code {code}; the harness reported an error"))
-        }
-        End::Exited { code, .. } => (TurnState::Failed, "nonzero_exit", format!("exit code {code}")),
-        End::Outside | End::Unknown => return Ok(()),
-    };
-    transition(relay, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail))?;
-    Ok(())
 }
