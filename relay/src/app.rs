@@ -5,7 +5,7 @@ use std::{net::SocketAddr, sync::Arc};
 use crate::{
     api, auth,
     config::{self, Config},
-    events, exec, processes, providers, recovery, revocation, sandboxes, secrets, sessions, store, streams,
+    events, exec, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions, store, streams,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +39,7 @@ pub struct Relay {
     pub limits: config::Limits,
     pub streams: Arc<streams::Streams>,
     pub sessions: sessions::Sessions,
+    pub jobs: jobs::Jobs,
     pub secrets: secrets::Secrets,
 }
 
@@ -131,6 +132,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         limits: config.limits.clone(),
         streams,
         sessions: sessions::Sessions::new(harnesses, settings),
+        jobs: jobs::Jobs::default(),
         secrets,
     });
     relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
@@ -158,6 +160,8 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     let unattached = tokio::spawn(processes::watch_unattached(relay.clone()));
     // Live turns carry on from their saved positions.
     let turns = tokio::spawn(sessions::resume(relay.clone()));
+    // So do live jobs (each from its recorded state).
+    jobs::resume(&relay);
     let signalled = async move {
         tokio::select! {
             _ = term.recv() => {}

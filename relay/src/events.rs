@@ -386,3 +386,30 @@ impl SecretChanged<'_> {
         tracing::info!(target: TARGET, event = "secret_changed", name = self.name, change = self.change, "secret changed");
     }
 }
+
+/// A job moved between states.
+pub struct JobState<'a> {
+    pub job: &'a str,
+    pub person: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+    pub reason: Option<&'a str>,
+}
+impl JobState<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "job_state", job = self.job, person = self.person, from = self.from,
+            to = self.to, reason = self.reason, "job state");
+    }
+}
+
+/// A job's driver could not read or write its state (it stops; a restart resumes the job).
+pub struct JobFailed<'a> {
+    pub job: &'a str,
+    pub error: &'a str,
+}
+impl JobFailed<'_> {
+    pub fn emit(self) {
+        tracing::error!(target: TARGET, event = "job_driver_failed", job = self.job, error = self.error,
+            "job driver failed");
+    }
+}

@@ -40,8 +40,8 @@ fn scope(req: &Request) -> Option<Scope> {
     req.extensions().get::<Caller>().map(|c| c.scope)
 }
 
-/// Sandboxes, their processes and MCP: any scope but `jobs` (a pipeline's token, which will
-/// only reach its own jobs).
+/// Sandboxes, their processes, sessions and MCP: any scope but `jobs` (a pipeline's token,
+/// which reaches only `/api/jobs*`, where it sees only its own jobs).
 pub async fn sandbox_scopes(req: Request, next: Next) -> Response {
     if scope(&req).is_none_or(|s| s == Scope::Jobs) {
         return ApiError::forbidden("a jobs token can only read its own jobs").into_response();

@@ -70,6 +70,11 @@ impl Sandboxes {
         })
     }
 
+    /// Refuses a provider this relay does not have (as `create` would), before anything is made.
+    pub fn check_provider(&self, name: &str) -> Result<()> {
+        self.provider(name).map(|_| ())
+    }
+
     pub async fn create(&self, name: &str, provider: &str, options: serde_json::Value) -> Result<SandboxRow> {
         if !valid_name(name) {
             return Err(Error::invalid(format!(

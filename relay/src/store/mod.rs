@@ -1,5 +1,5 @@
 //! The relay's state in SQLite: tokens (hashed), sandboxes, and agent sessions with their turns,
-//! events, secrets and plan usage (`sessions`).
+//! events, secrets and plan usage (`sessions`), and jobs (`jobs`).
 //!
 //! Invariant: the only module that speaks SQL. No secret is stored in the clear except each
 //! sandbox's envd access token, which the relay must present to its daemon, and the named
@@ -12,7 +12,9 @@ use std::{
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+mod jobs;
 mod sessions;
+pub use jobs::{JobRow, JobState, JobsOf, NewJob};
 pub use sessions::{Created, EventRow, NewEvent, SessionRow, TurnRow, TurnState, UsageRow};
 
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +224,7 @@ impl Store {
         conn.pragma_update(None, "busy_timeout", 5000)?;
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(sessions::SCHEMA)?;
+        conn.execute_batch(jobs::SCHEMA)?;
         add_columns(&conn)?;
         Ok(Store { conn: Mutex::new(conn) })
     }

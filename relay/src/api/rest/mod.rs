@@ -1,6 +1,8 @@
 //! REST and Server-Sent Events under `/api`, with `Authorization: Bearer` on every route but
-//! `GET /health`. Scopes are router layers: tokens are admin-only; sandbox routes refuse `jobs`.
+//! `GET /health`. Scopes are router layers: tokens are admin-only; sandbox routes refuse `jobs`;
+//! jobs routes take every scope (the domain shows each caller only its own jobs).
 mod exec;
+mod jobs;
 mod processes;
 mod sandboxes;
 mod sessions;
@@ -27,6 +29,7 @@ use crate::app::Relay;
 pub mod inputs {
     pub use super::{
         exec::{request as exec_request, ExecBody},
+        jobs::{CreateJob, JobStreamQuery},
         processes::{resume_from, InputBody, SinceQuery, StartBody},
         sandboxes::CreateSandbox,
         sessions::{CreateSecret, CreateSession, CreateTurn, EventsQuery, StreamQuery},
@@ -51,6 +54,12 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sessions/{session}/events/stream", get(sessions::stream))
         .route("/api/usage", get(sessions::usage))
         .route_layer(middleware::from_fn(auth::sandbox_scopes));
+    // Any scope: a `jobs` token (a pipeline's) reaches these routes and no others.
+    let jobs = Router::new()
+        .route("/api/jobs", post(jobs::create).get(jobs::list))
+        .route("/api/jobs/{job}", get(jobs::get))
+        .route("/api/jobs/{job}/cancel", post(jobs::cancel))
+        .route("/api/jobs/{job}/events/stream", get(jobs::stream));
     // Work inside a sandbox (the domain holds it to the sandbox's isolation).
     let inside = Router::new()
         .route("/api/sandboxes/{sandbox}/exec", post(exec::exec))
@@ -72,6 +81,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .merge(tokens)
         .merge(sandboxes)
         .merge(agents)
+        .merge(jobs)
         .fallback(|| async { ApiError::no_route() })
         .layer(middleware::from_fn_with_state(relay.clone(), auth::authenticate));
     Router::new()

@@ -1,0 +1,218 @@
+//! Jobs: `POST/GET /api/jobs`, `GET /api/jobs/{id}`, `POST /api/jobs/{id}/cancel` and
+//! `GET /api/jobs/{id}/events/stream?since=` (SSE of the job's session's events, `id` the seq,
+//! ending once the job has). Every scope may use them; a `jobs` token sees only its own jobs.
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use axum::{
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode},
+    response::sse::{Event, Sse},
+    Extension, Json,
+};
+use futures::Stream;
+use serde::Deserialize;
+
+use super::sse;
+use crate::{
+    api::{
+        extract::{Body, Params},
+        ApiError,
+    },
+    app::Relay,
+    auth::Caller,
+    jobs::{self, JobView, SandboxSpec, StartRequest},
+    sessions,
+    store::{JobState, JobsOf},
+    streams::{Front, Kind, Reason},
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSpecBody {
+    provider: String,
+    #[serde(default = "empty_object")]
+    options: serde_json::Value,
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::json!({})
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJob {
+    #[serde(default)]
+    sandbox: Option<String>,
+    #[serde(default)]
+    sandbox_spec: Option<SandboxSpecBody>,
+    #[serde(default)]
+    harness: Option<String>,
+    prompt: String,
+    #[serde(default)]
+    cwd: Option<String>,
+    #[serde(default)]
+    verify: Option<String>,
+    #[serde(default)]
+    timeout_minutes: Option<i64>,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+pub async fn create(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Body(b): Body<CreateJob>,
+) -> Result<(StatusCode, Json<JobView>), ApiError> {
+    let req = StartRequest {
+        sandbox: b.sandbox,
+        sandbox_spec: b.sandbox_spec.map(|s| SandboxSpec { provider: s.provider, options: s.options }),
+        harness: b.harness,
+        prompt: b.prompt,
+        cwd: b.cwd,
+        verify: b.verify,
+        timeout_minutes: b.timeout_minutes,
+        idempotency_key: b.idempotency_key,
+    };
+    let view = jobs::start(&relay, &caller, req).await?;
+    let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((status, Json(view)))
+}
+
+pub async fn list(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(serde_json::json!({ "jobs": jobs::list(&relay, &caller)? })))
+}
+
+pub async fn get(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    Ok(Json(jobs::get(&relay, &caller, &id)?))
+}
+
+pub async fn cancel(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    Ok(Json(jobs::cancel(&relay, &caller, &id).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobStreamQuery {
+    #[serde(default)]
+    since: Option<i64>,
+}
+
+/// How many events an SSE stream reads from the store at a time.
+const PAGE: usize = 200;
+/// How often a stream looks at a job that has no session yet.
+const NO_SESSION_POLL: Duration = Duration::from_millis(300);
+/// How long a stream waits for the event that records the job's end once its state says so.
+const END_GRACE: Duration = Duration::from_secs(2);
+
+/// Whether the event is hangar's record of the job ending.
+fn ends_job(e: &crate::store::EventRow) -> bool {
+    e.kind == "job.state"
+        && e.data.get("to").and_then(|v| v.as_str()).is_some_and(|to| {
+            [JobState::Succeeded, JobState::Failed, JobState::Cancelled].iter().any(|s| s.as_str() == to)
+        })
+}
+
+pub async fn stream(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Params(q): Params<JobStreamQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let since = match headers.get("last-event-id").map(|v| v.to_str().map(|s| s.trim().parse::<i64>())) {
+        Some(Ok(Ok(n))) => n,
+        Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be an event's seq")),
+        None => q.since.unwrap_or(0),
+    };
+    let job = jobs::find(&relay, &caller, &id)?;
+    let events = async_stream::stream! {
+        let mut job = job;
+        // Until the job has a session there are no events: wait for one, or the job's end.
+        let session_id = loop {
+            if let Some(s) = &job.session_id {
+                break s.clone();
+            }
+            if job.state.is_terminal() {
+                yield Ok(sse::close_event(Reason::Done, Some(&format!("the job ended: {}", job.state.as_str()))));
+                return;
+            }
+            tokio::time::sleep(NO_SESSION_POLL).await;
+            match relay.store.job(&job.id, JobsOf::Everyone) {
+                Ok(Some(j)) => job = j,
+                _ => {
+                    yield Ok(sse::close_event(Reason::Error, Some("the job is gone")));
+                    return;
+                }
+            }
+        };
+        let sandbox = job.sandbox_id.clone().unwrap_or_default();
+        let mut admitted = match relay.streams.open(&caller, &sandbox, Kind::Events, Front::Rest) {
+            Ok(a) => a,
+            Err(e) => {
+                yield Ok(sse::close_event(Reason::Error, Some(&e.to_string())));
+                return;
+            }
+        };
+        let seq = relay.store.session_by_id(&session_id).ok().flatten().map_or(0, |s| s.event_seq);
+        let mut rx = relay.sessions.live.subscribe(&session_id, seq);
+        let mut since = since;
+        let mut saw_end = false;
+        let mut graced = false;
+        loop {
+            let state = relay.store.job(&job.id, JobsOf::Everyone).ok().flatten().map(|j| j.state);
+            let page = match sessions::read_page(&relay, &session_id, since, PAGE) {
+                Ok(p) => p,
+                Err(e) => {
+                    admitted.end(Reason::Error);
+                    yield Ok(sse::close_event(Reason::Error, Some(&e.to_string())));
+                    return;
+                }
+            };
+            for e in &page.events {
+                let data = serde_json::to_string(e).unwrap_or_default();
+                if let Err(r) = admitted.send(data.len() as u64).await {
+                    admitted.end(r);
+                    yield Ok(sse::close_event(r, None));
+                    return;
+                }
+                since = e.seq;
+                saw_end |= ends_job(e);
+                yield Ok(Event::default().id(e.seq.to_string()).data(data));
+            }
+            if page.more {
+                continue;
+            }
+            let ended = state.is_none_or(JobState::is_terminal);
+            if ended && (saw_end || graced) {
+                admitted.end(Reason::Done);
+                let state = state.map_or("deleted", JobState::as_str);
+                yield Ok(sse::close_event(Reason::Done, Some(&format!("the job ended: {state}"))));
+                return;
+            }
+            // The job's state is set just before its `job.state` event is recorded: once it
+            // says ended, the event has a moment to arrive.
+            let wait = if ended { graced = true; END_GRACE } else { Duration::from_secs(5) };
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { tokio::time::sleep(wait).await },
+                _ = tokio::time::sleep(wait) => {}
+                r = admitted.closed() => {
+                    admitted.end(r);
+                    yield Ok(sse::close_event(r, None));
+                    return;
+                }
+            }
+        }
+    };
+    Ok(Sse::new(events).keep_alive(sse::keep_alive()))
+}

@@ -1,0 +1,319 @@
+//! A job's driver: one task per live job, a state machine over the job's recorded state so a
+//! restarted relay carries on where it was. `queued`: the sandbox (created when the job has a
+//! spec), the base head, the session. `running`: waits for the session's first turn to end.
+//! `verifying`: runs `verify`, measures, and ends the job.
+use std::{sync::Arc, time::Duration};
+
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use super::measure::{self, Verification};
+use crate::{
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+    events,
+    sessions::{
+        self,
+        supervisor::{Shell, SCRIPT_TIMEOUT},
+    },
+    store::{JobRow, JobState, JobsOf, NewEvent, SandboxRow, TurnState},
+    time,
+};
+
+/// How often a waiting driver looks again without being woken (a missed wake-up costs this).
+const RECHECK: Duration = Duration::from_secs(5);
+
+/// The caller a job acts as: its creator's token, scope and person.
+pub(super) fn caller_of(job: &JobRow) -> Caller {
+    Caller {
+        token_id: job.token_id.clone(),
+        name: format!("job {}", job.id),
+        scope: job.scope,
+        person: job.person.clone(),
+    }
+}
+
+/// The name of the job's session and of a sandbox it creates: `job-<hex>`.
+fn own_name(job: &JobRow) -> String {
+    format!("job-{}", job.id.trim_start_matches("job_"))
+}
+
+pub(super) async fn drive(relay: &Arc<Relay>, id: &str, notify: &Notify) {
+    if let Err(e) = run(relay, id, notify).await {
+        events::JobFailed { job: id, error: &e.to_string() }.emit();
+    }
+}
+
+async fn run(relay: &Arc<Relay>, id: &str, notify: &Notify) -> Result<()> {
+    loop {
+        let Some(job) = relay.store.job(id, JobsOf::Everyone)? else { return Ok(()) };
+        // Each step moves the job on (or it is found terminal next time round).
+        match job.state {
+            JobState::Queued => start(relay, &job).await?,
+            JobState::Running => wait_turn(relay, &job, notify).await?,
+            JobState::Verifying => verify(relay, &job, notify).await?,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled => return Ok(()),
+        }
+    }
+}
+
+/// Moves the job to `to` (unless it has ended) and records a `job.state` event in its session's
+/// events, where there is one.
+pub(super) fn to(relay: &Relay, job: &JobRow, to: JobState, reason: Option<&str>, detail: Option<&str>) -> Result<()> {
+    let detail = detail.map(|d| relay.secrets.redactor().text(d).into_owned());
+    if !relay.store.set_job_state(&job.id, to, reason, detail.as_deref(), time::now())? {
+        return Ok(());
+    }
+    events::JobState { job: &job.id, person: &job.person, from: job.state.as_str(), to: to.as_str(), reason }.emit();
+    let data = json!({
+        "job": job.id, "from": job.state.as_str(), "to": to.as_str(), "reason": reason, "detail": detail,
+        "source": "hangar",
+    });
+    record(relay, job.session_id.as_deref(), "job.state", data)
+}
+
+fn record(relay: &Relay, session_id: Option<&str>, kind: &'static str, data: Value) -> Result<()> {
+    let Some(session_id) = session_id else { return Ok(()) };
+    let Some(turn) = relay.store.turns(session_id)?.into_iter().next() else { return Ok(()) };
+    let event = NewEvent { kind, data, src_offset: None, part: 0 };
+    let (seq, _) = relay.store.record_events(session_id, &turn.id, &[event], time::now(), None, None)?;
+    relay.sessions.live.publish(session_id, seq);
+    Ok(())
+}
+
+fn fail(relay: &Relay, job: &JobRow, reason: &str, e: &Error) -> Result<()> {
+    to(relay, job, JobState::Failed, Some(reason), Some(&e.to_string()))
+}
+
+/// The job's sandbox: the one it names, or the one it creates from its spec (found again by
+/// name after a restart).
+async fn sandbox(relay: &Relay, job: &JobRow) -> Result<SandboxRow> {
+    if let Some(id) = &job.sandbox_id {
+        return relay.sandboxes.get(id);
+    }
+    let name = own_name(job);
+    if let Some(row) = relay.store.sandbox(&name)? {
+        relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true)?;
+        return Ok(row);
+    }
+    let spec = job.sandbox_spec.as_ref().ok_or_else(|| Error::invalid("the job names no sandbox"))?;
+    let provider = spec.get("provider").and_then(Value::as_str).unwrap_or_default();
+    let options = spec.get("options").cloned().unwrap_or_else(|| json!({}));
+    let row = relay.sandboxes.create(&name, provider, options).await?;
+    relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true)?;
+    Ok(row)
+}
+
+async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
+    if job.cancel_requested_at.is_some() {
+        return to(relay, job, JobState::Cancelled, Some("cancel_requested"), None);
+    }
+    let row = match sandbox(relay, job).await {
+        Ok(row) => row,
+        Err(e @ Error::Store(_)) => return Err(e),
+        Err(e) => return fail(relay, job, "sandbox_unavailable", &e),
+    };
+    let cwd = match job.cwd.as_deref().or(row.workdir.as_deref()) {
+        Some(cwd) => relay.sandboxes.resolve_cwd(&row, cwd),
+        None => Err(Error::invalid("cwd: the sandbox has no working directory; name one")),
+    };
+    let cwd = match cwd {
+        Ok(cwd) => cwd,
+        Err(e) => return fail(relay, job, "invalid_cwd", &e),
+    };
+    // The head before the agent's first turn: what "commits ahead" counts from. Read as the
+    // agent's own user, like everything hangar reads of the job's repository.
+    let base = match Shell::open(relay, row.clone()).await {
+        Ok(shell) => shell
+            .run(false, &measure::head_script(&cwd), SCRIPT_TIMEOUT)
+            .await
+            .ok()
+            .and_then(|o| measure::object_id(&String::from_utf8_lossy(&o.stdout))),
+        Err(_) => None,
+    };
+    let prompt = relay.jobs.prompts().get(&job.id).cloned().unwrap_or_else(|| job.prompt.clone());
+    let req = sessions::StartRequest {
+        name: own_name(job),
+        sandbox: row.id.clone(),
+        harness: Some(job.harness.clone()),
+        prompt,
+        cwd: Some(cwd),
+        timeout_minutes: Some(job.timeout_minutes),
+        secrets: Vec::new(),
+        // The job's id: a driver restarted before it recorded the session gets the same one.
+        idempotency_key: Some(job.id.clone()),
+        ignore_limits: false,
+    };
+    let session = match sessions::start(relay, &caller_of(job), req).await {
+        Ok(v) => v.session,
+        Err(e @ Error::Store(_)) => return Err(e),
+        Err(e) => return fail(relay, job, "session_refused", &e),
+    };
+    relay.store.set_job_session(&job.id, &session.id, &session.cwd, base.as_deref())?;
+    relay.jobs.prompts().remove(&job.id);
+    let job = relay.store.job(&job.id, JobsOf::Everyone)?.ok_or_else(|| Error::not_found("job gone"))?;
+    to(relay, &job, JobState::Running, None, None)?;
+    // A cancel that came while the session was starting: its turn goes too (`wait_turn` ends
+    // the job when it has).
+    if job.cancel_requested_at.is_some() {
+        sessions::cancel(relay, &caller_of(&job), &session.id).await?;
+    }
+    Ok(())
+}
+
+/// A turn's end as the job's reason: the turn's own, `crashed:<reason>` for a crash.
+fn turn_reason(state: TurnState, reason: Option<&str>) -> String {
+    match (state, reason) {
+        (TurnState::Crashed, Some(r)) => format!("crashed:{r}"),
+        (TurnState::TimedOut, _) => "timed_out".into(),
+        (_, Some(r)) => r.to_string(),
+        (s, None) => s.as_str().to_string(),
+    }
+}
+
+async fn wait_turn(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()> {
+    let Some(session_id) = job.session_id.clone() else {
+        return to(relay, job, JobState::Failed, Some("session_lost"), None);
+    };
+    let mut asked_cancel = false;
+    loop {
+        let Some(session) = relay.store.session_by_id(&session_id)? else {
+            return to(relay, job, JobState::Failed, Some("session_deleted"), None);
+        };
+        let mut rx = relay.sessions.live.subscribe(&session_id, session.event_seq);
+        let Some(turn) = relay.store.turns(&session_id)?.into_iter().next() else {
+            return to(relay, job, JobState::Failed, Some("session_lost"), None);
+        };
+        if turn.state.is_terminal() {
+            let reason = turn_reason(turn.state, turn.reason.as_deref());
+            return match turn.state {
+                TurnState::Succeeded => to(relay, job, JobState::Verifying, None, None),
+                TurnState::Cancelled => {
+                    finish(relay, job, None).await?;
+                    to(relay, job, JobState::Cancelled, Some(&reason), turn.detail.as_deref())
+                }
+                _ => {
+                    finish(relay, job, None).await?;
+                    to(relay, job, JobState::Failed, Some(&reason), turn.detail.as_deref())
+                }
+            };
+        }
+        let cancel = relay.store.job(&job.id, JobsOf::Everyone)?.is_some_and(|j| j.cancel_requested_at.is_some());
+        if cancel && !asked_cancel {
+            asked_cancel = true;
+            sessions::cancel(relay, &caller_of(job), &session_id).await?;
+            continue;
+        }
+        tokio::select! {
+            _ = rx.changed() => {}
+            _ = notify.notified() => {}
+            _ = tokio::time::sleep(RECHECK) => {}
+        }
+    }
+}
+
+async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()> {
+    let row = job.sandbox_id.as_deref().map(|id| relay.sandboxes.get(id)).transpose();
+    let (row, cwd) = match (row, &job.cwd) {
+        (Ok(Some(row)), Some(cwd)) => (row, cwd.clone()),
+        (Err(e), _) => return fail(relay, job, "sandbox_unavailable", &e),
+        _ => return to(relay, job, JobState::Failed, Some("sandbox_unavailable"), None),
+    };
+    let verification = match &job.verify {
+        None => None,
+        Some(command) => {
+            let minutes = job.timeout_minutes.clamp(1, super::MAX_VERIFY_MINUTES) as u64;
+            let shell = match Shell::open(relay, row).await {
+                Ok(s) => s,
+                Err(e) => return fail(relay, job, "sandbox_unavailable", &e),
+            };
+            let script = measure::verify_script(&cwd, command);
+            let run = shell.run(false, &script, Duration::from_secs(minutes * 60));
+            tokio::pin!(run);
+            let out = loop {
+                tokio::select! {
+                    out = &mut run => break out,
+                    _ = notify.notified() => {
+                        let cancel = relay.store.job(&job.id, JobsOf::Everyone)?
+                            .is_some_and(|j| j.cancel_requested_at.is_some());
+                        if cancel {
+                            // Dropping the run leaves the command to its own end in the sandbox.
+                            return to(relay, job, JobState::Cancelled, Some("cancel_requested"), None);
+                        }
+                    }
+                }
+            };
+            match out {
+                Ok(o) => {
+                    let mut all = o.stdout;
+                    all.extend_from_slice(&o.stderr);
+                    let tail = measure::output_tail(&all);
+                    Some(Verification {
+                        command: command.clone(),
+                        exit_code: o.exit_code,
+                        timed_out: o.timed_out,
+                        output_tail: relay.secrets.redactor().text(&tail).into_owned(),
+                    })
+                }
+                Err(e) => return fail(relay, job, "verify_error", &e),
+            }
+        }
+    };
+    let passed = verification.as_ref().is_none_or(Verification::passed);
+    finish(relay, job, verification).await?;
+    if passed {
+        to(relay, job, JobState::Succeeded, Some("ok"), None)
+    } else {
+        to(relay, job, JobState::Failed, Some("verify_failed"), None)
+    }
+}
+
+/// Measures the repository (read-only git, as the agent's user), finds a PR URL in the agent's
+/// final message, and records the result (also as a `job.result` event).
+async fn finish(relay: &Relay, job: &JobRow, verification: Option<Verification>) -> Result<()> {
+    let mut git = None;
+    if let (Some(id), Some(cwd)) = (&job.sandbox_id, &job.cwd) {
+        if let Ok(shell) = Shell::open(relay, relay.sandboxes.get(id)?).await {
+            let out = shell.run(false, &measure::facts_script(cwd, job.base.as_deref()), SCRIPT_TIMEOUT).await;
+            git = out.ok().and_then(|o| measure::parse_facts(&String::from_utf8_lossy(&o.stdout)));
+        }
+    }
+    let redactor = relay.secrets.redactor();
+    let pr_url = match &job.session_id {
+        Some(s) => final_text(relay, s)?.as_deref().and_then(measure::pr_url),
+        None => None,
+    };
+    let result = json!({
+        "measured_by": "hangar",
+        "git_repository": git.is_some(),
+        "branch": git.as_ref().and_then(|g| g.branch.as_deref()).map(|b| redactor.text(b).into_owned()),
+        "head": git.as_ref().and_then(|g| g.head.clone()),
+        "base": job.base,
+        "commits_ahead": git.as_ref().and_then(|g| g.commits_ahead),
+        "dirty": git.as_ref().and_then(|g| g.dirty),
+        "pushed": git.as_ref().and_then(|g| g.pushed),
+        "verification": verification,
+        "pr_url": pr_url.as_deref().map(|u| redactor.text(u).into_owned()),
+        "pr_url_source": pr_url.as_ref().map(|_| "agent_reported"),
+    });
+    relay.store.set_job_result(&job.id, &result)?;
+    record(
+        relay,
+        job.session_id.as_deref(),
+        "job.result",
+        json!({ "job": job.id, "result": result, "source": "hangar" }),
+    )
+}
+
+/// The `final_text` of the session's last `run.result` event.
+fn final_text(relay: &Relay, session_id: &str) -> Result<Option<String>> {
+    let events = relay.store.latest_events(session_id, 200)?;
+    Ok(events
+        .iter()
+        .rev()
+        .find(|e| e.kind == "run.result")
+        .and_then(|e| e.data.get("final_text"))
+        .and_then(Value::as_str)
+        .map(str::to_string))
+}

@@ -1,0 +1,206 @@
+//! What hangar measures of a job's work itself: the scripts it runs in the sandbox (read-only
+//! git, the verification) and how it reads their output. Pure functions; no I/O.
+//!
+//! Everything the sandbox prints is data: it is parsed into typed values (a head must look like
+//! an object id, a count like a number), never put into a later command.
+use serde::Serialize;
+
+use crate::text::{sh_quote, tail_str};
+
+/// How much of the verification's output a result keeps (its end).
+pub const VERIFY_TAIL_BYTES: usize = 4 * 1024;
+
+/// Git as hangar runs it: no fsmonitor hook (a repository's config could name a command).
+const GIT: &str = "git -c core.fsmonitor=false";
+
+/// Prints the head commit of the repository at `cwd` (nothing outside a repository, or in one
+/// without commits).
+pub fn head_script(cwd: &str) -> String {
+    format!("cd -- {} 2>/dev/null && {GIT} rev-parse --verify -q HEAD 2>/dev/null", sh_quote(cwd))
+}
+
+/// A git object id: 40 (SHA-1) or 64 (SHA-256) hex digits.
+pub fn object_id(s: &str) -> Option<String> {
+    let s = s.trim();
+    ((s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_ascii_lowercase())
+}
+
+/// Runs `verify` with bash -lc in `cwd`, its stderr merged into its stdout.
+pub fn verify_script(cwd: &str, verify: &str) -> String {
+    format!("exec 2>&1; cd -- {} || exit 126; exec bash -lc {}", sh_quote(cwd), sh_quote(verify))
+}
+
+/// Prints `key=value` lines: `git=yes|no`, then `head`, `branch`, `ahead` (with a base),
+/// `dirty` (0 or 1) and `upstream` (when the branch has one). `dirty` leaves out `.hangar` at
+/// the repository's top: the agent's run directory where its home is the repository (a local
+/// sandbox's work directory), hangar's files rather than the agent's work.
+pub fn facts_script(cwd: &str, base: Option<&str>) -> String {
+    let mut s = format!(
+        "cd -- {} 2>/dev/null || {{ echo git=no; exit 0; }}\n\
+         g() {{ {GIT} \"$@\" 2>/dev/null; }}\n\
+         head=$(g rev-parse --verify -q HEAD) || {{ echo git=no; exit 0; }}\n\
+         echo git=yes\n\
+         echo \"head=$head\"\n\
+         echo \"branch=$(g rev-parse --abbrev-ref HEAD)\"\n\
+         if s=$(g status --porcelain -- ':(top,exclude).hangar'); then if [ -n \"$s\" ]; then echo dirty=1; else echo dirty=0; fi; fi\n\
+         if u=$(g rev-parse -q --verify '@{{u}}'); then echo \"upstream=$u\"; fi\n",
+        sh_quote(cwd)
+    );
+    // `base` is an object id hangar read and checked, quoted all the same.
+    if let Some(base) = base.and_then(object_id) {
+        s.push_str(&format!("echo \"ahead=$(g rev-list --count {})\"\n", sh_quote(&format!("{base}..HEAD"))));
+    }
+    s
+}
+
+/// The repository's state as hangar read it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GitFacts {
+    pub branch: Option<String>,
+    pub head: Option<String>,
+    pub commits_ahead: Option<u64>,
+    pub dirty: Option<bool>,
+    /// Whether the branch's upstream is at its head; null when it has none.
+    pub pushed: Option<bool>,
+}
+
+/// Reads `facts_script`'s output; `None` when `cwd` is not a git repository (with a commit).
+pub fn parse_facts(out: &str) -> Option<GitFacts> {
+    let mut facts = GitFacts::default();
+    let mut git = false;
+    let mut upstream = None;
+    for line in out.lines() {
+        let Some((k, v)) = line.split_once('=') else { continue };
+        match k {
+            "git" => git = v == "yes",
+            "head" => facts.head = object_id(v),
+            // A branch name is the agent's to choose: kept as text, at most 255 bytes.
+            "branch" if !v.is_empty() && v.len() <= 255 => facts.branch = Some(v.to_string()),
+            "ahead" => facts.commits_ahead = v.trim().parse().ok(),
+            "dirty" => facts.dirty = Some(v == "1"),
+            "upstream" => upstream = object_id(v),
+            _ => {}
+        }
+    }
+    if !git {
+        return None;
+    }
+    facts.pushed = upstream.map(|u| facts.head.as_deref() == Some(u.as_str()));
+    Some(facts)
+}
+
+/// The verification's end as hangar saw it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verification {
+    pub command: String,
+    pub exit_code: i32,
+    pub timed_out: bool,
+    /// The last 4 KiB of its output (stdout and stderr merged), redacted.
+    pub output_tail: String,
+}
+
+impl Verification {
+    pub fn passed(&self) -> bool {
+        self.exit_code == 0 && !self.timed_out
+    }
+}
+
+pub fn output_tail(out: &[u8]) -> String {
+    let text = String::from_utf8_lossy(out);
+    tail_str(&text, VERIFY_TAIL_BYTES).to_string()
+}
+
+/// The first pull or merge request URL in `text`: `https://github.com/<o>/<r>/pull/<n>`, or a
+/// GitLab `https://<host with gitlab>/<path>/-/merge_requests/<n>`, cut after the number.
+pub fn pr_url(text: &str) -> Option<String> {
+    let mut rest = text;
+    while let Some(at) = rest.find("https://") {
+        let candidate = &rest[at..];
+        let end = candidate.find(|c: char| c.is_whitespace() || "()[]<>\"'`,;".contains(c)).unwrap_or(candidate.len());
+        if let Some(url) = request_url(&candidate[..end]) {
+            return Some(url);
+        }
+        rest = &candidate["https://".len()..];
+    }
+    None
+}
+
+fn request_url(url: &str) -> Option<String> {
+    let path = url.strip_prefix("https://")?;
+    let parts: Vec<&str> = path.split('/').collect();
+    let plain = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    // The number, and what follows it in its segment: nothing, or punctuation (`42.`, `7#x`).
+    let number = |s: &str| -> Option<String> {
+        let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+        let next = s.as_bytes().get(digits);
+        let ends = next.is_none_or(|b| !(b.is_ascii_alphanumeric() || b"_-".contains(b)));
+        ((1..=12).contains(&digits) && ends).then(|| s[..digits].to_string())
+    };
+    if parts.len() >= 5 && parts[0] == "github.com" && plain(parts[1]) && plain(parts[2]) && parts[3] == "pull" {
+        return number(parts[4]).map(|n| format!("https://github.com/{}/{}/pull/{n}", parts[1], parts[2]));
+    }
+    if plain(parts[0]) && parts[0].contains("gitlab") {
+        let mr = parts.iter().position(|p| *p == "merge_requests")?;
+        let n = number(parts.get(mr + 1)?)?;
+        let ok = mr >= 4 && parts[mr - 1] == "-" && parts[1..mr - 1].iter().all(|p| plain(p));
+        return ok.then(|| format!("https://{}/{n}", parts[..=mr].join("/")));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_request_urls_are_found_and_cut_after_their_number() {
+        assert_eq!(
+            pr_url("Opened https://github.com/acme/shipper/pull/42. Done").as_deref(),
+            Some("https://github.com/acme/shipper/pull/42")
+        );
+        assert_eq!(
+            pr_url("see (https://github.com/a/b/pull/7/files#x)").as_deref(),
+            Some("https://github.com/a/b/pull/7")
+        );
+        assert_eq!(
+            pr_url("https://github.com/a/b/issues/3 then https://gitlab.com/g/sub/p/-/merge_requests/12?x=1")
+                .as_deref(),
+            Some("https://gitlab.com/g/sub/p/-/merge_requests/12")
+        );
+        assert_eq!(pr_url("https://github.com/a/b/pull/x https://evil.com/a/b/pull/1"), None);
+        assert_eq!(pr_url("https://github.com/a b/c/pull/1"), None);
+        assert_eq!(pr_url("https://github.com/a/b/pull/12abc"), None);
+        assert_eq!(pr_url("no url"), None);
+    }
+
+    #[test]
+    fn facts_are_parsed_as_typed_values_and_pushed_compares_the_upstream() {
+        let head = "a".repeat(40);
+        let out = format!("git=yes\nhead={head}\nbranch=work\ndirty=0\nupstream={head}\nahead=1\n");
+        let f = parse_facts(&out).expect("facts");
+        assert_eq!(
+            f,
+            GitFacts {
+                branch: Some("work".into()),
+                head: Some(head.clone()),
+                commits_ahead: Some(1),
+                dirty: Some(false),
+                pushed: Some(true)
+            }
+        );
+        let f = parse_facts(&format!("git=yes\nhead={head}\nbranch=w\ndirty=1\nupstream={}\n", "b".repeat(40)))
+            .expect("facts");
+        assert_eq!((f.pushed, f.dirty, f.commits_ahead), (Some(false), Some(true), None));
+        let f = parse_facts("git=yes\nhead=$(rm -rf /)\nbranch=w\n").expect("facts");
+        assert_eq!((f.head, f.pushed), (None, None));
+        assert_eq!(parse_facts("git=no\n"), None);
+    }
+
+    #[test]
+    fn scripts_quote_what_they_are_given() {
+        let s = verify_script("/w/it's", "make test; echo 'ok'");
+        assert!(s.contains(r"'/w/it'\''s'") && s.contains(r"'make test; echo '\''ok'\'''"), "{s}");
+        assert!(!facts_script("/w", Some("not-an-id; rm -rf /")).contains("rm -rf"));
+        assert!(facts_script("/w", Some(&"c".repeat(40))).contains(&format!("'{}..HEAD'", "c".repeat(40))));
+    }
+}

@@ -1,0 +1,285 @@
+//! Jobs: one agent session (named `job-<id>`) run to its end in a sandbox the caller names or
+//! the job creates, then, if the agent ended cleanly, a verification command; the result is what
+//! hangar measured itself with read-only git (`measure`). A driver task per live job moves it
+//! through `queued, running, verifying` to `succeeded, failed, cancelled` (`driver`), and is
+//! started again for live jobs when the relay starts (`resume`).
+//!
+//! Invariants:
+//! - A job's result is what hangar measured (git in the sandbox, the verification's exit code),
+//!   never the agent's word; the one exception, a PR URL found in the agent's final message, is
+//!   labelled `pr_url_source: "agent_reported"`.
+//! - A terminal state is final (`Store::set_job_state` only moves live jobs).
+//! - A `jobs` token sees only the jobs it created; other tokens their person's; an admin all.
+//!   A job that is not the caller's does not exist for it (404).
+//! - The job's session belongs to the job's person, and its events are the job's events.
+mod driver;
+pub mod measure;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use crate::{
+    app::Relay,
+    auth::{random_hex, Caller},
+    error::{Error, Result},
+    events,
+    sessions::{self, MAX_PROMPT_BYTES},
+    store::{JobRow, JobState, JobsOf, NewJob, Scope},
+    time,
+};
+
+/// The longest verification command.
+pub const MAX_VERIFY_BYTES: usize = 8 * 1024;
+/// The longest a verification runs (less when the job's timeout is shorter).
+pub const MAX_VERIFY_MINUTES: i64 = 30;
+
+/// The jobs' shared state: the drivers' wake-ups and the prompts of jobs not yet started.
+#[derive(Default)]
+pub struct Jobs {
+    /// Per running driver: woken when its job is cancelled.
+    drivers: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The prompts as the caller wrote them, in memory only until the session starts: the store
+    /// keeps the redacted text (which a relay restarted before the start sends).
+    prompts: Mutex<HashMap<String, String>>,
+}
+
+impl Jobs {
+    fn drivers(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+        self.drivers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn prompts(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.prompts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn poke(&self, id: &str) {
+        if let Some(n) = self.drivers().get(id) {
+            n.notify_one();
+        }
+    }
+}
+
+/// A sandbox the job creates.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    pub provider: String,
+    pub options: Value,
+}
+
+/// What `POST /api/jobs` and the `job` tool's `start` take.
+#[derive(Debug, Clone, Default)]
+pub struct StartRequest {
+    pub sandbox: Option<String>,
+    pub sandbox_spec: Option<SandboxSpec>,
+    pub harness: Option<String>,
+    pub prompt: String,
+    pub cwd: Option<String>,
+    pub verify: Option<String>,
+    pub timeout_minutes: Option<i64>,
+    pub idempotency_key: Option<String>,
+}
+
+/// A job as its readers see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    #[serde(flatten)]
+    pub job: JobRow,
+    /// The seq of its session's last event: pass as `since` to read only what comes next.
+    pub events_cursor: i64,
+    /// Which fields hold the agent's own word (untrusted), not hangar's measurement.
+    pub agent_text: &'static [&'static str],
+    /// Whether this answer is an earlier request's, replayed for its idempotency key.
+    pub idempotent_replay: bool,
+}
+
+const AGENT_TEXT: &[&str] = &["result.pr_url"];
+
+fn view(relay: &Relay, job: JobRow, replay: bool) -> Result<JobView> {
+    let events_cursor = match &job.session_id {
+        Some(s) => relay.store.session_by_id(s)?.map_or(0, |s| s.event_seq),
+        None => 0,
+    };
+    Ok(JobView { job, events_cursor, agent_text: AGENT_TEXT, idempotent_replay: replay })
+}
+
+/// Whose jobs the caller sees: a `jobs` token its own, an admin everyone's, others their
+/// person's.
+pub fn jobs_of(caller: &Caller) -> JobsOf<'_> {
+    match caller.scope {
+        Scope::Admin => JobsOf::Everyone,
+        Scope::Jobs => JobsOf::Token(&caller.token_id),
+        Scope::User | Scope::Mcp => JobsOf::Person(&caller.person),
+    }
+}
+
+fn sha256_hex(s: &str) -> String {
+    Sha256::digest(s.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn check(req: &StartRequest) -> Result<i64> {
+    if req.prompt.trim().is_empty() {
+        return Err(Error::invalid("prompt: must not be empty"));
+    }
+    if req.prompt.len() > MAX_PROMPT_BYTES || req.prompt.contains('\0') {
+        return Err(Error::invalid(format!("prompt: at most {MAX_PROMPT_BYTES} bytes, no NUL")));
+    }
+    if let Some(v) = &req.verify {
+        if v.trim().is_empty() || v.len() > MAX_VERIFY_BYTES || v.contains('\0') {
+            return Err(Error::invalid(format!("verify: a shell command of 1 to {MAX_VERIFY_BYTES} bytes, no NUL")));
+        }
+    }
+    if let Some(k) = &req.idempotency_key {
+        if k.is_empty() || k.len() > 200 || k.chars().any(char::is_control) {
+            return Err(Error::invalid("idempotency_key: 1 to 200 characters, no control characters"));
+        }
+    }
+    match req.timeout_minutes {
+        None => Ok(sessions::DEFAULT_TIMEOUT_MINUTES),
+        Some(m) if (1..=7 * 24 * 60).contains(&m) => Ok(m),
+        Some(m) => Err(Error::invalid(format!("timeout_minutes: {m}: 1 to 10080 (a week)"))),
+    }
+}
+
+/// Creates a job and starts its driver; answers at once (`queued`). Bad input is refused here,
+/// before anything is created; what goes wrong later (a sandbox that cannot be created, a
+/// session refused) ends the job `failed` with the reason.
+pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Result<JobView> {
+    let timeout = check(&req)?;
+    let harness = req.harness.as_deref().unwrap_or("claude-code");
+    if relay.sessions.harnesses.get(harness).is_none() {
+        let known: Vec<&str> = relay.sessions.harnesses.iter().map(|h| h.name.as_str()).collect();
+        return Err(Error::invalid(format!("harness {harness:?}: one of {}", known.join(", "))));
+    }
+    let (sandbox, spec) = match (&req.sandbox, &req.sandbox_spec) {
+        (Some(name), None) => {
+            // A jobs token may name a sandbox to run in, under the same isolation rule as
+            // anyone working inside it; it still never reaches the sandbox routes.
+            let row = relay.sandboxes.enter(name, caller)?;
+            if let Some(cwd) = &req.cwd {
+                relay.sandboxes.resolve_cwd(&row, cwd)?;
+            }
+            (Some(row), None)
+        }
+        (None, Some(spec)) => {
+            relay.sandboxes.check_provider(&spec.provider)?;
+            if !spec.options.is_object() {
+                return Err(Error::invalid("sandbox_spec.options: an object"));
+            }
+            (None, Some(serde_json::json!({ "provider": spec.provider, "options": spec.options })))
+        }
+        _ => return Err(Error::invalid("name exactly one of sandbox (an existing sandbox) and sandbox_spec")),
+    };
+    let owner = match caller.scope {
+        Scope::Jobs => format!("token:{}", caller.token_id),
+        _ => format!("person:{}", caller.person),
+    };
+    let job = JobRow {
+        id: format!("job_{}", random_hex(6)),
+        person: caller.person.clone(),
+        token_id: caller.token_id.clone(),
+        scope: caller.scope,
+        owner,
+        sandbox_id: sandbox.as_ref().map(|s| s.id.clone()),
+        sandbox_name: sandbox.as_ref().map(|s| s.name.clone()),
+        sandbox_spec: spec,
+        created_sandbox: false,
+        session_id: None,
+        harness: harness.to_string(),
+        prompt: relay.secrets.redactor().text(&req.prompt).into_owned(),
+        prompt_sha256: sha256_hex(&req.prompt),
+        cwd: req.cwd.clone(),
+        verify: req.verify.clone(),
+        timeout_minutes: timeout,
+        idempotency_key: req.idempotency_key.clone(),
+        state: JobState::Queued,
+        reason: None,
+        detail: None,
+        base: None,
+        result: None,
+        cancel_requested_at: None,
+        created_at: time::now(),
+        started_at: None,
+        finished_at: None,
+    };
+    match relay.store.create_job(&job)? {
+        NewJob::New(job) => {
+            events::JobState { job: &job.id, person: &job.person, from: "", to: "queued", reason: None }.emit();
+            relay.jobs.prompts().insert(job.id.clone(), req.prompt);
+            spawn_driver(relay, &job.id);
+            view(relay, job, false)
+        }
+        NewJob::Replayed(job) => view(relay, job, true),
+        NewJob::KeyConflict => {
+            Err(Error::Conflict("idempotency_key: already used for a job with another prompt".into()))
+        }
+    }
+}
+
+/// The job `id` if the caller sees it.
+pub fn find(relay: &Relay, caller: &Caller, id: &str) -> Result<JobRow> {
+    relay.store.job(id, jobs_of(caller))?.ok_or_else(|| Error::not_found(format!("no job {id:?}")))
+}
+
+pub fn get(relay: &Relay, caller: &Caller, id: &str) -> Result<JobView> {
+    view(relay, find(relay, caller, id)?, false)
+}
+
+pub fn list(relay: &Relay, caller: &Caller) -> Result<Vec<JobView>> {
+    relay.store.jobs(jobs_of(caller))?.into_iter().map(|j| view(relay, j, false)).collect()
+}
+
+/// Cancels a job: a queued one at once; a running one by cancelling its session's turn (the
+/// driver ends the job when the turn has ended); a verifying one by leaving its verification.
+/// Idempotent; a job that has ended is answered as it is.
+pub async fn cancel(relay: &Arc<Relay>, caller: &Caller, id: &str) -> Result<JobView> {
+    let job = find(relay, caller, id)?;
+    if !job.state.is_terminal() {
+        relay.store.request_job_cancel(&job.id, time::now())?;
+        match (job.state, &job.session_id) {
+            (JobState::Queued, None) => {
+                driver::to(relay, &job, JobState::Cancelled, Some("cancel_requested"), None)?;
+            }
+            (JobState::Running | JobState::Queued, Some(session)) => {
+                sessions::cancel(relay, &driver::caller_of(&job), session).await?;
+            }
+            _ => {}
+        }
+        relay.jobs.poke(&job.id);
+    }
+    get(relay, caller, &job.id)
+}
+
+/// Starts a driver for the job unless one runs.
+fn spawn_driver(relay: &Arc<Relay>, id: &str) {
+    let notify = {
+        let mut drivers = relay.jobs.drivers();
+        if drivers.contains_key(id) {
+            return;
+        }
+        let n = Arc::new(Notify::new());
+        drivers.insert(id.to_string(), n.clone());
+        n
+    };
+    let relay = relay.clone();
+    let id = id.to_string();
+    tokio::spawn(async move {
+        driver::drive(&relay, &id, &notify).await;
+        relay.jobs.drivers().remove(&id);
+        relay.jobs.prompts().remove(&id);
+    });
+}
+
+/// At start: a driver for every live job (each carries on from its recorded state).
+pub fn resume(relay: &Arc<Relay>) {
+    match relay.store.live_jobs() {
+        Ok(jobs) => jobs.iter().for_each(|j| spawn_driver(relay, &j.id)),
+        Err(e) => events::JobFailed { job: "*", error: &e.to_string() }.emit(),
+    }
+}
