@@ -173,7 +173,7 @@ pub async fn call(
 }
 
 /// A result with the fields holding the agent's text named in `_meta`.
-fn result(v: Value, agent_fields: &[&str]) -> CallToolResult {
+pub(super) fn result(v: Value, agent_fields: &[&str]) -> CallToolResult {
     let mut r = super::done(v, &[]);
     if !agent_fields.is_empty() {
         r.meta.get_or_insert_with(rmcp::model::MetaObject::new).insert(AGENT_TEXT_META.into(), json!(agent_fields));
