@@ -1,6 +1,7 @@
-//! MCP resource URIs, `hangar://sandboxes/<s>/watch?path=<dir>[&recursive=true][&since=<n>]` and
-//! `hangar://sessions/<name>/events[?since=<seq>]` (`mcp::resources::Resource::parse`), as
-//! `resources/read`, `subscribe` and `unsubscribe` pass them.
+//! MCP resource URIs, `hangar://sandboxes/<s>/watch?path=<dir>[&recursive=true][&since=<n>]`,
+//! `hangar://sessions/<name>/events[?since=<seq>]` and `hangar://jobs/<id>/events[?since=<seq>]`
+//! (`mcp::resources::Resource::parse`), as `resources/read`, `subscribe` and `unsubscribe` pass
+//! them.
 //!
 //! Input: the URI (bytes that are not UTF-8 replaced: MCP carries URIs as JSON strings).
 use hangar_relay::{api::mcp::resources::Resource, error::Error};
@@ -10,9 +11,9 @@ use crate::{property, Failure, Runs, Target};
 
 pub const TARGET: Target = Target {
     name: "relay_mcp_uri",
-    about: "MCP resource URIs: a parsed URI names a sandbox and a non-empty path, and its key \
-            (the URI without since) parses to the same resource; a refusal is invalid_argument \
-            naming the expected form",
+    about: "MCP resource URIs: a parsed URI names a sandbox and a non-empty path, a session, or \
+            a job id of letters, digits, '_' and '-', and its key (the URI without since) parses \
+            to the same resource; a refusal is invalid_argument naming the expected forms",
     run,
     props,
 };
@@ -32,6 +33,7 @@ fn check(uri: &str) -> Option<(Resource, Option<u64>)> {
                 Resource::SessionEvents { session } => {
                     assert!(!session.is_empty() && !session.contains('/'), "session {session:?}");
                 }
+                Resource::JobEvents { job } => assert!(job_id(job), "job {job:?}"),
             }
             let key = r.key();
             match Resource::parse(&key) {
@@ -42,10 +44,17 @@ fn check(uri: &str) -> Option<(Resource, Option<u64>)> {
         }
         Err(Error::Invalid(m)) => {
             assert!(m.contains("expected hangar://sandboxes/<sandbox>/watch?path=<dir>"), "{m}");
+            assert!(m.contains("hangar://jobs/<job>/events"), "{m}");
             None
         }
         Err(e) => panic!("{uri:?}: not a typed refusal: {e:?}"),
     }
+}
+
+/// What a job id in a URI may be: letters, digits, '_' and '-' (ids are `job_<hex>`), so the
+/// id cannot carry a path or a query.
+fn job_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 type Case = (String, String, Option<bool>, Option<u64>, bool);
@@ -72,6 +81,11 @@ fn uri(case: &Case) -> String {
 }
 
 fn props(runner: &mut Runs) -> Result<(), Failure> {
+    watch_props(runner)?;
+    job_props(runner)
+}
+
+fn watch_props(runner: &mut Runs) -> Result<(), Failure> {
     property(
         runner,
         case(),
@@ -88,6 +102,36 @@ fn props(runner: &mut Runs) -> Result<(), Failure> {
                     recursive: recursive.unwrap_or(false),
                 };
                 assert_eq!(got, Some((want, *since)), "{:?}", uri(c));
+            }
+        },
+    )
+}
+
+/// A job events URI from parts: an id, and a since.
+fn job_case() -> impl Strategy<Value = (String, Option<u64>)> {
+    // Real ids, ids of the allowed characters, and ids with one character that is not allowed.
+    let id = prop_oneof!["job_[0-9a-f]{12}", "[A-Za-z0-9_-]{0,12}", "[A-Za-z0-9_-]{0,5}[./?%&# =+~][A-Za-z0-9_-]{0,5}"];
+    (id, proptest::option::of(any::<u64>()))
+}
+
+fn job_uri((job, since): &(String, Option<u64>)) -> String {
+    match since {
+        Some(s) => format!("hangar://jobs/{job}/events?since={s}"),
+        None => format!("hangar://jobs/{job}/events"),
+    }
+}
+
+fn job_props(runner: &mut Runs) -> Result<(), Failure> {
+    property(
+        runner,
+        job_case(),
+        |c| job_uri(c).into_bytes(),
+        |c| {
+            let got = check(&job_uri(c));
+            if job_id(&c.0) {
+                assert_eq!(got, Some((Resource::JobEvents { job: c.0.clone() }, c.1)), "{:?}", job_uri(c));
+            } else {
+                assert!(got.is_none(), "{:?} is not a job id", job_uri(c));
             }
         },
     )

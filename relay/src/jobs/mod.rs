@@ -30,8 +30,8 @@ use crate::{
     auth::{random_hex, Caller},
     error::{Error, Result},
     events,
-    sessions::{self, MAX_PROMPT_BYTES},
-    store::{JobRow, JobState, JobsOf, NewJob, Scope},
+    sessions::{self, EventsPage, MAX_PROMPT_BYTES},
+    store::{EventRow, JobRow, JobState, JobsOf, NewJob, Scope},
     time,
 };
 
@@ -233,6 +233,19 @@ pub fn get(relay: &Relay, caller: &Caller, id: &str) -> Result<JobView> {
 
 pub fn list(relay: &Relay, caller: &Caller) -> Result<Vec<JobView>> {
     relay.store.jobs(jobs_of(caller))?.into_iter().map(|j| view(relay, j, false)).collect()
+}
+
+/// The job's events after `since`: its session's, among which hangar records the job's own
+/// `job.state` and `job.result`. None before the job has a session (there are no events yet).
+pub fn read_events(relay: &Relay, job: &JobRow, since: i64, limit: usize) -> Result<Option<EventsPage>> {
+    job.session_id.as_deref().map(|s| sessions::read_page(relay, s, since, limit)).transpose()
+}
+
+/// Whether the event is hangar's record of the job ending (the last of its events).
+pub fn ends_job(e: &EventRow) -> bool {
+    e.kind == "job.state"
+        && e.data.get("source").and_then(Value::as_str) == Some("hangar")
+        && e.data.get("to").and_then(Value::as_str).and_then(JobState::parse).is_some_and(JobState::is_terminal)
 }
 
 /// Cancels a job: a queued one at once; a running one by cancelling its session's turn (the
