@@ -184,6 +184,8 @@ HINTS = {
     "process": (False, True, False, True),
     # status, list and events read, but start runs an agent and cancel ends its turn.
     "session": (False, True, False, True),
+    # status and list read, but start runs an agent (and may create a sandbox) and cancel ends it.
+    "job": (False, True, False, True),
 }
 
 
