@@ -2,7 +2,8 @@
 //! for the agent (it commits in the sandbox's git repository and reports a PR URL). A job runs
 //! its session, verifies, and records what hangar measured with git; a failing verification or
 //! turn fails it; an idempotency key returns the same job; a `jobs` token sees only its own jobs
-//! and no sandbox route; cancel ends a running job; bad input gets a clear error.
+//! and no sandbox route; cancel ends a running job; the job stream resumes from Last-Event-ID;
+//! bad input gets a clear error.
 use std::time::Duration;
 
 use hangar_e2e::{
@@ -296,4 +297,51 @@ async fn bad_input_gets_a_clear_error() {
     assert_eq!(r.status, 404, "{r:?}");
     let r = relay.call("GET", "/api/jobs", Some(ADMIN), None).await;
     assert_eq!(r.json()["jobs"], json!([]), "nothing was created");
+}
+
+#[tokio::test]
+async fn the_job_stream_resumes_exactly_from_last_event_id() {
+    let state = StateDir::new();
+    let relay = relay(&state);
+    repo(&relay).await;
+    let id = create(&relay, ADMIN, job_body("worker", "go")).await["id"].as_str().expect("id").to_string();
+    let job = ended(&relay, ADMIN, &id).await;
+    let last = job["events_cursor"].as_i64().expect("events_cursor");
+    assert!(last > 4, "{job}");
+    let path = format!("/api/jobs/{id}/events/stream");
+    let auth = format!("Bearer {ADMIN}");
+    let send = |last_id: &'static str| {
+        let req = hangar_e2e::build_request(
+            "GET",
+            &path,
+            relay.addr,
+            false,
+            &[("authorization", &auth), ("last-event-id", last_id)],
+            hangar_e2e::full_body(Default::default()),
+        );
+        hangar_e2e::send_http1(relay.addr, req)
+    };
+    let mut resumed = hangar_e2e::relay::Sse::from_response(send("3").await);
+    assert_eq!(resumed.status, 200);
+    let events = resumed.collect(STEP).await;
+    let seqs: Vec<i64> =
+        events.iter().filter(|e| e.event.is_empty()).filter_map(|e| e.json()["seq"].as_i64()).collect();
+    assert_eq!(seqs, (4..=last).collect::<Vec<_>>(), "from the event after the last one seen");
+    // Each event's SSE id is its seq (what a client sends back as Last-Event-ID).
+    let ids: Vec<Option<String>> = events.iter().filter(|e| e.event.is_empty()).map(|e| e.id.clone()).collect();
+    assert_eq!(ids, seqs.iter().map(|s| Some(s.to_string())).collect::<Vec<_>>());
+    assert_eq!(events.last().map(|e| e.event.as_str()), Some("close"));
+    // Last-Event-ID wins over ?since=.
+    let req = hangar_e2e::build_request(
+        "GET",
+        &format!("{path}?since=1"),
+        relay.addr,
+        false,
+        &[("authorization", &auth), ("last-event-id", &last.to_string())],
+        hangar_e2e::full_body(Default::default()),
+    );
+    let mut none = hangar_e2e::relay::Sse::from_response(hangar_e2e::send_http1(relay.addr, req).await);
+    let events = none.collect(STEP).await;
+    assert_eq!(events.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(), ["close"], "nothing after the last");
+    assert_eq!(send("x").await.status(), 400, "a malformed Last-Event-ID is refused");
 }
