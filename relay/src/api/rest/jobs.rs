@@ -115,14 +115,6 @@ const NO_SESSION_POLL: Duration = Duration::from_millis(300);
 /// How long a stream waits for the event that records the job's end once its state says so.
 const END_GRACE: Duration = Duration::from_secs(2);
 
-/// Whether the event is hangar's record of the job ending.
-fn ends_job(e: &crate::store::EventRow) -> bool {
-    e.kind == "job.state"
-        && e.data.get("to").and_then(|v| v.as_str()).is_some_and(|to| {
-            [JobState::Succeeded, JobState::Failed, JobState::Cancelled].iter().any(|s| s.as_str() == to)
-        })
-}
-
 pub async fn stream(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
@@ -187,7 +179,7 @@ pub async fn stream(
                     return;
                 }
                 since = e.seq;
-                saw_end |= ends_job(e);
+                saw_end |= jobs::ends_job(e);
                 yield Ok(Event::default().id(e.seq.to_string()).data(data));
             }
             if page.more {
