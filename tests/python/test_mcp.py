@@ -165,6 +165,7 @@ def test_tools_are_listed_and_sandboxes_says_which_have_a_daemon(relay, mode):
             assert [t.uri_template for t in templates] == [
                 "hangar://sandboxes/{sandbox}/watch?path={path}&recursive={recursive}",
                 "hangar://sessions/{session}/events",
+                "hangar://jobs/{job}/events",
             ]
             r = await c.call_tool("sandboxes", {})
             assert not r.is_error, text(r)
