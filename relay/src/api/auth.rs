@@ -29,7 +29,7 @@ pub async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, nex
     let caller = if header.is_none() && has_ticket(req.uri()) {
         match by_ticket(&relay, &mut req) {
             Ok(c) => c,
-            Err(response) => return response,
+            Err(e) => return e.into_response(),
         }
     } else {
         let presented = header
@@ -77,11 +77,11 @@ fn has_ticket(uri: &http::Uri) -> bool {
 
 /// The caller a request's ticket stands for, with `ticket` taken out of its URI; or the 401.
 /// Neither the ticket nor the query reaches a log line or an answer.
-fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, Response> {
+fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, ApiError> {
     let path = req.uri().path().to_string();
     let refuse = |why: &str, message: String| {
         events::TicketRefused { path: &path, why }.emit();
-        Err(ApiError::unauthenticated(message).into_response())
+        Err(ApiError::unauthenticated(message))
     };
     let (tickets, rest) = split_ticket(req.uri().query().unwrap_or_default());
     if req.method() != http::Method::GET || !tickets::is_stream_path(&path) {
@@ -105,7 +105,7 @@ fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, Response> {
     let caller = match auth::caller_of(&relay.store, &token_id) {
         Ok(Some(c)) => c,
         Ok(None) => return refuse("token_revoked", "the ticket's token was revoked".to_string()),
-        Err(e) => return Err(ApiError::from(crate::error::Error::from(e)).into_response()),
+        Err(e) => return Err(ApiError::from(crate::error::Error::from(e))),
     };
     let path_and_query = if rest.is_empty() { path.clone() } else { format!("{path}?{rest}") };
     let mut parts = req.uri().clone().into_parts();
