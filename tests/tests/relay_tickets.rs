@@ -172,6 +172,10 @@ async fn tickets_are_only_for_streams() {
         relay.call("POST", "/api/tickets", None, Some(json!({"path": "/api/sandboxes/default/watch"}))).await.status,
         401
     );
+    // With a bearer header a ticket is not read: it is an unknown parameter.
+    let r = relay.call("GET", "/api/sandboxes/default/watch?path=.&ticket=hgt_x_y", Some(ADMIN), None).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(!String::from_utf8_lossy(&r.body).contains("hgt_x_y"), "{r:?}");
 }
 
 #[tokio::test]
