@@ -41,6 +41,8 @@ pub struct Relay {
     pub sessions: sessions::Sessions,
     pub jobs: jobs::Jobs,
     pub secrets: secrets::Secrets,
+    /// Browsers' one-use tickets into SSE streams (in memory only).
+    pub tickets: auth::tickets::Tickets,
 }
 
 /// A relay bound to its port, with the admin secret to show if one was generated.
@@ -134,6 +136,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         sessions: sessions::Sessions::new(harnesses, settings),
         jobs: jobs::Jobs::default(),
         secrets,
+        tickets: auth::tickets::Tickets::new(config.ticket_lifetime()),
     });
     relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
 

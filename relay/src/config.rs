@@ -56,6 +56,11 @@ pub struct Config {
           value_parser = FalseyValueParser::new())]
     pub test_disable_isolation: bool,
 
+    /// Seconds a ticket from `POST /api/tickets` stays usable (a browser's way into an SSE
+    /// stream): it should be opened at once.
+    #[arg(long, env = "HANGAR_TICKET_SECONDS", default_value_t = 60.0)]
+    pub ticket_seconds: f64,
+
     #[command(flatten)]
     pub limits: Limits,
 
@@ -194,6 +199,12 @@ fn default_state_dir() -> PathBuf {
 }
 
 impl Config {
+    /// A ticket's lifetime: 0.1 s to an hour (a NaN means the floor).
+    pub fn ticket_lifetime(&self) -> std::time::Duration {
+        let s = if self.ticket_seconds.is_nan() { 0.1 } else { self.ticket_seconds };
+        std::time::Duration::from_secs_f64(s.clamp(0.1, 3600.0))
+    }
+
     /// The envd binary: the flag, else `hangar-envd` beside the running executable.
     pub fn envd_bin(&self) -> PathBuf {
         self.envd_bin.clone().unwrap_or_else(|| {

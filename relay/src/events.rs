@@ -118,6 +118,29 @@ impl AuthRefused<'_> {
     }
 }
 
+/// A ticket was issued for `path` to `token` (the token's id). Never the ticket itself.
+pub struct TicketIssued<'a> {
+    pub token: &'a str,
+    pub path: &'a str,
+}
+impl TicketIssued<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "ticket_issued", token = self.token, path = self.path, "ticket issued");
+    }
+}
+
+/// A ticket was refused (why: `unknown`, `expired`, `used`, `other_path`, `not_a_stream`,
+/// `token_revoked`). Never the ticket itself.
+pub struct TicketRefused<'a> {
+    pub path: &'a str,
+    pub why: &'a str,
+}
+impl TicketRefused<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "ticket_refused", path = self.path, why = self.why, "ticket refused");
+    }
+}
+
 pub struct StreamClosed<'a> {
     pub kind: &'a str,
     pub reason: &'a str,

@@ -11,29 +11,114 @@ use axum::{
 use super::ApiError;
 use crate::{
     app::Relay,
-    auth::{self, Caller},
+    auth::{
+        self,
+        tickets::{self, TicketError},
+        Caller,
+    },
     events,
     store::Scope,
 };
 
 /// Puts the `Caller` of a valid `Authorization: Bearer <token>` in the request, or answers 401.
+/// A `GET` of an event stream without that header may instead carry `?ticket=` (from
+/// `POST /api/tickets`, for browsers' `EventSource`, which cannot set headers): the request then
+/// runs as the ticket's token, and the handlers never see the parameter.
 pub async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, next: Next) -> Response {
-    let presented = req
-        .headers()
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    let caller = match presented.map(|p| auth::verify(&relay.store, p)) {
-        Some(Ok(Some(c))) => c,
-        Some(Err(e)) => return ApiError::from(crate::error::Error::from(e)).into_response(),
-        _ => {
-            events::AuthRefused { path: req.uri().path() }.emit();
-            return ApiError::unauthenticated("a valid `Authorization: Bearer <token>` is required").into_response();
+    let header = req.headers().get(http::header::AUTHORIZATION);
+    let caller = if header.is_none() && has_ticket(req.uri()) {
+        match by_ticket(&relay, &mut req) {
+            Ok(c) => c,
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        let presented = header
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim);
+        match presented.map(|p| auth::verify(&relay.store, p)) {
+            Some(Ok(Some(c))) => c,
+            Some(Err(e)) => return ApiError::from(crate::error::Error::from(e)).into_response(),
+            _ => {
+                events::AuthRefused { path: req.uri().path() }.emit();
+                return ApiError::unauthenticated("a valid `Authorization: Bearer <token>` is required")
+                    .into_response();
+            }
         }
     };
     req.extensions_mut().insert(caller);
     next.run(req).await
+}
+
+/// The query's `ticket` parameters and what is left of it without them (the other parameters
+/// exactly as sent).
+fn split_ticket(query: &str) -> (Vec<String>, String) {
+    let mut tickets = Vec::new();
+    let mut rest = Vec::new();
+    for piece in query.split('&') {
+        let key = piece.split_once('=').map_or(piece, |(k, _)| k);
+        if key == "ticket" {
+            let value = serde_urlencoded::from_str::<Vec<(String, String)>>(piece)
+                .ok()
+                .and_then(|mut v| v.pop())
+                .map(|(_, v)| v)
+                .unwrap_or_default();
+            tickets.push(value);
+        } else if !piece.is_empty() {
+            rest.push(piece);
+        }
+    }
+    (tickets, rest.join("&"))
+}
+
+fn has_ticket(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|q| !split_ticket(q).0.is_empty())
+}
+
+/// The caller a request's ticket stands for, with `ticket` taken out of its URI; or the 401.
+/// Neither the ticket nor the query reaches a log line or an answer.
+fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, ApiError> {
+    let path = req.uri().path().to_string();
+    let refuse = |why: &str, message: String| {
+        events::TicketRefused { path: &path, why }.emit();
+        Err(ApiError::unauthenticated(message))
+    };
+    let (tickets, rest) = split_ticket(req.uri().query().unwrap_or_default());
+    if req.method() != http::Method::GET || !tickets::is_stream_path(&path) {
+        return refuse("not_a_stream", TicketError::NotAStream.to_string());
+    }
+    let [ticket] = tickets.as_slice() else {
+        return refuse("unknown", "one `ticket` parameter at the most".to_string());
+    };
+    let token_id = match relay.tickets.redeem(ticket, &path) {
+        Ok(id) => id,
+        Err(e) => {
+            let why = match e {
+                TicketError::Expired => "expired",
+                TicketError::Used => "used",
+                TicketError::OtherPath => "other_path",
+                _ => "unknown",
+            };
+            return refuse(why, e.to_string());
+        }
+    };
+    let caller = match auth::caller_of(&relay.store, &token_id) {
+        Ok(Some(c)) => c,
+        Ok(None) => return refuse("token_revoked", "the ticket's token was revoked".to_string()),
+        Err(e) => return Err(ApiError::from(crate::error::Error::from(e))),
+    };
+    let path_and_query = if rest.is_empty() { path.clone() } else { format!("{path}?{rest}") };
+    let mut parts = req.uri().clone().into_parts();
+    // What is left is a part of a URI that parsed, so it parses; refuse rather than panic.
+    match http::uri::PathAndQuery::try_from(path_and_query) {
+        Ok(pq) => parts.path_and_query = Some(pq),
+        Err(_) => return refuse("unknown", "the query could not be read".to_string()),
+    }
+    match http::Uri::from_parts(parts) {
+        Ok(uri) => *req.uri_mut() = uri,
+        Err(_) => return refuse("unknown", "the query could not be read".to_string()),
+    }
+    Ok(caller)
 }
 
 fn scope(req: &Request) -> Option<Scope> {
@@ -55,4 +140,21 @@ pub async fn admin_scope(req: Request, next: Next) -> Response {
         return ApiError::forbidden("this needs an admin token").into_response();
     }
     next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ticket_is_taken_out_of_the_query() {
+        let (t, rest) = split_ticket("path=.&ticket=hgt_a_b&recursive=true");
+        assert_eq!((t, rest.as_str()), (vec!["hgt_a_b".to_string()], "path=.&recursive=true"));
+        let (t, rest) = split_ticket("ticket=hgt_a%5Fb");
+        assert_eq!((t, rest.as_str()), (vec!["hgt_a_b".to_string()], ""));
+        let (t, rest) = split_ticket("since=0&tickets=1&ticket");
+        assert_eq!((t, rest.as_str()), (vec![String::new()], "since=0&tickets=1"));
+        assert_eq!(split_ticket("ticket=a&ticket=b").0.len(), 2);
+        assert!(!has_ticket(&http::Uri::from_static("/api/sandboxes/default/watch?path=.")));
+    }
 }

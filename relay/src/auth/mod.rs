@@ -6,6 +6,8 @@
 //! sandbox sees the tag but cannot make one up.
 //!
 //! Invariant: no secret, hash or MAC key reaches a log line.
+pub mod tickets;
+
 use std::path::Path;
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64, Engine as _};
@@ -138,6 +140,17 @@ pub fn verify(store: &Store, presented: &str) -> std::result::Result<Option<Call
         None => store.tokens_with_hash(&want)?,
     };
     Ok(candidates.into_iter().find(|t| t.revoked_at.is_none() && bool::from(t.hash.ct_eq(&want))).map(|t| Caller {
+        token_id: t.id,
+        name: t.name,
+        scope: t.scope,
+        person: t.person,
+    }))
+}
+
+/// The caller a live token `token_id` is (for a ticket, which stands for its token): `None` once
+/// the token is revoked or gone.
+pub fn caller_of(store: &Store, token_id: &str) -> std::result::Result<Option<Caller>, StoreError> {
+    Ok(store.token(token_id)?.filter(|t| t.revoked_at.is_none()).map(|t| Caller {
         token_id: t.id,
         name: t.name,
         scope: t.scope,

@@ -1,12 +1,14 @@
 //! REST and Server-Sent Events under `/api`, with `Authorization: Bearer` on every route but
 //! `GET /health`. Scopes are router layers: tokens are admin-only; sandbox routes refuse `jobs`;
-//! jobs routes take every scope (the domain shows each caller only its own jobs).
+//! jobs routes take every scope (the domain shows each caller only its own jobs). The SSE `GET`s
+//! also take a one-use `?ticket=` from `POST /api/tickets`, for browsers (see `auth`).
 mod exec;
 mod jobs;
 mod processes;
 mod sandboxes;
 mod sessions;
 mod sse;
+mod tickets;
 mod tokens;
 mod watch;
 
@@ -33,6 +35,7 @@ pub mod inputs {
         processes::{resume_from, InputBody, SinceQuery, StartBody},
         sandboxes::CreateSandbox,
         sessions::{CreateSecret, CreateSession, CreateTurn, EventsQuery, StreamQuery},
+        tickets::CreateTicket,
         tokens::CreateToken,
         watch::WatchQuery,
     };
@@ -78,6 +81,8 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route_layer(middleware::from_fn(auth::sandbox_scopes));
     let api = Router::new()
         .route("/metrics", get(metrics))
+        // Any scope (a `jobs` token only for its jobs' streams): see `tickets`.
+        .route("/api/tickets", post(tickets::create))
         .merge(tokens)
         .merge(sandboxes)
         .merge(agents)

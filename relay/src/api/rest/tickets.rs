@@ -1,0 +1,49 @@
+//! `POST /api/tickets` `{"path"}`: a one-use ticket that opens the event stream at `path` for a
+//! browser's `EventSource` (`?ticket=`), which cannot send the bearer header. Any scope; a `jobs`
+//! token only for its jobs' streams.
+use std::sync::Arc;
+
+use axum::{extract::State, http::StatusCode, Extension, Json};
+use serde::Deserialize;
+
+use crate::{
+    api::{extract::Body, ApiError},
+    app::Relay,
+    auth::{
+        tickets::{self, TicketError},
+        Caller,
+    },
+    events,
+    store::Scope,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTicket {
+    path: String,
+}
+
+pub async fn create(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Body(req): Body<CreateTicket>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    // A jobs token reaches only /api/jobs*: so do its tickets (other stream paths are 403, as
+    // its bearer header would be there).
+    if caller.scope == Scope::Jobs && tickets::is_stream_path(&req.path) && !tickets::is_job_stream_path(&req.path) {
+        return Err(ApiError::forbidden(
+            "a jobs token can only read its own jobs: tickets for /api/jobs/{job}/events/stream",
+        ));
+    }
+    let issued = relay.tickets.issue(&caller.token_id, &req.path).map_err(|e| match e {
+        TicketError::TooMany(_) => {
+            ApiError { status: StatusCode::TOO_MANY_REQUESTS, code: "resource_exhausted", message: e.to_string() }
+        }
+        _ => ApiError::bad_request(e.to_string()),
+    })?;
+    events::TicketIssued { token: &caller.token_id, path: &req.path }.emit();
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "ticket": issued.ticket, "expires_at": issued.expires_at, "path": req.path })),
+    ))
+}
