@@ -2,14 +2,16 @@
 //! for the agent (it commits in the sandbox's git repository and reports a PR URL). A job runs
 //! its session, verifies, and records what hangar measured with git; a failing verification or
 //! turn fails it; an idempotency key returns the same job; a `jobs` token sees only its own jobs
-//! and no sandbox route; cancel ends a running job; the job stream resumes from Last-Event-ID;
-//! bad input gets a clear error.
+//! and no sandbox route; cancel ends a running job, and a verifying one with its verification's
+//! processes; a relay killed while a job runs or verifies carries it to one measured end; the
+//! job stream resumes from Last-Event-ID; bad input gets a clear error.
 use std::time::Duration;
 
 use hangar_e2e::{
+    pids_with,
     relay::{Relay, StateDir, ADMIN},
-    sessions::{harness_file, profile},
-    STEP,
+    sessions::{all_events, assert_contiguous, fixture, harness_file, profile},
+    wait_until, STEP,
 };
 use serde_json::{json, Value};
 
@@ -27,8 +29,19 @@ fn profiles() -> Vec<String> {
     let worker = format!(
         "cat >/dev/null; git -c user.email=a@b -c user.name=agent commit -q --allow-empty -m work; echo '{result}'"
     );
+    // Commits, then replays a capture a line every 100 ms (about 3 s).
+    let slow = vec![
+        "bash".to_string(),
+        "-c".to_string(),
+        "cat >/dev/null; git -c user.email=a@b -c user.name=agent commit -q --allow-empty -m work; \
+         while IFS= read -r l; do printf '%s\\n' \"$l\"; sleep 0.1; done < \"$1\""
+            .to_string(),
+        "slow".to_string(),
+        fixture("claude-long-turn.jsonl").to_string_lossy().into_owned(),
+    ];
     vec![
         profile("worker", &argv(&["bash", "-c", &worker]), None, "claude-stream-json", "none"),
+        profile("slow", &slow, None, "claude-stream-json", "none"),
         profile("sleeper", &argv(&["bash", "-c", "cat >/dev/null; exec sleep 60"]), None, "claude-stream-json", "none"),
         profile("fails", &argv(&["bash", "-c", "cat >/dev/null; echo oops >&2; exit 3"]), None, "text", "none"),
     ]
@@ -344,4 +357,97 @@ async fn the_job_stream_resumes_exactly_from_last_event_id() {
     let events = none.collect(STEP).await;
     assert_eq!(events.iter().map(|e| e.event.as_str()).collect::<Vec<_>>(), ["close"], "nothing after the last");
     assert_eq!(send("x").await.status(), 400, "a malformed Last-Event-ID is refused");
+}
+
+/// The job's events, read through its session: contiguous, with one `job.result` and one
+/// terminal `job.state` (the last event); the `job.state`s' `to`s.
+async fn job_events_once(relay: &Relay, job: &Value) -> Vec<String> {
+    let session = job["session"].as_str().expect("session");
+    let events = all_events(relay, ADMIN, session).await;
+    assert_contiguous(&events);
+    let of = |kind: &str| events.iter().filter(|e| e["type"] == json!(kind)).cloned().collect::<Vec<_>>();
+    assert_eq!(of("job.result").len(), 1, "one job.result: {events:?}");
+    let states: Vec<String> =
+        of("job.state").iter().map(|e| e["data"]["to"].as_str().unwrap_or_default().to_string()).collect();
+    let terminal = states.iter().filter(|s| ["succeeded", "failed", "cancelled"].contains(&s.as_str())).count();
+    assert_eq!(terminal, 1, "one terminal job.state: {states:?}");
+    assert_eq!(events.last().map(|e| e["type"].clone()), Some(json!("job.state")), "the job's end is its last event");
+    states
+}
+
+/// Kills the relay (SIGKILL, what dropping it does) and starts another on the same state.
+async fn restart(relay: Relay, state: &StateDir) -> Relay {
+    drop(relay);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    self::relay(state)
+}
+
+#[tokio::test]
+async fn a_relay_killed_while_a_job_runs_carries_it_to_one_measured_end() {
+    let state = StateDir::new();
+    let relay = relay(&state);
+    let base = repo(&relay).await;
+    let mut body = job_body("slow", "take your time");
+    body["verify"] = json!("echo verified");
+    let id = create(&relay, ADMIN, body).await["id"].as_str().expect("id").to_string();
+    // Running, some of the agent's events recorded, many to come.
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let j = get(&relay, ADMIN, &id).await;
+        if j["state"] == json!("running") && j["events_cursor"].as_i64().unwrap_or(0) >= 8 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not running with events: {j}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let relay = restart(relay, &state).await;
+    let job = ended(&relay, ADMIN, &id).await;
+    assert_eq!((job["state"].clone(), job["reason"].clone()), (json!("succeeded"), json!("ok")), "{job}");
+    assert_eq!(job["base"], json!(base), "the base read before the turn: {job}");
+    let r = &job["result"];
+    assert_eq!((r["base"].clone(), r["commits_ahead"].clone()), (json!(base), json!(1)), "{r}");
+    assert_eq!(r["verification"]["exit_code"], json!(0), "{r}");
+    assert_eq!(job_events_once(&relay, &job).await, ["running", "verifying", "succeeded"]);
+}
+
+#[tokio::test]
+async fn a_relay_killed_while_a_job_verifies_runs_the_verification_again() {
+    let state = StateDir::new();
+    let relay = relay(&state);
+    repo(&relay).await;
+    let mut body = job_body("worker", "add the feature");
+    body["verify"] = json!("sleep 2; echo verified");
+    let id = create(&relay, ADMIN, body).await["id"].as_str().expect("id").to_string();
+    until(&relay, ADMIN, &id, &["verifying"], STEP).await;
+    let relay = restart(relay, &state).await;
+    let job = ended(&relay, ADMIN, &id).await;
+    assert_eq!((job["state"].clone(), job["reason"].clone()), (json!("succeeded"), json!("ok")), "{job}");
+    let v = &job["result"]["verification"];
+    assert_eq!(v["exit_code"], json!(0), "{v}");
+    assert!(v["output_tail"].as_str().is_some_and(|t| t.contains("verified")), "{v}");
+    assert_eq!(job["result"]["commits_ahead"], json!(1), "{job}");
+    // The restarted driver moves on from `verifying`: no second `verifying`.
+    assert_eq!(job_events_once(&relay, &job).await, ["running", "verifying", "succeeded"]);
+}
+
+#[tokio::test]
+async fn cancel_ends_a_verifying_job_and_stops_its_verification() {
+    let state = StateDir::new();
+    let relay = relay(&state);
+    repo(&relay).await;
+    // A marked sleep in the background, waited for: cancel must reach what the command started.
+    let marker = format!("hangar-verify-{}", std::process::id());
+    let mut body = job_body("worker", "add the feature");
+    body["verify"] = json!(format!("(exec -a {marker} sleep 30) & wait"));
+    let id = create(&relay, ADMIN, body).await["id"].as_str().expect("id").to_string();
+    until(&relay, ADMIN, &id, &["verifying"], STEP).await;
+    wait_until(STEP, "the verification's sleep started", || !pids_with(&marker).is_empty()).await;
+    let r = relay.call("POST", &format!("/api/jobs/{id}/cancel"), Some(ADMIN), None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let job = ended(&relay, ADMIN, &id).await;
+    assert_eq!((job["state"].clone(), job["reason"].clone()), (json!("cancelled"), json!("cancel_requested")), "{job}");
+    assert_eq!(job["result"]["verification"], Value::Null, "{job}");
+    assert_eq!(job["result"]["commits_ahead"], json!(1), "what the agent left is measured: {job}");
+    wait_until(STEP, "the verification's sleep stopped", || pids_with(&marker).is_empty()).await;
+    assert_eq!(job_events_once(&relay, &job).await, ["running", "verifying", "cancelled"]);
 }

@@ -17,7 +17,7 @@ use crate::{
         self,
         supervisor::{Shell, SCRIPT_TIMEOUT},
     },
-    store::{JobRow, JobState, JobsOf, NewEvent, SandboxRow, TurnState},
+    store::{JobEvent, JobRow, JobState, JobsOf, NewEvent, SandboxRow, TurnState},
     time,
 };
 
@@ -59,27 +59,44 @@ async fn run(relay: &Arc<Relay>, id: &str, notify: &Notify) -> Result<()> {
 }
 
 /// Moves the job to `to` (unless it has ended) and records a `job.state` event in its session's
-/// events, where there is one.
+/// events, where there is one, in the same transaction: a relay killed in between leaves both or
+/// neither (a job's terminal `job.state` is what ends its event streams).
 pub(super) fn to(relay: &Relay, job: &JobRow, to: JobState, reason: Option<&str>, detail: Option<&str>) -> Result<()> {
     let detail = detail.map(|d| relay.secrets.redactor().text(d).into_owned());
-    if !relay.store.set_job_state(&job.id, to, reason, detail.as_deref(), time::now())? {
-        return Ok(());
-    }
-    events::JobState { job: &job.id, person: &job.person, from: job.state.as_str(), to: to.as_str(), reason }.emit();
     let data = json!({
         "job": job.id, "from": job.state.as_str(), "to": to.as_str(), "reason": reason, "detail": detail,
         "source": "hangar",
     });
-    record(relay, job.session_id.as_deref(), "job.state", data)
+    let turn = first_turn(relay, job.session_id.as_deref())?;
+    let event = job_event(job.session_id.as_deref(), turn.as_deref(), "job.state", data);
+    let Some(seq) = relay.store.set_job_state(&job.id, to, reason, detail.as_deref(), time::now(), event)? else {
+        return Ok(());
+    };
+    events::JobState { job: &job.id, person: &job.person, from: job.state.as_str(), to: to.as_str(), reason }.emit();
+    publish(relay, job.session_id.as_deref(), seq);
+    Ok(())
 }
 
-fn record(relay: &Relay, session_id: Option<&str>, kind: &'static str, data: Value) -> Result<()> {
-    let Some(session_id) = session_id else { return Ok(()) };
-    let Some(turn) = relay.store.turns(session_id)?.into_iter().next() else { return Ok(()) };
+/// The id of the session's first turn, which the job's own events are recorded under.
+fn first_turn(relay: &Relay, session_id: Option<&str>) -> Result<Option<String>> {
+    let Some(session_id) = session_id else { return Ok(None) };
+    Ok(relay.store.turns(session_id)?.into_iter().next().map(|t| t.id))
+}
+
+fn job_event<'a>(
+    session_id: Option<&'a str>,
+    turn_id: Option<&'a str>,
+    kind: &'static str,
+    data: Value,
+) -> Option<JobEvent<'a>> {
     let event = NewEvent { kind, data, src_offset: None, part: 0 };
-    let (seq, _) = relay.store.record_events(session_id, &turn.id, &[event], time::now(), None, None)?;
-    relay.sessions.live.publish(session_id, seq);
-    Ok(())
+    Some(JobEvent { session_id: session_id?, turn_id: turn_id?, event })
+}
+
+fn publish(relay: &Relay, session_id: Option<&str>, seq: Option<i64>) {
+    if let (Some(session_id), Some(seq)) = (session_id, seq) {
+        relay.sessions.live.publish(session_id, seq);
+    }
 }
 
 fn fail(relay: &Relay, job: &JobRow, reason: &str, e: &Error) -> Result<()> {
@@ -123,15 +140,20 @@ async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
         Err(e) => return fail(relay, job, "invalid_cwd", &e),
     };
     // The head before the agent's first turn: what "commits ahead" counts from. Read as the
-    // agent's own user, like everything hangar reads of the job's repository.
-    let base = match Shell::open(relay, row.clone()).await {
-        Ok(shell) => shell
-            .run(false, &measure::head_script(&cwd), SCRIPT_TIMEOUT)
-            .await
-            .ok()
-            .and_then(|o| measure::object_id(&String::from_utf8_lossy(&o.stdout))),
-        Err(_) => None,
-    };
+    // agent's own user, like everything hangar reads of the job's repository, and recorded
+    // before the session starts: a driver restarted after that reuses it, since the head may
+    // by then hold the agent's commits.
+    if !job.base_read {
+        let base = match Shell::open(relay, row.clone()).await {
+            Ok(shell) => shell
+                .run(false, &measure::head_script(&cwd), SCRIPT_TIMEOUT)
+                .await
+                .ok()
+                .and_then(|o| measure::object_id(&String::from_utf8_lossy(&o.stdout))),
+            Err(_) => None,
+        };
+        relay.store.set_job_base(&job.id, &cwd, base.as_deref())?;
+    }
     let prompt = relay.jobs.prompts().get(&job.id).cloned().unwrap_or_else(|| job.prompt.clone());
     let req = sessions::StartRequest {
         name: own_name(job),
@@ -150,7 +172,7 @@ async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
         Err(e @ Error::Store(_)) => return Err(e),
         Err(e) => return fail(relay, job, "session_refused", &e),
     };
-    relay.store.set_job_session(&job.id, &session.id, &session.cwd, base.as_deref())?;
+    relay.store.set_job_session(&job.id, &session.id, &session.cwd)?;
     relay.jobs.prompts().remove(&job.id);
     let job = relay.store.job(&job.id, JobsOf::Everyone)?.ok_or_else(|| Error::not_found("job gone"))?;
     to(relay, &job, JobState::Running, None, None)?;
@@ -214,6 +236,16 @@ async fn wait_turn(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<
 }
 
 async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()> {
+    // A cancel asked before this step looked (its wake-up may have gone to the turn's wait, or
+    // to a relay since killed) ends the job cancelled, even with a result already recorded.
+    if job.cancel_requested_at.is_some() {
+        return cancel_verify(relay, job, None).await;
+    }
+    // A result recorded before a restart: the verification ran and was measured; only the end
+    // is left to record.
+    if let Some(result) = &job.result {
+        return verified(relay, job, recorded_pass(result));
+    }
     let row = job.sandbox_id.as_deref().map(|id| relay.sandboxes.get(id)).transpose();
     let (row, cwd) = match (row, &job.cwd) {
         (Ok(Some(row)), Some(cwd)) => (row, cwd.clone()),
@@ -228,7 +260,10 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
                 Ok(s) => s,
                 Err(e) => return fail(relay, job, "sandbox_unavailable", &e),
             };
-            let script = measure::verify_script(&cwd, command);
+            // A verification a killed relay left running goes first: it runs again from the
+            // start, since what it printed went with that relay.
+            stop_verify(&shell, job).await;
+            let script = measure::verify_script(&cwd, command, &job.id);
             let run = shell.run(false, &script, Duration::from_secs(minutes * 60));
             tokio::pin!(run);
             let out = loop {
@@ -238,14 +273,18 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
                         let cancel = relay.store.job(&job.id, JobsOf::Everyone)?
                             .is_some_and(|j| j.cancel_requested_at.is_some());
                         if cancel {
-                            // Dropping the run leaves the command to its own end in the sandbox.
-                            return to(relay, job, JobState::Cancelled, Some("cancel_requested"), None);
+                            // Dropping the run alone would leave the command running.
+                            return cancel_verify(relay, job, Some(&shell)).await;
                         }
                     }
                 }
             };
             match out {
                 Ok(o) => {
+                    if o.timed_out {
+                        // The run's deadline only stops hangar waiting for the command.
+                        stop_verify(&shell, job).await;
+                    }
                     let mut all = o.stdout;
                     all.extend_from_slice(&o.stderr);
                     let tail = measure::output_tail(&all);
@@ -256,12 +295,19 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
                         output_tail: relay.secrets.redactor().text(&tail).into_owned(),
                     })
                 }
-                Err(e) => return fail(relay, job, "verify_error", &e),
+                Err(e) => {
+                    stop_verify(&shell, job).await;
+                    return fail(relay, job, "verify_error", &e);
+                }
             }
         }
     };
     let passed = verification.as_ref().is_none_or(Verification::passed);
     finish(relay, job, verification).await?;
+    verified(relay, job, passed)
+}
+
+fn verified(relay: &Relay, job: &JobRow, passed: bool) -> Result<()> {
     if passed {
         to(relay, job, JobState::Succeeded, Some("ok"), None)
     } else {
@@ -269,9 +315,45 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
     }
 }
 
+/// Whether a recorded result's verification passed (none ran: passed).
+fn recorded_pass(result: &Value) -> bool {
+    let v = &result["verification"];
+    v.is_null() || (v["exit_code"].as_i64() == Some(0) && v["timed_out"] == Value::Bool(false))
+}
+
+/// Ends a verifying job cancelled: its verification stopped, what the agent left measured
+/// (without a verification), then `cancelled`.
+async fn cancel_verify(relay: &Relay, job: &JobRow, shell: Option<&Shell<'_>>) -> Result<()> {
+    match shell {
+        Some(shell) => stop_verify(shell, job).await,
+        None => {
+            if let Some(Ok(row)) = job.sandbox_id.as_deref().map(|id| relay.sandboxes.get(id)) {
+                if let Ok(shell) = Shell::open(relay, row).await {
+                    stop_verify(&shell, job).await;
+                }
+            }
+        }
+    }
+    finish(relay, job, None).await?;
+    to(relay, job, JobState::Cancelled, Some("cancel_requested"), None)
+}
+
+/// Stops the job's verification and what it started, found by the marker in their environment
+/// (neither a dropped run nor its deadline ends a command in the sandbox). Best effort: a
+/// sandbox that cannot be reached cannot be stopped in either, and the job ends all the same.
+async fn stop_verify(shell: &Shell<'_>, job: &JobRow) {
+    if let Err(e) = shell.run(false, &measure::stop_verify_script(&job.id), SCRIPT_TIMEOUT).await {
+        events::JobFailed { job: &job.id, error: &format!("stopping the verification: {e}") }.emit();
+    }
+}
+
 /// Measures the repository (read-only git, as the agent's user), finds a PR URL in the agent's
-/// final message, and records the result (also as a `job.result` event).
+/// final message, and records the result with its `job.result` event, once: a result recorded
+/// before a restart stays.
 async fn finish(relay: &Relay, job: &JobRow, verification: Option<Verification>) -> Result<()> {
+    if job.result.is_some() {
+        return Ok(());
+    }
     let mut git = None;
     if let (Some(id), Some(cwd)) = (&job.sandbox_id, &job.cwd) {
         if let Ok(shell) = Shell::open(relay, relay.sandboxes.get(id)?).await {
@@ -297,13 +379,13 @@ async fn finish(relay: &Relay, job: &JobRow, verification: Option<Verification>)
         "pr_url": pr_url.as_deref().map(|u| redactor.text(u).into_owned()),
         "pr_url_source": pr_url.as_ref().map(|_| "agent_reported"),
     });
-    relay.store.set_job_result(&job.id, &result)?;
-    record(
-        relay,
-        job.session_id.as_deref(),
-        "job.result",
-        json!({ "job": job.id, "result": result, "source": "hangar" }),
-    )
+    let turn = first_turn(relay, job.session_id.as_deref())?;
+    let data = json!({ "job": job.id, "result": result, "source": "hangar" });
+    let event = job_event(job.session_id.as_deref(), turn.as_deref(), "job.result", data);
+    if let Some(seq) = relay.store.set_job_result(&job.id, &result, time::now(), event)? {
+        publish(relay, job.session_id.as_deref(), seq);
+    }
+    Ok(())
 }
 
 /// The `final_text` of the session's last `run.result` event.

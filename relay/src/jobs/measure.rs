@@ -25,9 +25,35 @@ pub fn object_id(s: &str) -> Option<String> {
     ((s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_ascii_lowercase())
 }
 
-/// Runs `verify` with bash -lc in `cwd`, its stderr merged into its stdout.
-pub fn verify_script(cwd: &str, verify: &str) -> String {
-    format!("exec 2>&1; cd -- {} || exit 126; exec bash -lc {}", sh_quote(cwd), sh_quote(verify))
+/// The variable in the environment of a job's verification and of everything it starts, by
+/// which `stop_verify_script` finds them.
+pub const VERIFY_MARKER: &str = "HANGAR_JOB_VERIFY";
+
+/// Runs `verify` with bash -lc in `cwd`, its stderr merged into its stdout, marked with the
+/// job's id in its environment.
+pub fn verify_script(cwd: &str, verify: &str, job: &str) -> String {
+    format!(
+        "exec 2>&1; cd -- {} || exit 126; export {VERIFY_MARKER}={}; exec bash -lc {}",
+        sh_quote(cwd),
+        sh_quote(job),
+        sh_quote(verify)
+    )
+}
+
+/// Stops the job's verification: SIGTERM to every process (of the user it runs as) with the
+/// job's marker in its environment, SIGKILL to those left 5 s later. The script is not marked
+/// itself: the marker is a shell variable here, never exported.
+pub fn stop_verify_script(job: &str) -> String {
+    let marker = sh_quote(&format!("{VERIFY_MARKER}={job}"));
+    format!(
+        r#"m={marker}
+pids() {{ for d in /proc/[0-9]*; do tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qxF -- "$m" && echo "${{d#/proc/}}"; done; }}
+p=$(pids); [ -z "$p" ] && exit 0
+kill -TERM $p 2>/dev/null
+for _ in 1 2 3 4 5 6 7 8 9 10; do sleep 0.5; p=$(pids); [ -z "$p" ] && exit 0; done
+kill -KILL $p 2>/dev/null; exit 0
+"#
+    )
 }
 
 /// Prints `key=value` lines: `git=yes|no`, then `head`, `branch`, `ahead` (with a base),
@@ -198,8 +224,10 @@ mod tests {
 
     #[test]
     fn scripts_quote_what_they_are_given() {
-        let s = verify_script("/w/it's", "make test; echo 'ok'");
+        let s = verify_script("/w/it's", "make test; echo 'ok'", "job_1");
         assert!(s.contains(r"'/w/it'\''s'") && s.contains(r"'make test; echo '\''ok'\'''"), "{s}");
+        assert!(s.contains("export HANGAR_JOB_VERIFY='job_1';"), "{s}");
+        assert!(stop_verify_script("job_'x").starts_with(r"m='HANGAR_JOB_VERIFY=job_'\''x'"));
         assert!(!facts_script("/w", Some("not-an-id; rm -rf /")).contains("rm -rf"));
         assert!(facts_script("/w", Some(&"c".repeat(40))).contains(&format!("'{}..HEAD'", "c".repeat(40))));
     }

@@ -202,6 +202,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         reason: None,
         detail: None,
         base: None,
+        base_read: false,
         result: None,
         cancel_requested_at: None,
         created_at: time::now(),
@@ -249,7 +250,8 @@ pub fn ends_job(e: &EventRow) -> bool {
 }
 
 /// Cancels a job: a queued one at once; a running one by cancelling its session's turn (the
-/// driver ends the job when the turn has ended); a verifying one by leaving its verification.
+/// driver ends the job when the turn has ended); a verifying one by stopping its verification
+/// (the driver, woken here, stops it in the sandbox).
 /// Idempotent; a job that has ended is answered as it is.
 pub async fn cancel(relay: &Arc<Relay>, caller: &Caller, id: &str) -> Result<JobView> {
     let job = find(relay, caller, id)?;

@@ -5,7 +5,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::{unknown, Result, Scope, Store};
+use super::{unknown, NewEvent, Result, Scope, Store};
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     reason TEXT,
     detail TEXT,
     base TEXT,
+    base_read INTEGER NOT NULL DEFAULT 0,
     result TEXT,
     cancel_requested_at REAL,
     created_at REAL NOT NULL,
@@ -119,6 +120,10 @@ pub struct JobRow {
     pub detail: Option<String>,
     /// The git head in `cwd` before the first turn started (null outside a git repository).
     pub base: Option<String>,
+    /// Whether `base` was read (and recorded, null or not): a restarted driver reuses it rather
+    /// than read a head that may already hold the agent's commits.
+    #[serde(skip)]
+    pub base_read: bool,
     pub result: Option<serde_json::Value>,
     pub cancel_requested_at: Option<f64>,
     pub created_at: f64,
@@ -190,6 +195,7 @@ fn job_row(r: &Row<'_>) -> rusqlite::Result<JobRow> {
         reason: r.get("reason")?,
         detail: r.get("detail")?,
         base: r.get("base")?,
+        base_read: r.get("base_read")?,
         result: json("result")?,
         cancel_requested_at: r.get("cancel_requested_at")?,
         created_at: r.get("created_at")?,
@@ -278,7 +284,11 @@ impl Store {
         Ok(rows)
     }
 
-    /// Moves a live job to `to`; false if it was terminal already (a terminal state is final).
+    /// Moves a live job to `to` and records `event` (hangar's `job.state`) in its session in the
+    /// same transaction, so a crash leaves both or neither; false if the job was terminal already
+    /// (a terminal state is final). The event's seq is returned in `Ok(Some)` where one was
+    /// recorded.
+    #[allow(clippy::too_many_arguments)]
     pub fn set_job_state(
         &self,
         id: &str,
@@ -286,8 +296,11 @@ impl Store {
         reason: Option<&str>,
         detail: Option<&str>,
         at: f64,
-    ) -> Result<bool> {
-        let n = self.conn().execute(
+        event: Option<JobEvent<'_>>,
+    ) -> Result<Option<Option<i64>>> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let n = tx.execute(
             &format!(
                 "UPDATE jobs SET state = ?2, reason = ?3, detail = ?4,
                     started_at = CASE WHEN ?2 = 'running' THEN COALESCE(started_at, ?5) ELSE started_at END,
@@ -296,7 +309,12 @@ impl Store {
             ),
             params![id, to.as_str(), reason, detail, at],
         )?;
-        Ok(n > 0)
+        if n == 0 {
+            return Ok(None);
+        }
+        let seq = event.map(|e| insert_event(&tx, &e, at)).transpose()?;
+        tx.commit()?;
+        Ok(Some(seq))
     }
 
     /// The sandbox a job runs in, once known (created for it, or named).
@@ -308,19 +326,40 @@ impl Store {
         Ok(())
     }
 
-    /// The session a job started, with the working directory it resolved to and the git head
-    /// there before it.
-    pub fn set_job_session(&self, id: &str, session_id: &str, cwd: &str, base: Option<&str>) -> Result<()> {
-        self.conn().execute(
-            "UPDATE jobs SET session_id = ?2, cwd = ?3, base = ?4 WHERE id = ?1",
-            params![id, session_id, cwd, base],
-        )?;
+    /// The working directory a job resolved to and the git head there before its session
+    /// started (null outside a repository), recorded before the session starts.
+    pub fn set_job_base(&self, id: &str, cwd: &str, base: Option<&str>) -> Result<()> {
+        self.conn()
+            .execute("UPDATE jobs SET cwd = ?2, base = ?3, base_read = 1 WHERE id = ?1", params![id, cwd, base])?;
         Ok(())
     }
 
-    pub fn set_job_result(&self, id: &str, result: &serde_json::Value) -> Result<()> {
-        self.conn().execute("UPDATE jobs SET result = ?2 WHERE id = ?1", params![id, result.to_string()])?;
+    /// The session a job started, with the working directory it runs in.
+    pub fn set_job_session(&self, id: &str, session_id: &str, cwd: &str) -> Result<()> {
+        self.conn().execute("UPDATE jobs SET session_id = ?2, cwd = ?3 WHERE id = ?1", params![id, session_id, cwd])?;
         Ok(())
+    }
+
+    /// Records a job's result, and `event` (hangar's `job.result`) in its session in the same
+    /// transaction, unless a result is recorded already: false then (a driver restarted after
+    /// recording it does not record it twice). The event's seq is returned in `Ok(Some)`.
+    pub fn set_job_result(
+        &self,
+        id: &str,
+        result: &serde_json::Value,
+        at: f64,
+        event: Option<JobEvent<'_>>,
+    ) -> Result<Option<Option<i64>>> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let n = tx
+            .execute("UPDATE jobs SET result = ?2 WHERE id = ?1 AND result IS NULL", params![id, result.to_string()])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let seq = event.map(|e| insert_event(&tx, &e, at)).transpose()?;
+        tx.commit()?;
+        Ok(Some(seq))
     }
 
     pub fn request_job_cancel(&self, id: &str, at: f64) -> Result<()> {
@@ -329,5 +368,119 @@ impl Store {
             params![id, at],
         )?;
         Ok(())
+    }
+}
+
+/// An event hangar records in a job's session along with a change to the job.
+pub struct JobEvent<'a> {
+    pub session_id: &'a str,
+    pub turn_id: &'a str,
+    pub event: NewEvent,
+}
+
+/// Appends the event after the session's last (as `Store::record_events` does); its seq.
+fn insert_event(tx: &rusqlite::Transaction<'_>, e: &JobEvent<'_>, ts: f64) -> Result<i64> {
+    let seq: i64 =
+        tx.query_row("SELECT event_seq FROM sessions WHERE id = ?1", [e.session_id], |r| r.get::<_, i64>(0))? + 1;
+    tx.execute(
+        "INSERT INTO session_events (session_id, seq, turn_id, src_offset, part, ts, type, data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            e.session_id,
+            seq,
+            e.turn_id,
+            e.event.src_offset,
+            e.event.part,
+            ts,
+            e.event.kind,
+            e.event.data.to_string()
+        ],
+    )?;
+    tx.execute("UPDATE sessions SET event_seq = ?2 WHERE id = ?1", params![e.session_id, seq])?;
+    Ok(seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        super::sessions::tests::{session, store, turn},
+        *,
+    };
+
+    fn job(id: &str) -> JobRow {
+        JobRow {
+            id: id.into(),
+            person: "p".into(),
+            token_id: "t".into(),
+            scope: Scope::Admin,
+            owner: "person:p".into(),
+            sandbox_id: Some("sbx".into()),
+            sandbox_name: Some("box".into()),
+            sandbox_spec: None,
+            created_sandbox: false,
+            session_id: None,
+            harness: "h".into(),
+            prompt: "p".into(),
+            prompt_sha256: "x".into(),
+            cwd: None,
+            verify: None,
+            timeout_minutes: 1,
+            idempotency_key: None,
+            state: JobState::Queued,
+            reason: None,
+            detail: None,
+            base: None,
+            base_read: false,
+            result: None,
+            cancel_requested_at: None,
+            created_at: 0.0,
+            started_at: None,
+            finished_at: None,
+        }
+    }
+
+    fn event<'a>(kind: &'static str) -> Option<JobEvent<'a>> {
+        let event = NewEvent { kind, data: serde_json::json!({}), src_offset: None, part: 0 };
+        Some(JobEvent { session_id: "s1", turn_id: "t1", event })
+    }
+
+    /// What a restarted driver relies on: the base is kept once read (even when null), a result
+    /// and its event are recorded once, and a state moves with its event.
+    #[test]
+    fn a_base_is_kept_once_read_and_a_result_and_an_end_are_recorded_once_with_their_events() {
+        let (s, dir) = store("jobs");
+        s.create_session(&session("s1"), &turn("t1", "s1")).unwrap();
+        assert!(matches!(s.create_job(&job("j1")).unwrap(), NewJob::New(_)));
+        assert!(!s.job("j1", JobsOf::Everyone).unwrap().unwrap().base_read);
+        s.set_job_base("j1", "/w", None).unwrap();
+        let j = s.job("j1", JobsOf::Everyone).unwrap().unwrap();
+        assert_eq!((j.base_read, j.base, j.cwd.as_deref()), (true, None, Some("/w")), "read, outside a repository");
+        s.set_job_base("j1", "/w", Some(&"a".repeat(40))).unwrap();
+        s.set_job_session("j1", "s1", "/w").unwrap();
+        let j = s.job("j1", JobsOf::Everyone).unwrap().unwrap();
+        assert_eq!((j.base, j.session_id.as_deref()), (Some("a".repeat(40)), Some("s1")), "the session keeps it");
+
+        assert_eq!(
+            s.set_job_state("j1", JobState::Running, None, None, 1.0, event("job.state")).unwrap(),
+            Some(Some(1))
+        );
+        let result = serde_json::json!({"measured_by": "hangar"});
+        assert_eq!(s.set_job_result("j1", &result, 2.0, event("job.result")).unwrap(), Some(Some(2)));
+        let again = serde_json::json!({"measured_by": "again"});
+        assert_eq!(s.set_job_result("j1", &again, 3.0, event("job.result")).unwrap(), None, "recorded once");
+        assert_eq!(s.job("j1", JobsOf::Everyone).unwrap().unwrap().result, Some(result));
+        assert_eq!(
+            s.set_job_state("j1", JobState::Succeeded, Some("ok"), None, 4.0, event("job.state")).unwrap(),
+            Some(Some(3))
+        );
+        assert_eq!(
+            s.set_job_state("j1", JobState::Failed, None, None, 5.0, event("job.state")).unwrap(),
+            None,
+            "final"
+        );
+        let kinds: Vec<String> = s.events_after("s1", 0, 100).unwrap().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["job.state", "job.result", "job.state"]);
+        assert_eq!(s.session_by_id("s1").unwrap().unwrap().event_seq, 3);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -14,7 +14,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 mod jobs;
 mod sessions;
-pub use jobs::{JobRow, JobState, JobsOf, NewJob};
+pub use jobs::{JobEvent, JobRow, JobState, JobsOf, NewJob};
 pub use sessions::{Created, EventRow, NewEvent, SessionRow, TurnRow, TurnState, UsageRow};
 
 #[derive(Debug, thiserror::Error)]
@@ -469,12 +469,13 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 5] = [
+    const ADDED: [(&str, &str, &str); 6] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
         ("tokens", "person", "TEXT"),
         ("tokens", "person_name", "TEXT"),
+        ("jobs", "base_read", "INTEGER NOT NULL DEFAULT 0"),
     ];
     for (table, column, kind) in ADDED {
         let have: Vec<String> = conn

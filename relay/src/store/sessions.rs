@@ -736,17 +736,17 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn store(test: &str) -> (Store, std::path::PathBuf) {
+    pub(in crate::store) fn store(test: &str) -> (Store, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("hangar-sessions-store-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         (Store::open(&dir.join("relay.sqlite")).unwrap(), dir)
     }
 
-    fn session(id: &str) -> SessionRow {
+    pub(in crate::store) fn session(id: &str) -> SessionRow {
         SessionRow {
             id: id.into(),
             name: id.into(),
@@ -768,7 +768,7 @@ mod tests {
         }
     }
 
-    fn turn(id: &str, session: &str) -> TurnRow {
+    pub(in crate::store) fn turn(id: &str, session: &str) -> TurnRow {
         TurnRow {
             id: id.into(),
             session_id: session.into(),
