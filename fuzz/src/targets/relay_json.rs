@@ -1,11 +1,13 @@
 //! The relay's REST JSON bodies, read as its handlers read them (`extract::Body`): starting a
 //! process (`StartBody`), its input (`InputBody`), exec (`ExecBody`, then the checks of
 //! `exec_request`), creating a sandbox (`CreateSandbox`), a token (`CreateToken`), a session
-//! (`CreateSession`), a follow-up turn (`CreateTurn`) and a secret (`CreateSecret`).
+//! (`CreateSession`), a follow-up turn (`CreateTurn`), a secret (`CreateSecret`) and a ticket
+//! (`CreateTicket`).
 //!
 //! Input: a selector byte (which body), then the body.
 use hangar_relay::api::rest::inputs::{
-    exec_request, CreateSandbox, CreateSecret, CreateSession, CreateToken, CreateTurn, ExecBody, InputBody, StartBody,
+    exec_request, CreateSandbox, CreateSecret, CreateSession, CreateTicket, CreateToken, CreateTurn, ExecBody,
+    InputBody, StartBody,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -46,6 +48,7 @@ const BODIES: &[(&str, &[&str])] = &[
     ),
     ("CreateTurn", &["prompt", "timeout_minutes", "idempotency_key", "ignore_limits"]),
     ("CreateSecret", &["name", "value"]),
+    ("CreateTicket", &["path"]),
 ];
 
 pub fn run(data: &[u8]) {
@@ -67,7 +70,8 @@ pub fn run(data: &[u8]) {
         4 => json::<CreateToken>(body).map(drop),
         5 => json::<CreateSession>(body).map(drop),
         6 => json::<CreateTurn>(body).map(drop),
-        _ => json::<CreateSecret>(body).map(drop),
+        7 => json::<CreateSecret>(body).map(drop),
+        _ => json::<CreateTicket>(body).map(drop),
     };
     match accepted {
         Ok(()) => {
