@@ -54,8 +54,14 @@ fn forks_a_new_session(mark: &str, redirect: bool) -> String {
 
 /// Waits for the `sleep MARK` in its new session and checks it left `leader`'s session.
 async fn wait_for_new_session(mark: &str, leader: u32) -> ProcStat {
+    // Not the leader itself: its command line (the script) holds the mark too, and bash may exec
+    // its last command (`sleep 300`) between the two reads, so it can look like the sleep.
     let st = eventually(STEP, "the new-session sleep is running", || {
-        pids_with(mark).into_iter().filter_map(proc_stat).find(|p| p.comm == "sleep" && p.state != 'Z')
+        pids_with(mark)
+            .into_iter()
+            .filter(|p| *p != leader)
+            .filter_map(proc_stat)
+            .find(|p| p.comm == "sleep" && p.state != 'Z')
     })
     .await;
     assert_ne!(st.session, leader, "the grandchild must be in a session of its own: {st:?}");
