@@ -382,20 +382,7 @@ pub struct JobEvent<'a> {
 fn insert_event(tx: &rusqlite::Transaction<'_>, e: &JobEvent<'_>, ts: f64) -> Result<i64> {
     let seq: i64 =
         tx.query_row("SELECT event_seq FROM sessions WHERE id = ?1", [e.session_id], |r| r.get::<_, i64>(0))? + 1;
-    tx.execute(
-        "INSERT INTO session_events (session_id, seq, turn_id, src_offset, part, ts, type, data)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            e.session_id,
-            seq,
-            e.turn_id,
-            e.event.src_offset,
-            e.event.part,
-            ts,
-            e.event.kind,
-            e.event.data.to_string()
-        ],
-    )?;
+    super::sessions::insert_event(tx, e.session_id, seq, e.turn_id, &e.event, ts)?;
     tx.execute("UPDATE sessions SET event_seq = ?2 WHERE id = ?1", params![e.session_id, seq])?;
     Ok(seq)
 }

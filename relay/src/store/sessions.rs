@@ -324,6 +324,23 @@ pub enum Created<T> {
     Taken,
 }
 
+/// Writes one event row: the one insert every recorder of session events uses.
+pub(super) fn insert_event(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    seq: i64,
+    turn_id: &str,
+    e: &NewEvent,
+    ts: f64,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO session_events (session_id, seq, turn_id, src_offset, part, ts, type, data)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![session_id, seq, turn_id, e.src_offset, e.part, ts, e.kind, e.data.to_string()],
+    )?;
+    Ok(())
+}
+
 const LIVE_STATES: &str = "('queued', 'starting', 'running', 'waiting_input')";
 
 fn insert_turn(tx: &Transaction<'_>, t: &TurnRow) -> rusqlite::Result<()> {
@@ -640,12 +657,7 @@ impl Store {
                 }
             }
             seq += 1;
-            let data = e.data.to_string();
-            tx.execute(
-                "INSERT INTO session_events (session_id, seq, turn_id, src_offset, part, ts, type, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![session_id, seq, turn_id, e.src_offset, e.part, ts, e.kind, data],
-            )?;
+            insert_event(&tx, session_id, seq, turn_id, e, ts)?;
             recorded.push(EventRow {
                 seq,
                 ts,
