@@ -11,11 +11,7 @@ use axum::{
 use super::ApiError;
 use crate::{
     app::Relay,
-    auth::{
-        self,
-        tickets::{self, TicketError},
-        Caller,
-    },
+    auth::{self, tickets::TicketError, Caller},
     events,
     store::Scope,
 };
@@ -84,8 +80,9 @@ fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, ApiError> {
         Err(ApiError::unauthenticated(message))
     };
     let (tickets, rest) = split_ticket(req.uri().query().unwrap_or_default());
-    if req.method() != http::Method::GET || !tickets::is_stream_path(&path) {
-        return refuse("not_a_stream", TicketError::NotAStream.to_string());
+    if req.method() != http::Method::GET || !is_stream_path(&path) {
+        let routes = STREAM_ROUTES.join(", ");
+        return refuse("not_a_stream", format!("a ticket opens only a GET of one of the event streams: {routes}"));
     }
     let [ticket] = tickets.as_slice() else {
         return refuse("unknown", "one `ticket` parameter at the most".to_string());
@@ -142,9 +139,69 @@ pub async fn admin_scope(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// The SSE `GET` routes a ticket may open, as axum spells them: the only paths a ticket is
+/// issued for.
+pub const STREAM_ROUTES: [&str; 4] = [
+    "/api/sandboxes/{sandbox}/processes/{id}/stream",
+    "/api/sandboxes/{sandbox}/watch",
+    "/api/sessions/{session}/events/stream",
+    "/api/jobs/{job}/events/stream",
+];
+
+/// Whether `path` is one of `STREAM_ROUTES` (each `{...}` one non-empty segment).
+pub fn is_stream_path(path: &str) -> bool {
+    STREAM_ROUTES.iter().any(|route| {
+        let mut want = route.split('/');
+        let mut got = path.split('/');
+        loop {
+            match (want.next(), got.next()) {
+                (None, None) => return true,
+                (Some(w), Some(g)) if w.starts_with('{') => {
+                    if g.is_empty() {
+                        return false;
+                    }
+                }
+                (Some(w), Some(g)) if w == g => {}
+                _ => return false,
+            }
+        }
+    })
+}
+
+/// Whether `path` is a job's stream, the one stream a `jobs` token may ask a ticket for.
+pub fn is_job_stream_path(path: &str) -> bool {
+    path.starts_with("/api/jobs/") && is_stream_path(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_stream_routes_take_tickets() {
+        for ok in [
+            "/api/sandboxes/default/watch",
+            "/api/sandboxes/s/processes/p1/stream",
+            "/api/sessions/x/events/stream",
+            "/api/jobs/job_1/events/stream",
+        ] {
+            assert!(is_stream_path(ok), "{ok}");
+        }
+        for bad in [
+            "/api/sandboxes//watch",
+            "/api/sandboxes/default/watch/",
+            "/api/sandboxes/default/exec/stream",
+            "/api/sessions/x/events",
+            "/api/sessions/x/events/stream?since=1",
+            "/api/tokens",
+            "",
+            "/",
+        ] {
+            assert!(!is_stream_path(bad), "{bad}");
+        }
+        assert!(is_job_stream_path("/api/jobs/j/events/stream"));
+        assert!(!is_job_stream_path("/api/sandboxes/default/watch"));
+    }
 
     #[test]
     fn the_ticket_is_taken_out_of_the_query() {

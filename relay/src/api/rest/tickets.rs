@@ -7,12 +7,13 @@ use axum::{extract::State, http::StatusCode, Extension, Json};
 use serde::Deserialize;
 
 use crate::{
-    api::{extract::Body, ApiError},
-    app::Relay,
-    auth::{
-        tickets::{self, TicketError},
-        Caller,
+    api::{
+        auth::{is_job_stream_path, is_stream_path, STREAM_ROUTES},
+        extract::Body,
+        ApiError,
     },
+    app::Relay,
+    auth::{tickets::TicketError, Caller},
     events,
     store::Scope,
 };
@@ -30,7 +31,12 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     // A jobs token reaches only /api/jobs*: so do its tickets (other stream paths are 403, as
     // its bearer header would be there).
-    if caller.scope == Scope::Jobs && tickets::is_stream_path(&req.path) && !tickets::is_job_stream_path(&req.path) {
+    if !is_stream_path(&req.path) {
+        let path: String = req.path.chars().take(200).collect();
+        let routes = STREAM_ROUTES.join(", ");
+        return Err(ApiError::bad_request(format!("path {path:?} is not an event stream; tickets are for {routes}")));
+    }
+    if caller.scope == Scope::Jobs && !is_job_stream_path(&req.path) {
         return Err(ApiError::forbidden(
             "a jobs token can only read its own jobs: tickets for /api/jobs/{job}/events/stream",
         ));
