@@ -122,11 +122,7 @@ pub async fn stream(
     Params(q): Params<JobStreamQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let since = match headers.get("last-event-id").map(|v| v.to_str().map(|s| s.trim().parse::<i64>())) {
-        Some(Ok(Ok(n))) => n,
-        Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be an event's seq")),
-        None => q.since.unwrap_or(0),
-    };
+    let since = sse::resume_seq(&headers, q.since)?;
     let job = jobs::find(&relay, &caller, &id)?;
     let events = async_stream::stream! {
         let mut job = job;

@@ -177,11 +177,7 @@ pub async fn stream(
     Params(q): Params<StreamQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let since = match headers.get("last-event-id").map(|v| v.to_str().map(|s| s.trim().parse::<i64>())) {
-        Some(Ok(Ok(n))) => n,
-        Some(_) => return Err(ApiError::bad_request("Last-Event-ID must be an event's seq")),
-        None => q.since.unwrap_or(0),
-    };
+    let since = sse::resume_seq(&headers, q.since)?;
     let session = sessions::find(&relay, &caller, &reference)?;
     let mut admitted = relay.streams.open(&caller, &session.sandbox_id, Kind::Events, Front::Rest)?;
     let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
