@@ -5,7 +5,8 @@ use std::{net::SocketAddr, sync::Arc};
 use crate::{
     api, auth,
     config::{self, Config},
-    events, exec, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions, store, streams,
+    events, exec, inbox, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions, store,
+    streams,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +41,8 @@ pub struct Relay {
     pub streams: Arc<streams::Streams>,
     pub sessions: sessions::Sessions,
     pub jobs: jobs::Jobs,
+    /// The open inbox items, in memory as well as in the store.
+    pub inbox: inbox::Inbox,
     pub secrets: secrets::Secrets,
     /// Browsers' one-use tickets into SSE streams (in memory only).
     pub tickets: auth::tickets::Tickets,
@@ -124,6 +127,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         max_events: s.event_max.max(1),
     };
     let secrets = secrets::Secrets::new(store.clone()).map_err(StartError::Secrets)?;
+    let open_items = store.open_items()?;
     let relay = Arc::new(Relay {
         store,
         key,
@@ -135,6 +139,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         streams,
         sessions: sessions::Sessions::new(harnesses, settings),
         jobs: jobs::Jobs::default(),
+        inbox: inbox::Inbox::new(open_items, config.sessions.inbox_expiry()),
         secrets,
         tickets: auth::tickets::Tickets::new(config.ticket_lifetime()),
     });

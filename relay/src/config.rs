@@ -108,6 +108,11 @@ pub struct SessionSettings {
     /// Events kept per session (the newest).
     #[arg(long, env = "HANGAR_RUN_EVENT_MAX", default_value_t = 20_000)]
     pub event_max: i64,
+
+    /// Seconds an approval or an agent's question waits for a person before it ends by itself
+    /// (the call denied, the question unanswered).
+    #[arg(long, env = "HANGAR_INBOX_EXPIRY_SECONDS", default_value_t = 3600.0)]
+    pub inbox_expiry_seconds: f64,
 }
 
 impl SessionSettings {
@@ -122,6 +127,11 @@ impl SessionSettings {
 
     pub fn probe(&self) -> std::time::Duration {
         Self::seconds(self.probe_seconds, 0.05)
+    }
+
+    /// An inbox ask's life: a second to a day.
+    pub fn inbox_expiry(&self) -> std::time::Duration {
+        Self::seconds(self.inbox_expiry_seconds, 1.0)
     }
 }
 

@@ -436,3 +436,38 @@ impl JobFailed<'_> {
             "job driver failed");
     }
 }
+
+pub struct InboxItemOpened<'a> {
+    pub item: &'a str,
+    pub kind: &'a str,
+    pub person: &'a str,
+    pub session: Option<&'a str>,
+}
+impl InboxItemOpened<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "inbox_item_opened", item = self.item, kind = self.kind, person = self.person, session = self.session, "inbox item opened");
+    }
+}
+
+pub struct InboxItemEnded<'a> {
+    pub item: &'a str,
+    pub kind: &'a str,
+    pub state: &'a str,
+    pub by: &'a str,
+}
+impl InboxItemEnded<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "inbox_item_ended", item = self.item, kind = self.kind, state = self.state, by = self.by, "inbox item ended");
+    }
+}
+
+/// Something went wrong with an inbox item or a sandbox's requests; it is tried again.
+pub struct InboxTrouble<'a> {
+    pub item: &'a str,
+    pub error: &'a str,
+}
+impl InboxTrouble<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "inbox_trouble", item = self.item, error = self.error, "inbox trouble");
+    }
+}

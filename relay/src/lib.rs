@@ -5,7 +5,7 @@
 //! invariant):
 //! - `app`: the application's state, binding and serving (wiring only).
 //! - `api`: HTTP, the only module that knows it (REST/SSE, MCP).
-//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `sessions`, `jobs`, `secrets`, `streams`,
+//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `sessions`, `jobs`, `inbox`, `secrets`, `streams`,
 //!   `revocation`, `recovery`, with its typed `error`s and `events`.
 //! - below it: `providers`, `envd`, `store`, `auth`, and the leaves `text`, `time`, `config`.
 pub mod api;
@@ -16,6 +16,7 @@ pub mod envd;
 pub mod error;
 pub mod events;
 pub mod exec;
+pub mod inbox;
 pub mod jobs;
 pub mod processes;
 pub mod providers;

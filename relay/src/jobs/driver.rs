@@ -74,6 +74,10 @@ pub(super) fn to(relay: &Relay, job: &JobRow, to: JobState, reason: Option<&str>
     };
     events::JobState { job: &job.id, person: &job.person, from: job.state.as_str(), to: to.as_str(), reason }.emit();
     publish(relay, job.session_id.as_deref(), seq);
+    if to == JobState::Failed {
+        let ended = JobRow { state: to, reason: reason.map(str::to_string), detail, ..job.clone() };
+        crate::inbox::job_failed(relay, &ended)?;
+    }
     Ok(())
 }
 

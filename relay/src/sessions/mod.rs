@@ -292,6 +292,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         cwd,
         secrets,
         credential: credential.clone(),
+        approvals: Vec::new(),
         agent_session_id: (harness.session_ids == SessionIds::Assign).then(uuid_v4),
         split: None,
         summary: json!({}),
@@ -406,6 +407,7 @@ pub async fn delete(relay: &Relay, caller: &Caller, reference: &str) -> Result<(
         cancel_turn(relay, &session, turn)?;
     }
     relay.store.delete_session(&session.id)?;
+    crate::inbox::session_deleted(relay, &session.id)?;
     events::SessionDeleted { session: &session.name, person: &session.person }.emit();
     Ok(())
 }
@@ -511,6 +513,10 @@ pub(crate) fn transition(
     if to.is_terminal() {
         relay.sessions.prompts().remove(turn_id);
         relay.sessions.slots.notify_waiters();
+        if let (Some(session), Some(turn)) = (relay.store.session_by_id(session_id)?, relay.store.turn(turn_id)?) {
+            let failed = matches!(to, TurnState::Failed | TurnState::Crashed | TurnState::TimedOut);
+            crate::inbox::turn_ended(relay, &session, &turn, failed)?;
+        }
     }
     Ok(true)
 }

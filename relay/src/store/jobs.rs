@@ -277,6 +277,11 @@ impl Store {
         Ok(rows)
     }
 
+    /// The job whose session this is, if any.
+    pub fn job_of_session(&self, session_id: &str) -> Result<Option<JobRow>> {
+        Ok(self.conn().query_row("SELECT * FROM jobs WHERE session_id = ?1", [session_id], job_row).optional()?)
+    }
+
     pub fn live_jobs(&self) -> Result<Vec<JobRow>> {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!("SELECT * FROM jobs WHERE state IN {LIVE} ORDER BY created_at"))?;

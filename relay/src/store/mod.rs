@@ -1,5 +1,5 @@
 //! The relay's state in SQLite: tokens (hashed), sandboxes, and agent sessions with their turns,
-//! events, secrets and plan usage (`sessions`), and jobs (`jobs`).
+//! events, secrets and plan usage (`sessions`), jobs (`jobs`) and the inbox (`inbox`).
 //!
 //! Invariant: the only module that speaks SQL. No secret is stored in the clear except each
 //! sandbox's envd access token, which the relay must present to its daemon, and the named
@@ -12,8 +12,10 @@ use std::{
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+mod inbox;
 mod jobs;
 mod sessions;
+pub use inbox::{ItemKind, ItemRow, ItemState};
 pub use jobs::{JobEvent, JobRow, JobState, JobsOf, NewJob};
 pub use sessions::{Created, EventRow, NewEvent, SessionRow, TurnRow, TurnState, UsageRow};
 
@@ -225,6 +227,7 @@ impl Store {
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(sessions::SCHEMA)?;
         conn.execute_batch(jobs::SCHEMA)?;
+        conn.execute_batch(inbox::SCHEMA)?;
         add_columns(&conn)?;
         Ok(Store { conn: Mutex::new(conn) })
     }
@@ -469,13 +472,14 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 6] = [
+    const ADDED: [(&str, &str, &str); 7] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
         ("tokens", "person", "TEXT"),
         ("tokens", "person_name", "TEXT"),
         ("jobs", "base_read", "INTEGER NOT NULL DEFAULT 0"),
+        ("sessions", "approvals", "TEXT"),
     ];
     for (table, column, kind) in ADDED {
         let have: Vec<String> = conn

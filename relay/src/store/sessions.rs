@@ -158,6 +158,9 @@ pub struct SessionRow {
     /// Names of the relay's secrets the harness gets as environment variables.
     pub secrets: Vec<String>,
     pub credential: Option<String>,
+    /// Which tool calls wait for a person's approval (Claude Code permission patterns); empty:
+    /// none.
+    pub approvals: Vec<String>,
     /// The agent CLI's own conversation id (assigned by hangar or reported by the CLI).
     pub agent_session_id: Option<String>,
     /// Whether the uid split holds: the harness runs as the sandbox's user, the supervisor's
@@ -261,6 +264,10 @@ fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
         cwd: r.get("cwd")?,
         secrets,
         credential: r.get("credential")?,
+        approvals: r
+            .get::<_, Option<String>>("approvals")?
+            .and_then(|a| serde_json::from_str(&a).ok())
+            .unwrap_or_default(),
         agent_session_id: r.get("agent_session_id")?,
         split: r.get("split")?,
         summary: json_col(r, "summary")?,
@@ -436,8 +443,8 @@ impl Store {
         }
         tx.execute(
             "INSERT INTO sessions (id, name, person, sandbox_id, sandbox_name, harness, cwd, secrets, credential,
-                agent_session_id, split, summary, event_seq, idempotency_key, prompt_sha256, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14, ?15)",
+                agent_session_id, split, summary, event_seq, idempotency_key, prompt_sha256, created_at, approvals)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14, ?15, ?16)",
             params![
                 s.id,
                 s.name,
@@ -453,7 +460,8 @@ impl Store {
                 s.summary.to_string(),
                 s.idempotency_key,
                 s.prompt_sha256,
-                s.created_at
+                s.created_at,
+                serde_json::to_string(&s.approvals).unwrap_or_else(|_| "[]".into()),
             ],
         )?;
         insert_turn(&tx, first)?;
@@ -769,6 +777,7 @@ pub(super) mod tests {
             cwd: "/".into(),
             secrets: vec![],
             credential: None,
+            approvals: vec![],
             agent_session_id: None,
             split: None,
             summary: serde_json::json!({}),

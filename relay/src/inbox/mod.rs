@@ -1,0 +1,252 @@
+//! The inbox: what waits on a person (an `approval` of a held tool call, an agent's `question`)
+//! and what they should know (a `failed` turn or job, a `denied` call).
+//!
+//! Agents reach it from inside their sandbox, which cannot reach the relay, through files: the
+//! agent-side commands (`hangar-envd question|progress|approve`, protocol in
+//! `hangar_agents::inbox`) write requests into the agent's `~/.hangar/inbox/`, which the relay
+//! learns of through the daemon's directory watch, or by polling without one (`watcher`). The
+//! relay answers by writing into a directory the agent can read and not write (the uid split
+//! of `sessions::supervisor`).
+//!
+//! Invariants:
+//! - An agent never approves its own call: approvals are answered only where the uid split
+//!   holds (elsewhere a session with an approval policy is refused), and only the relay writes
+//!   the answers' directory.
+//! - Everything in a request is the agent's text: redacted, and named as the agent's in every
+//!   view. A request never names an item: item and approval ids are the relay's.
+//! - The first end of an item holds (`Store::end_item` moves only open items); open items are
+//!   also kept in memory, which the fleet reads without the store.
+//! - Every change (an item opened or ended) bumps `Inbox::subscribe`'s counter.
+use std::{
+    collections::BTreeMap,
+    sync::{Mutex, MutexGuard},
+    time::Duration,
+};
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::{
+    app::Relay,
+    auth::{random_hex, Caller},
+    error::{Error, Result},
+    events,
+    store::{ItemKind, ItemRow, ItemState, SessionRow, TurnRow},
+    time,
+};
+
+/// The fields of an item that hold the agent's own text.
+pub const AGENT_TEXT: &[&str] = &["title", "text", "options", "tool"];
+/// The most ended items `GET /api/inbox?ended=true` returns.
+pub const MAX_ENDED: usize = 200;
+
+/// The inbox's shared state: the open items, and a counter of changes that readers wait on.
+pub struct Inbox {
+    open: Mutex<BTreeMap<String, ItemRow>>,
+    changes: watch::Sender<u64>,
+    /// How long an approval or a question waits before it ends by itself.
+    pub expiry: Duration,
+}
+
+impl Inbox {
+    pub fn new(open: Vec<ItemRow>, expiry: Duration) -> Inbox {
+        Inbox {
+            open: Mutex::new(open.into_iter().map(|i| (i.id.clone(), i)).collect()),
+            changes: watch::channel(0).0,
+            expiry,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ItemRow>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The open items the caller sees (`person`: one person's; `None`: everyone's), oldest
+    /// first. From memory.
+    pub fn open_items(&self, person: Option<&str>) -> Vec<ItemRow> {
+        let mut items: Vec<ItemRow> =
+            self.lock().values().filter(|i| person.is_none_or(|p| i.person == p)).cloned().collect();
+        items.sort_by(|a, b| a.created_at.total_cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        items
+    }
+
+    /// A receiver that changes whenever an item opens or ends.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn opened(&self, item: ItemRow) {
+        self.lock().insert(item.id.clone(), item);
+        self.changed();
+    }
+
+    fn closed(&self, id: &str) {
+        self.lock().remove(id);
+        self.changed();
+    }
+}
+
+/// How many open items of each kind (every kind named, zero or not).
+pub fn counts(items: &[ItemRow]) -> BTreeMap<&'static str, usize> {
+    let mut c: BTreeMap<&'static str, usize> = ItemKind::ALL.iter().map(|k| (k.as_str(), 0)).collect();
+    for i in items {
+        *c.entry(i.kind.as_str()).or_default() += 1;
+    }
+    c
+}
+
+/// What `GET /api/inbox` answers.
+#[derive(Debug, Clone, Serialize)]
+pub struct InboxView {
+    pub counts: BTreeMap<&'static str, usize>,
+    pub items: Vec<ItemRow>,
+    /// Which fields of an item are the agent's own text.
+    pub agent_text: &'static [&'static str],
+}
+
+/// The caller's open items, or (`ended`) its latest ended ones.
+pub fn list(relay: &Relay, caller: &Caller, ended: bool) -> Result<InboxView> {
+    let open = relay.inbox.open_items(caller.sees());
+    let counts = counts(&open);
+    let items = if ended { relay.store.ended_items(caller.sees(), MAX_ENDED)? } else { open };
+    Ok(InboxView { counts, items, agent_text: AGENT_TEXT })
+}
+
+/// The item `reference` (its id, or its approval's or question's) among the caller's.
+pub fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
+    relay
+        .store
+        .item(reference)?
+        .filter(|i| caller.sees().is_none_or(|p| i.person == p))
+        .ok_or_else(|| Error::not_found(format!("no inbox item {reference:?}")))
+}
+
+/// Ends an informational item (`failed`, `denied`). An approval or a question is ended by its
+/// decision or answer, not by an ack. Acking an ended item changes nothing.
+pub fn ack(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
+    let item = find(relay, caller, reference)?;
+    if item.state == ItemState::Open {
+        if item.kind.asks() {
+            let route =
+                if item.kind == ItemKind::Approval { "POST /api/approvals/{id}" } else { "POST /api/questions/{id}" };
+            return Err(Error::Conflict(format!(
+                "inbox item {:?} is an open {}: decide it with {route}",
+                item.id,
+                item.kind.as_str()
+            )));
+        }
+        end(relay, &item, ItemState::Acked, &caller.person, None)?;
+    }
+    find(relay, caller, &item.id)
+}
+
+/// Records an item's end, in the store and in memory; `false` when it had ended already.
+fn end(relay: &Relay, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&str>) -> Result<bool> {
+    let ended = relay.store.end_item(&item.id, to, by, outcome, time::now())?;
+    relay.inbox.closed(&item.id);
+    if ended {
+        events::InboxItemEnded { item: &item.id, kind: item.kind.as_str(), state: to.as_str(), by }.emit();
+    }
+    Ok(ended)
+}
+
+/// Records a new item, in the store and in memory; `false` when its request was recorded already.
+fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
+    if !relay.store.insert_item(&item)? {
+        return Ok(false);
+    }
+    events::InboxItemOpened {
+        item: &item.id,
+        kind: item.kind.as_str(),
+        person: &item.person,
+        session: item.session_name.as_deref(),
+    }
+    .emit();
+    if item.state == ItemState::Open {
+        relay.inbox.opened(item);
+    } else {
+        relay.inbox.changed();
+    }
+    Ok(true)
+}
+
+fn new_item(kind: ItemKind, person: &str, title: String, text: String) -> ItemRow {
+    ItemRow {
+        id: format!("inb_{}", random_hex(6)),
+        kind,
+        state: ItemState::Open,
+        person: person.to_string(),
+        ask_id: match kind {
+            ItemKind::Approval => Some(format!("apr_{}", random_hex(6))),
+            ItemKind::Question => Some(format!("qst_{}", random_hex(6))),
+            _ => None,
+        },
+        request: None,
+        session_id: None,
+        session_name: None,
+        turn_id: None,
+        job_id: None,
+        sandbox_id: None,
+        sandbox_name: None,
+        title,
+        text,
+        options: Vec::new(),
+        tool: None,
+        created_at: time::now(),
+        expires_at: None,
+        ended_at: None,
+        ended_by: None,
+        outcome: None,
+    }
+}
+
+fn of_session(mut item: ItemRow, session: &SessionRow, turn: Option<&TurnRow>) -> ItemRow {
+    item.session_id = Some(session.id.clone());
+    item.session_name = Some(session.name.clone());
+    item.turn_id = turn.map(|t| t.id.clone());
+    item.sandbox_id = Some(session.sandbox_id.clone());
+    item.sandbox_name = Some(session.sandbox_name.clone());
+    item
+}
+
+/// A turn ended failed, crashed or timed out: its person hears of it (a job's session's turn
+/// is told as the job's failure instead, by `job_failed`). Its open asks are withdrawn.
+pub fn turn_ended(relay: &Relay, session: &SessionRow, turn: &TurnRow, failed: bool) -> Result<()> {
+    for item in relay.inbox.open_items(None).into_iter().filter(|i| i.turn_id.as_deref() == Some(&turn.id)) {
+        if item.kind.asks() {
+            end(relay, &item, ItemState::Withdrawn, "hangar", Some("the turn ended"))?;
+        }
+    }
+    if !failed || relay.store.job_of_session(&session.id)?.is_some() {
+        return Ok(());
+    }
+    let title = format!("Turn {} of {} {}", turn.n, session.name, turn.state.as_str());
+    let text = [turn.reason.as_deref(), turn.detail.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
+    open(relay, of_session(new_item(ItemKind::Failed, &session.person, title, text), session, Some(turn)))?;
+    Ok(())
+}
+
+/// A job ended `failed`: its person hears of it.
+pub fn job_failed(relay: &Relay, job: &crate::store::JobRow) -> Result<()> {
+    let title = format!("Job {} failed", job.id);
+    let text = [job.reason.as_deref(), job.detail.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
+    let mut item = new_item(ItemKind::Failed, &job.person, title, text);
+    item.job_id = Some(job.id.clone());
+    item.session_id = job.session_id.clone();
+    item.sandbox_id = job.sandbox_id.clone();
+    item.sandbox_name = job.sandbox_name.clone();
+    open(relay, item)?;
+    Ok(())
+}
+
+/// Ends every open ask of a session that is deleted.
+pub fn session_deleted(relay: &Relay, session_id: &str) -> Result<()> {
+    for item in relay.inbox.open_items(None).into_iter().filter(|i| i.session_id.as_deref() == Some(session_id)) {
+        end(relay, &item, ItemState::Withdrawn, "hangar", Some("the session was deleted"))?;
+    }
+    Ok(())
+}

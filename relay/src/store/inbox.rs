@@ -1,0 +1,315 @@
+//! The inbox: what waits on a person (an approval, a question) and what they should know (a
+//! failure, a denied call). An item is written when it opens and once more when it ends; the
+//! relay keeps the open ones in memory as well (`crate::inbox`).
+use rusqlite::{params, OptionalExtension, Row};
+use serde::Serialize;
+
+use super::{unknown, Result, Store};
+
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS inbox (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL,
+    person TEXT NOT NULL,
+    ask_id TEXT UNIQUE,
+    request TEXT,
+    session_id TEXT,
+    session_name TEXT,
+    turn_id TEXT,
+    job_id TEXT,
+    sandbox_id TEXT,
+    sandbox_name TEXT,
+    title TEXT NOT NULL,
+    text TEXT NOT NULL,
+    options TEXT NOT NULL,
+    tool TEXT,
+    created_at REAL NOT NULL,
+    expires_at REAL,
+    ended_at REAL,
+    ended_by TEXT,
+    outcome TEXT,
+    UNIQUE (sandbox_id, request)
+);
+CREATE INDEX IF NOT EXISTS inbox_state ON inbox(state);
+";
+
+/// What an item is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    /// A tool call held until someone decides.
+    Approval,
+    /// The agent asked.
+    Question,
+    /// A turn or a job failed or crashed.
+    Failed,
+    /// A held call was denied (by a person, or because nobody decided in time).
+    Denied,
+}
+
+impl ItemKind {
+    pub const ALL: [ItemKind; 4] = [ItemKind::Approval, ItemKind::Question, ItemKind::Failed, ItemKind::Denied];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Approval => "approval",
+            ItemKind::Question => "question",
+            ItemKind::Failed => "failed",
+            ItemKind::Denied => "denied",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ItemKind> {
+        ItemKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Whether it waits on a decision (rather than on an ack).
+    pub fn asks(self) -> bool {
+        matches!(self, ItemKind::Approval | ItemKind::Question)
+    }
+}
+
+/// Where an item is in its life. Only `open` items are in the inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemState {
+    Open,
+    Allowed,
+    Denied,
+    Answered,
+    /// Nobody decided in time: the call was denied, the question left unanswered.
+    Expired,
+    Acked,
+    /// Its turn ended before anyone decided.
+    Withdrawn,
+}
+
+const STATES: [ItemState; 7] = [
+    ItemState::Open,
+    ItemState::Allowed,
+    ItemState::Denied,
+    ItemState::Answered,
+    ItemState::Expired,
+    ItemState::Acked,
+    ItemState::Withdrawn,
+];
+
+impl ItemState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemState::Open => "open",
+            ItemState::Allowed => "allowed",
+            ItemState::Denied => "denied",
+            ItemState::Answered => "answered",
+            ItemState::Expired => "expired",
+            ItemState::Acked => "acked",
+            ItemState::Withdrawn => "withdrawn",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ItemState> {
+        STATES.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// One inbox item. Texts from a sandbox (`text`, `options`, `tool`, and `title` for approvals)
+/// are the agent's, redacted, and named so in `agent_text`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ItemRow {
+    pub id: String,
+    pub kind: ItemKind,
+    pub state: ItemState,
+    pub person: String,
+    /// The approval's or the question's own id (`apr_…`, `qst_…`), which its route takes.
+    pub ask_id: Option<String>,
+    /// The request file's id in the sandbox.
+    #[serde(skip)]
+    pub request: Option<String>,
+    #[serde(rename = "session")]
+    pub session_id: Option<String>,
+    pub session_name: Option<String>,
+    #[serde(rename = "turn")]
+    pub turn_id: Option<String>,
+    #[serde(rename = "job")]
+    pub job_id: Option<String>,
+    #[serde(rename = "sandbox")]
+    pub sandbox_id: Option<String>,
+    pub sandbox_name: Option<String>,
+    pub title: String,
+    pub text: String,
+    pub options: Vec<String>,
+    pub tool: Option<serde_json::Value>,
+    pub created_at: f64,
+    pub expires_at: Option<f64>,
+    pub ended_at: Option<f64>,
+    /// Who ended it: a person's id, or `hangar` (expiry, a turn's end).
+    pub ended_by: Option<String>,
+    /// The decision's reason, or the answer.
+    pub outcome: Option<String>,
+}
+
+fn item_row(r: &Row<'_>) -> rusqlite::Result<ItemRow> {
+    let id: String = r.get("id")?;
+    let kind: String = r.get("kind")?;
+    let state: String = r.get("state")?;
+    let options: String = r.get("options")?;
+    let tool: Option<String> = r.get("tool")?;
+    Ok(ItemRow {
+        kind: ItemKind::parse(&kind).ok_or_else(|| unknown("inbox", id.clone(), "kind", kind.clone()))?,
+        state: ItemState::parse(&state).ok_or_else(|| unknown("inbox", id.clone(), "state", state.clone()))?,
+        person: r.get("person")?,
+        ask_id: r.get("ask_id")?,
+        request: r.get("request")?,
+        session_id: r.get("session_id")?,
+        session_name: r.get("session_name")?,
+        turn_id: r.get("turn_id")?,
+        job_id: r.get("job_id")?,
+        sandbox_id: r.get("sandbox_id")?,
+        sandbox_name: r.get("sandbox_name")?,
+        title: r.get("title")?,
+        text: r.get("text")?,
+        options: serde_json::from_str(&options).unwrap_or_default(),
+        tool: tool.and_then(|t| serde_json::from_str(&t).ok()),
+        created_at: r.get("created_at")?,
+        expires_at: r.get("expires_at")?,
+        ended_at: r.get("ended_at")?,
+        ended_by: r.get("ended_by")?,
+        outcome: r.get("outcome")?,
+        id,
+    })
+}
+
+impl Store {
+    /// Records a new item; `false` when the sandbox's request was recorded already (a watch and
+    /// a poll, or a restarted relay, seeing one file twice).
+    pub fn insert_item(&self, i: &ItemRow) -> Result<bool> {
+        let n = self.conn().execute(
+            "INSERT OR IGNORE INTO inbox (id, kind, state, person, ask_id, request, session_id, session_name,
+                 turn_id, job_id, sandbox_id, sandbox_name, title, text, options, tool, created_at, expires_at,
+                 ended_at, ended_by, outcome)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+            params![
+                i.id,
+                i.kind.as_str(),
+                i.state.as_str(),
+                i.person,
+                i.ask_id,
+                i.request,
+                i.session_id,
+                i.session_name,
+                i.turn_id,
+                i.job_id,
+                i.sandbox_id,
+                i.sandbox_name,
+                i.title,
+                i.text,
+                serde_json::to_string(&i.options).unwrap_or_else(|_| "[]".into()),
+                i.tool.as_ref().map(|t| t.to_string()),
+                i.created_at,
+                i.expires_at,
+                i.ended_at,
+                i.ended_by,
+                i.outcome,
+            ],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Ends an open item; `false` when it was not open (ended already: the first end holds).
+    pub fn end_item(&self, id: &str, state: ItemState, by: &str, outcome: Option<&str>, at: f64) -> Result<bool> {
+        let n = self.conn().execute(
+            "UPDATE inbox SET state = ?2, ended_by = ?3, outcome = ?4, ended_at = ?5 WHERE id = ?1 AND state = 'open'",
+            params![id, state.as_str(), by, outcome, at],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// An item by its id or its approval's or question's id.
+    pub fn item(&self, reference: &str) -> Result<Option<ItemRow>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT * FROM inbox WHERE id = ?1 OR ask_id = ?1", params![reference], item_row)
+            .optional()?)
+    }
+
+    pub fn open_items(&self) -> Result<Vec<ItemRow>> {
+        let conn = self.conn();
+        let mut st = conn.prepare("SELECT * FROM inbox WHERE state = 'open' ORDER BY created_at, id")?;
+        let rows = st.query_map([], item_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Whether the sandbox's request `request` was recorded (open or ended).
+    pub fn has_request(&self, sandbox_id: &str, request: &str) -> Result<bool> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT 1 FROM inbox WHERE sandbox_id = ?1 AND request = ?2",
+                params![sandbox_id, request],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
+    /// The latest ended items (newest first), for `GET /api/inbox?ended=true`.
+    pub fn ended_items(&self, person: Option<&str>, limit: usize) -> Result<Vec<ItemRow>> {
+        let conn = self.conn();
+        let mut st = conn.prepare(
+            "SELECT * FROM inbox WHERE state != 'open' AND (?1 IS NULL OR person = ?1)
+             ORDER BY ended_at DESC, id LIMIT ?2",
+        )?;
+        let rows = st.query_map(params![person, limit as i64], item_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sessions::tests::store;
+
+    fn item(id: &str, request: Option<&str>) -> ItemRow {
+        ItemRow {
+            id: id.into(),
+            kind: ItemKind::Approval,
+            state: ItemState::Open,
+            person: "ana".into(),
+            ask_id: Some(format!("apr_{id}")),
+            request: request.map(str::to_string),
+            session_id: Some("ses_1".into()),
+            session_name: Some("s".into()),
+            turn_id: Some("turn_1".into()),
+            job_id: None,
+            sandbox_id: Some("sb_1".into()),
+            sandbox_name: Some("box".into()),
+            title: "Bash: git push".into(),
+            text: String::new(),
+            options: vec![],
+            tool: Some(serde_json::json!({"name": "Bash"})),
+            created_at: 1.0,
+            expires_at: Some(100.0),
+            ended_at: None,
+            ended_by: None,
+            outcome: None,
+        }
+    }
+
+    #[test]
+    fn a_request_is_recorded_once_and_the_first_end_holds() {
+        let (s, _dir) = store("inbox_once");
+        assert!(s.insert_item(&item("inb_1", Some("req-aaaaaaaa"))).unwrap());
+        assert!(!s.insert_item(&item("inb_2", Some("req-aaaaaaaa"))).unwrap());
+        assert!(s.has_request("sb_1", "req-aaaaaaaa").unwrap());
+        assert_eq!(s.open_items().unwrap().len(), 1);
+        assert_eq!(s.item("apr_inb_1").unwrap().unwrap().id, "inb_1");
+        assert!(s.end_item("inb_1", ItemState::Allowed, "ana", Some("ok"), 2.0).unwrap());
+        assert!(!s.end_item("inb_1", ItemState::Denied, "bob", None, 3.0).unwrap());
+        let ended = s.item("inb_1").unwrap().unwrap();
+        assert_eq!((ended.state, ended.ended_by.as_deref()), (ItemState::Allowed, Some("ana")));
+        assert!(s.open_items().unwrap().is_empty());
+        assert_eq!(s.ended_items(Some("ana"), 10).unwrap().len(), 1);
+        assert!(s.ended_items(Some("bob"), 10).unwrap().is_empty());
+    }
+}
