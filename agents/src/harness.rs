@@ -12,13 +12,17 @@
 //! session_ids = "assign"     # assign | report | latest | none (default none)
 //! secrets = []               # optional: relay secrets passed as env vars of the same name
 //! credentials = []           # optional: env var names that authenticate the CLI
+//! approvals = ["--settings", "{settings_file}"]  # optional: none means no approval hook
 //! ```
 //!
 //! Arguments are templates with the placeholders `{session_id}`, `{cwd}`, `{prompt_file}` and
-//! `{turn}`; `{{` and `}}` are literal braces. Everything is checked when the file is loaded, so a
+//! `{turn}`; `{{` and `}}` are literal braces. `approvals` is appended to argv when a session has
+//! an approval policy (see [`crate::inbox::Policy`]); it may also use `{settings_file}`, the path
+//! of the settings file that installs hangar's approval hook (for Claude Code, `--settings`). Everything is checked when the file is loaded, so a
 //! bad profile fails at startup, with its name, and not at a run: the name (`[a-z0-9][a-z0-9_-]*`,
 //! at most 64 chars), a non-empty `new`, no NUL in an argument, a known format, only known
-//! placeholders, `{session_id}` only with `session_ids` `assign` or `report`, and env var names
+//! placeholders (`{settings_file}` only in `approvals`), `{session_id}` only with `session_ids`
+//! `assign` or `report`, a non-empty `approvals` if it is there, and env var names
 //! (`[A-Z_][A-Z0-9_]*`) in `secrets` and `credentials`. Unknown keys are errors too.
 //!
 //! The prompt is never in argv: the supervisor gives it to the CLI on stdin (all three CLIs read it
@@ -71,6 +75,10 @@ pub struct Harness {
     /// Env var names that authenticate this CLI: the secret a turn passes under one of these names
     /// is the turn's credential.
     pub credentials: Vec<String>,
+    /// Argument templates appended to argv when a session has an approval policy, where
+    /// `{settings_file}` is the settings file holding the hook; `None`: this CLI has no approval
+    /// hook.
+    pub approvals: Option<Vec<String>>,
     pub builtin: bool,
 }
 
@@ -107,10 +115,18 @@ impl Harness {
         } else {
             &self.new
         };
-        template.iter().map(|arg| self.render(arg, vars)).collect()
+        template.iter().map(|arg| self.render(arg, vars, None)).collect()
     }
 
-    fn render(&self, arg: &str, vars: &Vars) -> Result<String, HarnessError> {
+    /// The arguments appended to argv when a session has an approval policy, with
+    /// `{settings_file}` as given; `None`: this harness has no approval hook.
+    pub fn approval_argv(&self, vars: &Vars, settings_file: &str) -> Option<Result<Vec<String>, HarnessError>> {
+        let template = self.approvals.as_ref()?;
+        Some(template.iter().map(|arg| self.render(arg, vars, Some(settings_file))).collect())
+    }
+
+    /// `settings_file` is `Some` only for `approvals`: elsewhere `{settings_file}` is unknown.
+    fn render(&self, arg: &str, vars: &Vars, settings_file: Option<&str>) -> Result<String, HarnessError> {
         let invalid = |why: String| HarnessError::Invalid { name: self.name.clone(), why };
         let mut out = String::with_capacity(arg.len());
         for piece in pieces(arg).map_err(invalid)? {
@@ -123,6 +139,10 @@ impl Harness {
                     "cwd" => vars.cwd,
                     "prompt_file" => vars.prompt_file,
                     "turn" => vars.turn,
+                    "settings_file" => match settings_file {
+                        Some(path) => path,
+                        None => return Err(invalid("`{settings_file}` is allowed only in `approvals`".into())),
+                    },
                     other => return Err(invalid(format!("unknown placeholder `{{{other}}}`"))),
                 }),
             }
@@ -166,6 +186,8 @@ impl Harnesses {
                 session_ids: SessionIds::Assign,
                 secrets: vec![],
                 credentials: names(&["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"]),
+                // Claude Code reads hooks from a settings file given on the command line.
+                approvals: Some(argv(&["--settings", "{settings_file}"])),
                 builtin: true,
             },
             Harness {
@@ -176,6 +198,7 @@ impl Harnesses {
                 session_ids: SessionIds::Report,
                 secrets: vec![],
                 credentials: names(&["OPENAI_API_KEY", "CODEX_API_KEY"]),
+                approvals: None,
                 builtin: true,
             },
             Harness {
@@ -186,6 +209,7 @@ impl Harnesses {
                 session_ids: SessionIds::Latest,
                 secrets: vec![],
                 credentials: names(&["GEMINI_API_KEY", "GOOGLE_API_KEY"]),
+                approvals: None,
                 builtin: true,
             },
         ];
@@ -232,6 +256,7 @@ struct Profile {
     secrets: Vec<String>,
     #[serde(default)]
     credentials: Vec<String>,
+    approvals: Option<Vec<String>>,
 }
 
 impl Profile {
@@ -257,7 +282,11 @@ impl Profile {
         if self.follow_up.as_ref().is_some_and(Vec::is_empty) {
             return Err(invalid("`follow_up` is empty: leave it out to refuse follow-ups".into()));
         }
-        let templates = [("new", Some(&self.new)), ("follow_up", self.follow_up.as_ref())];
+        if self.approvals.as_ref().is_some_and(Vec::is_empty) {
+            return Err(invalid("`approvals` is empty: leave it out for a CLI without an approval hook".into()));
+        }
+        let templates =
+            [("new", Some(&self.new)), ("follow_up", self.follow_up.as_ref()), ("approvals", self.approvals.as_ref())];
         for (key, args) in templates {
             for (i, arg) in args.into_iter().flatten().enumerate() {
                 let at = |why: String| invalid(format!("{key}[{i}]: {why}"));
@@ -275,9 +304,13 @@ impl Profile {
                             }
                         }
                         Piece::Var("cwd" | "prompt_file" | "turn") => {}
+                        Piece::Var("settings_file") if key == "approvals" => {}
+                        Piece::Var("settings_file") => {
+                            return Err(at("`{settings_file}` is allowed only in `approvals`".into()))
+                        }
                         Piece::Var(other) => {
                             return Err(at(format!(
-                                "unknown placeholder `{{{other}}}`: one of {{session_id}}, {{cwd}}, {{prompt_file}}, {{turn}} (write {{{{ and }}}} for braces)"
+                                "unknown placeholder `{{{other}}}`: one of {{session_id}}, {{cwd}}, {{prompt_file}}, {{turn}}, and {{settings_file}} in approvals (write {{{{ and }}}} for braces)"
                             )))
                         }
                     }
@@ -297,6 +330,7 @@ impl Profile {
             session_ids,
             secrets: self.secrets,
             credentials: self.credentials,
+            approvals: self.approvals,
             builtin: false,
         })
     }
@@ -383,6 +417,13 @@ mod tests {
         let gemini = all.get("gemini").unwrap();
         assert_eq!(gemini.argv(true, &vars(None)).unwrap(), ["gemini", "-o", "stream-json", "--resume", "latest"]);
         assert_eq!(gemini.session_ids, SessionIds::Latest);
+        // Only Claude Code has an approval hook, installed through a settings file.
+        assert_eq!(
+            claude.approval_argv(&vars(Some("6f1c")), "/run/hangar/s.json").unwrap().unwrap(),
+            ["--settings", "/run/hangar/s.json"]
+        );
+        assert!(codex.approval_argv(&vars(None), "/s.json").is_none());
+        assert!(gemini.approval_argv(&vars(None), "/s.json").is_none());
         // Each built-in passes the checks a file's profile gets.
         for h in all.iter() {
             let p = Profile {
@@ -392,6 +433,7 @@ mod tests {
                 session_ids: Some(serde_json::to_value(h.session_ids).unwrap().as_str().unwrap().into()),
                 secrets: h.secrets.clone(),
                 credentials: h.credentials.clone(),
+                approvals: h.approvals.clone(),
             };
             let checked = p.check(h.name.clone()).unwrap();
             assert_eq!(Harness { builtin: true, ..checked }, *h);
@@ -431,6 +473,29 @@ mod tests {
         assert!(Harnesses::with_file("").unwrap().get("gemini").is_some());
     }
 
+    #[test]
+    fn approvals() {
+        let all = Harnesses::with_file(
+            r#"
+            [harness.hooked]
+            new = ["hooked", "--json"]
+            format = "text"
+            approvals = ["--settings={settings_file}", "--cwd", "{cwd}", "turn-{turn}"]
+            "#,
+        )
+        .unwrap();
+        let h = all.get("hooked").unwrap();
+        assert_eq!(
+            h.approval_argv(&vars(None), "/s.json").unwrap().unwrap(),
+            ["--settings=/s.json", "--cwd", "/work", "turn-3"]
+        );
+        assert_eq!(h.argv(false, &vars(None)).unwrap(), ["hooked", "--json"]);
+        // A profile built in code with `{settings_file}` outside `approvals` fails at render.
+        let odd = Harness { new: vec!["x".into(), "{settings_file}".into()], ..h.clone() };
+        let e = odd.argv(false, &vars(None)).unwrap_err().to_string();
+        assert_eq!(e, "harness `hooked`: `{settings_file}` is allowed only in `approvals`");
+    }
+
     fn error(toml: &str) -> String {
         Harnesses::with_file(toml).unwrap_err().to_string()
     }
@@ -465,6 +530,21 @@ mod tests {
         assert!(e.contains("unknown session_ids `last`"), "{e}");
         let e = error("[harness.a]\nnew = [\"a\\u0000b\"]\nformat = \"text\"\n");
         assert_eq!(e, "harness `a`: new[0]: contains a NUL byte");
+        let e = error("[harness.a]\nnew = [\"a\", \"{settings_file}\"]\nformat = \"text\"\n");
+        assert_eq!(e, "harness `a`: new[1]: `{settings_file}` is allowed only in `approvals`");
+        let e = error("[harness.a]\nnew = [\"a\"]\nfollow_up = [\"a\", \"--s={settings_file}\"]\nformat = \"text\"\n");
+        assert_eq!(e, "harness `a`: follow_up[1]: `{settings_file}` is allowed only in `approvals`");
+        let e = error("[harness.a]\nnew = [\"a\"]\nformat = \"text\"\napprovals = []\n");
+        assert!(e.contains("`approvals` is empty"), "{e}");
+        let e = error("[harness.a]\nnew = [\"a\"]\nformat = \"text\"\napprovals = [\"{session_id}\"]\n");
+        assert!(e.starts_with("harness `a`: approvals[0]: `{session_id}` needs"), "{e}");
+        let e = error("[harness.a]\nnew = [\"a\"]\nformat = \"text\"\napprovals = [\"{hook}\"]\n");
+        assert!(
+            e.contains("approvals[0]: unknown placeholder `{hook}`") && e.contains("{settings_file} in approvals"),
+            "{e}"
+        );
+        let e = error("[harness.a]\nnew = [\"a\"]\nformat = \"text\"\napprovals = [\"a\\u0000\"]\n");
+        assert_eq!(e, "harness `a`: approvals[0]: contains a NUL byte");
         let e = error("[harness.a]\nformat = \"text\"\n");
         assert!(e.contains("missing field `new`"), "{e}");
         let e = error("[harness.a\n");

@@ -18,11 +18,13 @@
 //!
 //! Modules: [`event`] the event type, [`lines`] the splitter, [`parse`] one parser per format,
 //! [`summary`] the fold into a run summary, [`redact`] secret redaction, [`harness`] the profiles
-//! that say how to start each CLI.
+//! that say how to start each CLI, [`inbox`] the files through which an agent asks a person
+//! (questions, approvals of tool calls, progress) and the approval policy.
 
 mod cut;
 pub mod event;
 pub mod harness;
+pub mod inbox;
 pub mod lines;
 pub mod parse;
 pub mod redact;
