@@ -170,6 +170,8 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     let turns = tokio::spawn(sessions::resume(relay.clone()));
     // So do live jobs (each from its recorded state).
     jobs::resume(&relay);
+    // Open approvals and questions expire on time.
+    let inbox_clock = tokio::spawn(inbox::run(relay.clone()));
     let signalled = async move {
         tokio::select! {
             _ = term.recv() => {}
@@ -181,5 +183,6 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     recovered.abort();
     unattached.abort();
     turns.abort();
+    inbox_clock.abort();
     result
 }

@@ -471,3 +471,14 @@ impl InboxTrouble<'_> {
         tracing::warn!(target: TARGET, event = "inbox_trouble", item = self.item, error = self.error, "inbox trouble");
     }
 }
+
+/// A file in an agent's inbox that is no request hangar takes.
+pub struct InboxRequestRefused<'a> {
+    pub file: &'a str,
+    pub why: &'a str,
+}
+impl InboxRequestRefused<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "inbox_request_refused", file = self.file, why = self.why, "inbox request refused");
+    }
+}

@@ -17,13 +17,18 @@
 //! - The first end of an item holds (`Store::end_item` moves only open items); open items are
 //!   also kept in memory, which the fleet reads without the store.
 //! - Every change (an item opened or ended) bumps `Inbox::subscribe`'s counter.
+pub mod answers;
+pub mod watcher;
 use std::{
     collections::BTreeMap,
-    sync::{Mutex, MutexGuard},
+    collections::HashSet,
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
 use serde::Serialize;
+use hangar_agents::inbox::Policy;
+use serde_json::json;
 use tokio::sync::watch;
 
 use crate::{
@@ -31,7 +36,9 @@ use crate::{
     auth::{random_hex, Caller},
     error::{Error, Result},
     events,
+    sessions::supervisor::Place,
     store::{ItemKind, ItemRow, ItemState, SessionRow, TurnRow},
+    text::sh_quote,
     time,
 };
 
@@ -46,6 +53,10 @@ pub struct Inbox {
     changes: watch::Sender<u64>,
     /// How long an approval or a question waits before it ends by itself.
     pub expiry: Duration,
+    /// The sandboxes whose requests a watcher reads.
+    watchers: Mutex<HashSet<String>>,
+    /// Held while an answer is written and recorded, so two never cross.
+    deciding: tokio::sync::Mutex<()>,
 }
 
 impl Inbox {
@@ -54,7 +65,13 @@ impl Inbox {
             open: Mutex::new(open.into_iter().map(|i| (i.id.clone(), i)).collect()),
             changes: watch::channel(0).0,
             expiry,
+            watchers: Mutex::default(),
+            deciding: tokio::sync::Mutex::new(()),
         }
+    }
+
+    fn watchers(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.watchers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, ItemRow>> {
@@ -150,6 +167,11 @@ fn end(relay: &Relay, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&
     relay.inbox.closed(&item.id);
     if ended {
         events::InboxItemEnded { item: &item.id, kind: item.kind.as_str(), state: to.as_str(), by }.emit();
+        if item.kind.asks() {
+            let data = json!({ "item": item.id, "kind": item.kind.as_str(), "ask": item.ask_id, "state": to.as_str(),
+                               "by": by, "source": "hangar" });
+            tell_session(relay, item, "inbox.ended", data)?;
+        }
     }
     Ok(ended)
 }
@@ -166,12 +188,71 @@ fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
         session: item.session_name.as_deref(),
     }
     .emit();
+    if item.kind.asks() {
+        let data = json!({ "item": item.id, "kind": item.kind.as_str(), "ask": item.ask_id, "title": item.title,
+                           "text": item.text, "options": item.options, "tool": item.tool,
+                           "expires_at": item.expires_at, "source": "hangar" });
+        tell_session(relay, &item, "inbox.opened", data)?;
+    }
     if item.state == ItemState::Open {
         relay.inbox.opened(item);
     } else {
         relay.inbox.changed();
     }
     Ok(true)
+}
+
+/// The Claude Code settings of a turn whose session has an approval policy: one `PreToolUse`
+/// hook, `hangar-envd approve`, for the tools the policy names. The file is hangar's, outside
+/// the worktree where the agent cannot change it; `disableAllHooks: false` because command-line
+/// settings outrank the project's, where the agent could write `true`.
+pub fn hook_settings(relay: &Relay, place: &Place, session: &SessionRow, turn_id: &str) -> Result<String> {
+    let policy = Policy::parse(&session.approvals).map_err(|e| Error::invalid(format!("approvals: {e}")))?;
+    let bin = match (&place.agent_bin, place.split) {
+        (Some(bin), true) => bin,
+        _ => {
+            return Err(Error::invalid(
+                "approvals need the uid split and a hangar-envd owned by root in the sandbox; this sandbox has lost them",
+            ))
+        }
+    };
+    // The hook waits a little longer than the item lives, so that the relay's expiry answer
+    // (a denial) is what ends its wait.
+    let wait = relay.inbox.expiry.as_secs() + 30;
+    let mut words = vec![
+        bin.clone(),
+        "approve".into(),
+        "--answers".into(),
+        place.answers(),
+        "--inbox".into(),
+        place.inbox(),
+        "--session".into(),
+        session.name.clone(),
+        "--turn".into(),
+        turn_id.to_string(),
+        "--timeout".into(),
+        wait.to_string(),
+    ];
+    for p in policy.patterns() {
+        words.extend(["--policy".to_string(), p]);
+    }
+    let command = words.iter().map(|w| sh_quote(w)).collect::<Vec<_>>().join(" ");
+    let hook = json!({ "type": "command", "command": command, "timeout": wait + 30 });
+    let settings = json!({
+        "disableAllHooks": false,
+        "hooks": { "PreToolUse": [{ "matcher": policy.hook_matcher(), "hooks": [hook] }] },
+    });
+    Ok(settings.to_string())
+}
+
+/// Records an ask's change among its session's events, where the session's readers see it.
+fn tell_session(relay: &Relay, item: &ItemRow, kind: &'static str, data: serde_json::Value) -> Result<()> {
+    if let (Some(session), Some(turn)) = (&item.session_id, &item.turn_id) {
+        if relay.store.session_by_id(session)?.is_some() {
+            crate::sessions::record_event(relay, session, turn, kind, data)?;
+        }
+    }
+    Ok(())
 }
 
 fn new_item(kind: ItemKind, person: &str, title: String, text: String) -> ItemRow {
@@ -249,4 +330,19 @@ pub fn session_deleted(relay: &Relay, session_id: &str) -> Result<()> {
         end(relay, &item, ItemState::Withdrawn, "hangar", Some("the session was deleted"))?;
     }
     Ok(())
+}
+
+/// Keeps the inbox's clock: open asks past their expiry end by themselves (the call denied, the
+/// question unanswered), checked once a second.
+pub async fn run(relay: Arc<Relay>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let now = time::now();
+        for item in relay.inbox.open_items(None).into_iter().filter(|i| i.expires_at.is_some_and(|e| e <= now)) {
+            if let Err(e) = answers::expire(&relay, &item).await {
+                events::InboxTrouble { item: &item.id, error: &e.to_string() }.emit();
+            }
+        }
+    }
 }

@@ -167,6 +167,7 @@ async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
         cwd: Some(cwd),
         timeout_minutes: Some(job.timeout_minutes),
         secrets: Vec::new(),
+        approvals: Vec::new(),
         // The job's id: a driver restarted before it recorded the session gets the same one.
         idempotency_key: Some(job.id.clone()),
         ignore_limits: false,

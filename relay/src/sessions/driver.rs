@@ -106,6 +106,9 @@ async fn step(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) -> Result<bool> 
         transition(relay, &session.id, &turn.id, turn.state, TurnState::Crashed, Some("sandbox_gone"), None)?;
         return Ok(true);
     }
+    if turn.state != TurnState::Queued {
+        crate::inbox::watcher::ensure(relay, &session.sandbox_id);
+    }
     match turn.state {
         TurnState::Queued => queued(relay, &turn, poke).await?,
         TurnState::Starting => starting(relay, &session, &turn).await?,
@@ -197,12 +200,29 @@ async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &Tu
         prompt_file: &prompt_file,
         turn: &turn.id,
     };
-    let argv = harness.argv(turn.n > 1, &vars).map_err(|e| Error::invalid(e.to_string()))?;
+    let mut argv = harness.argv(turn.n > 1, &vars).map_err(|e| Error::invalid(e.to_string()))?;
+    let settings = match session.approvals.is_empty() {
+        true => None,
+        false => {
+            let settings = crate::inbox::hook_settings(relay, &place, session, &turn.id)?;
+            match harness.approval_argv(&vars, &place.settings(&turn.id)) {
+                Some(extra) => argv.extend(extra.map_err(|e| Error::invalid(e.to_string()))?),
+                None => return Err(Error::invalid(format!("harness {:?} has no approval hook", harness.name))),
+            }
+            Some(settings)
+        }
+    };
     let prompt = relay.sessions.prompts().get(&turn.id).cloned().unwrap_or_else(|| turn.prompt.clone());
-    shell.install(&place, &turn.id, &prompt).await?;
+    shell.install(&place, &turn.id, &prompt, settings.as_deref()).await?;
     let mut env = relay.secrets.values(&session.secrets)?;
     env.push(("HANGAR_SESSION".into(), session.name.clone()));
     env.push(("HANGAR_TURN".into(), turn.id.clone()));
+    // The agent-side commands' places (docs/inbox.md).
+    env.push(("HANGAR_INBOX".into(), place.inbox()));
+    env.push(("HANGAR_ANSWERS".into(), place.answers()));
+    if let Some(bin) = &place.agent_bin {
+        env.push(("HANGAR_AGENT".into(), bin.clone()));
+    }
     let pid = shell.start(&place, &turn.id, &session.cwd, &argv, &env, &tag).await?;
     started(relay, session, turn, &place, pid)
 }

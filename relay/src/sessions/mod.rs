@@ -24,7 +24,10 @@ use std::{
     time::Duration,
 };
 
-use hangar_agents::harness::{Harness, Harnesses, SessionIds};
+use hangar_agents::{
+    harness::{Harness, Harnesses, SessionIds},
+    inbox::Policy,
+};
 use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -123,6 +126,8 @@ pub struct StartRequest {
     pub cwd: Option<String>,
     pub timeout_minutes: Option<i64>,
     pub secrets: Vec<String>,
+    /// Tool calls that wait for a person's approval (Claude Code permission patterns).
+    pub approvals: Vec<String>,
     pub idempotency_key: Option<String>,
     pub ignore_limits: bool,
 }
@@ -276,6 +281,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
     }
     relay.secrets.check_exist(&secrets)?;
     let row = relay.sandboxes.enter(&req.sandbox, caller)?;
+    let approvals = approval_policy(relay, harness, &row, &req.approvals).await?;
     let cwd = match req.cwd.as_deref().or(row.workdir.as_deref()) {
         Some(cwd) => relay.sandboxes.resolve_cwd(&row, cwd)?,
         None => return Err(Error::invalid("cwd: the sandbox has no working directory; name one")),
@@ -292,7 +298,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         cwd,
         secrets,
         credential: credential.clone(),
-        approvals: Vec::new(),
+        approvals,
         agent_session_id: (harness.session_ids == SessionIds::Assign).then(uuid_v4),
         split: None,
         summary: json!({}),
@@ -330,6 +336,38 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         }
         Created::Taken => Err(Error::Conflict(format!("a session named {:?} exists: pick another name", req.name))),
     }
+}
+
+/// Checks a session's approval policy: patterns that parse, a harness with an approval hook,
+/// and a sandbox where the uid split holds (elsewhere the agent could write its own answers).
+async fn approval_policy(relay: &Relay, harness: &Harness, row: &SandboxRow, patterns: &[String]) -> Result<Vec<String>> {
+    if patterns.is_empty() {
+        return Ok(Vec::new());
+    }
+    let policy = Policy::parse(patterns).map_err(|e| Error::invalid(format!("approvals: {e}")))?;
+    if harness.approvals.is_none() {
+        return Err(Error::invalid(format!(
+            "approvals: harness {:?} has no approval hook (its profile names no `approvals` arguments); \
+             claude-code has one",
+            harness.name
+        )));
+    }
+    let shell = supervisor::Shell::open(relay, row.clone()).await?;
+    let place = shell.place().await?;
+    if !place.split {
+        return Err(Error::invalid(format!(
+            "approvals: sandbox {:?} has no uid split (a daemon running as root with a default user that \
+             is not), so the agent could answer its own approvals: use a sandbox that has one",
+            row.name
+        )));
+    }
+    if place.agent_bin.is_none() {
+        return Err(Error::invalid(format!(
+            "approvals: sandbox {:?} has no hangar-envd owned by root for the approval hook",
+            row.name
+        )));
+    }
+    Ok(policy.patterns())
 }
 
 /// The session `reference` names among the caller's (any person's for an admin).
@@ -500,15 +538,7 @@ pub(crate) fn transition(
     }
     let data =
         json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason, "detail": detail, "source": "hangar" });
-    let (seq, _) = relay.store.record_events(
-        session_id,
-        turn_id,
-        &[NewEvent { kind: "run.state", data, src_offset: None, part: 0 }],
-        time::now(),
-        None,
-        None,
-    )?;
-    relay.sessions.live.publish(session_id, seq);
+    record_event(relay, session_id, turn_id, "run.state", data)?;
     events::TurnState { turn: turn_id, from: from.as_str(), to: to.as_str(), reason }.emit();
     if to.is_terminal() {
         relay.sessions.prompts().remove(turn_id);
@@ -519,6 +549,27 @@ pub(crate) fn transition(
         }
     }
     Ok(true)
+}
+
+/// Records one event of hangar's own (an inbox ask, the agent's progress) in a session, and
+/// tells its live readers.
+pub(crate) fn record_event(
+    relay: &Relay,
+    session_id: &str,
+    turn_id: &str,
+    kind: &'static str,
+    data: serde_json::Value,
+) -> Result<i64> {
+    let (seq, _) = relay.store.record_events(
+        session_id,
+        turn_id,
+        &[NewEvent { kind, data, src_offset: None, part: 0 }],
+        time::now(),
+        None,
+        None,
+    )?;
+    relay.sessions.live.publish(session_id, seq);
+    Ok(seq)
 }
 
 /// Starts a driver for the turn unless one runs.

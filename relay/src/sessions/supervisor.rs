@@ -36,6 +36,14 @@ use crate::{
 pub const SPLIT_DIR: &str = "/var/lib/hangar/runs";
 /// The agent's own run directory (relative to its home).
 pub const AGENT_DIR: &str = ".hangar/runs";
+/// The agent's inbox requests (relative to its home).
+pub const INBOX_DIR: &str = ".hangar/inbox";
+/// Answers to an agent without the split (relative to its home).
+pub const ANSWERS_DIR: &str = ".hangar/answers";
+/// Prints the sandbox's `hangar-envd`: the daemon that runs this script (its parent), else the
+/// one on `PATH`.
+const FIND_AGENT_BIN: &str = "b=$(readlink /proc/$PPID/exe 2>/dev/null); \
+    case \"$b\" in */hangar-envd) ;; *) b=$(command -v hangar-envd 2>/dev/null);; esac; printf '%s\\n' \"$b\"";
 /// A script the relay runs (install, probe, read) that takes longer has gone wrong.
 pub const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -98,6 +106,12 @@ pub struct Place {
     pub dir: String,
     /// The sandbox's user, whom a split supervisor drops to for the harness.
     pub user: Option<AgentUser>,
+    /// The agent's home directory.
+    pub home: String,
+    /// The `hangar-envd` binary in the sandbox, for the agent-side commands (`question`,
+    /// `progress`, `approve`). Where the split holds, only a binary root owns and only root can
+    /// change: the approval hook must not be a program the agent wrote.
+    pub agent_bin: Option<String>,
 }
 
 /// The daemon's default user: who the agent is.
@@ -124,6 +138,39 @@ impl Place {
     pub fn log(&self, turn: &str) -> String {
         format!("{}/{turn}.log", self.dir)
     }
+
+    /// Where the agent writes its inbox requests (its own directory).
+    pub fn inbox(&self) -> String {
+        format!("{}/{INBOX_DIR}", self.home.trim_end_matches('/'))
+    }
+
+    /// Where the relay writes the answers: beside the turn's files, which the agent cannot write
+    /// where the split holds (elsewhere, in the agent's own directory).
+    pub fn answers(&self) -> String {
+        if self.split {
+            format!("{}/answers", self.dir)
+        } else {
+            format!("{}/{ANSWERS_DIR}", self.home.trim_end_matches('/'))
+        }
+    }
+
+    /// The Claude Code settings file of a turn with an approval policy.
+    pub fn settings(&self, turn: &str) -> String {
+        format!("{}/{turn}.settings.json", self.dir)
+    }
+}
+
+/// A path the sandbox reported for its `hangar-envd`, if it is one: absolute, printable, and
+/// (`root_owned`) owned by root and writable by no one else, as `stat -c '%u %a'` said.
+fn agent_bin(path: &str, stat: Option<&str>) -> Option<String> {
+    let path = path.trim();
+    let ok_path = path.starts_with('/') && path.len() < 4096 && !path.chars().any(char::is_control);
+    let ok_owner = stat.is_none_or(|st| {
+        let mut it = st.split_whitespace();
+        let (uid, mode) = (it.next(), it.next().and_then(|m| u32::from_str_radix(m, 8).ok()));
+        uid == Some("0") && mode.is_some_and(|m| m & 0o022 == 0)
+    });
+    (ok_path && ok_owner).then(|| path.to_string())
 }
 
 /// A sandbox the relay runs its scripts in: through its daemon, or its provider without one.
@@ -199,7 +246,8 @@ impl<'a> Shell<'a> {
     /// Decides where the turn's files go: split where the daemon is root and its default user
     /// is not.
     pub async fn place(&self) -> Result<Place> {
-        let out = self.run(false, "id -u && id -g && id -un && printf '%s\\n' \"$HOME\"", SCRIPT_TIMEOUT).await?;
+        let script = format!("id -u && id -g && id -un && printf '%s\\n' \"$HOME\"\n{FIND_AGENT_BIN}");
+        let out = self.run(false, &script, SCRIPT_TIMEOUT).await?;
         let user = match parse_user(&out.stdout) {
             Some(u) if out.exit_code == 0 => u,
             _ => {
@@ -210,30 +258,51 @@ impl<'a> Shell<'a> {
                 )))
             }
         };
+        let user_bin = String::from_utf8_lossy(&out.stdout).lines().nth(4).and_then(|b| agent_bin(b, None));
         let root = match &self.envd {
             Some(_) if user.uid != 0 => {
-                let r = self.run(true, "id -u", SCRIPT_TIMEOUT).await?;
-                r.exit_code == 0 && String::from_utf8_lossy(&r.stdout).trim() == "0"
+                let script = format!("id -u\n{FIND_AGENT_BIN} | {{ read -r b; printf '%s\\n' \"$b\"; stat -c '%u %a' \"$b\"; }}");
+                let r = self.run(true, &script, SCRIPT_TIMEOUT).await?;
+                let text = String::from_utf8_lossy(&r.stdout).into_owned();
+                let mut lines = text.lines();
+                match lines.next() {
+                    Some("0") => Some(lines.next().and_then(|b| agent_bin(b, Some(lines.next().unwrap_or(""))))),
+                    _ => None,
+                }
             }
-            _ => false,
+            _ => None,
         };
-        Ok(if root {
-            Place { split: true, dir: format!("{SPLIT_DIR}/{}", self.row.id), user: Some(user) }
-        } else {
-            Place { split: false, dir: format!("{}/{AGENT_DIR}", user.home.trim_end_matches('/')), user: None }
+        let home = user.home.clone();
+        Ok(match root {
+            Some(bin) => {
+                Place { split: true, dir: format!("{SPLIT_DIR}/{}", self.row.id), user: Some(user), home, agent_bin: bin }
+            }
+            None => Place {
+                split: false,
+                dir: format!("{}/{AGENT_DIR}", home.trim_end_matches('/')),
+                user: None,
+                home,
+                agent_bin: user_bin,
+            },
         })
     }
 
-    /// Writes the supervisor and the prompt file (and, split, the agent's links to the log and
-    /// exit file). Repeating it is harmless.
-    pub async fn install(&self, place: &Place, turn: &str, prompt: &str) -> Result<()> {
+    /// Writes the supervisor, the prompt file and (for a turn with an approval policy) the
+    /// harness's settings file, makes the answers' directory (and, split, the agent's inbox and
+    /// links to the log and exit file). Repeating it is harmless.
+    pub async fn install(&self, place: &Place, turn: &str, prompt: &str, settings: Option<&str>) -> Result<()> {
         let access = match (&place.user, place.split) {
             (Some(u), true) => format!(
-                "mkdir -p {top}\nchmod 711 {top}\nmkdir -p \"$d\"\nchown 0:{gid} \"$d\"\nchmod 750 \"$d\"\n",
+                "mkdir -p {top}\nchmod 711 {top}\nmkdir -p \"$d\" \"$d/answers\"\nchown 0:{gid} \"$d\" \"$d/answers\"\n\
+                 chmod 750 \"$d\" \"$d/answers\"\n",
                 top = sh_quote(SPLIT_DIR),
                 gid = u.gid
             ),
-            _ => "mkdir -p \"$d\"\n".to_string(),
+            _ => format!(
+                "mkdir -p \"$d\" {answers}\nmkdir -p -m 700 {inbox}\n",
+                answers = sh_quote(&place.answers()),
+                inbox = sh_quote(&place.inbox())
+            ),
         };
         let mut script = format!(
             "set -e\numask 022\nd={dir}\n{access}\
@@ -243,16 +312,23 @@ impl<'a> Shell<'a> {
             sup = sh_quote(&B64.encode(SUPERVISOR)),
             prompt = sh_quote(&B64.encode(prompt)),
         );
+        if let Some(settings) = settings {
+            script.push_str(&format!(
+                "printf %s {} | base64 -d >\"$d/{turn}.settings.json\"\n",
+                sh_quote(&B64.encode(settings))
+            ));
+        }
         if let (true, Some(u)) = (place.split, &place.user) {
             // The links are made as the agent, in its own directory: root never writes where
             // the agent can.
             script.push_str(&format!(
                 "setpriv --reuid={uid} --regid={gid} --init-groups --no-new-privs -- bash -c \
-                 'mkdir -p \"$1\" && ln -sfn \"$2/$3.log\" \"$1/$3.log\" && ln -sfn \"$2/$3.exit.json\" \"$1/$3.exit.json\"' \
-                 - {a} \"$d\" {turn}\n",
+                 'mkdir -p \"$1\" && mkdir -p -m 700 \"$4\" && ln -sfn \"$2/$3.log\" \"$1/$3.log\" && ln -sfn \"$2/$3.exit.json\" \"$1/$3.exit.json\"' \
+                 - {a} \"$d\" {turn} {inbox}\n",
                 uid = u.uid,
                 gid = u.gid,
                 a = sh_quote(&format!("{}/{AGENT_DIR}", u.home)),
+                inbox = sh_quote(&place.inbox()),
             ));
         }
         let out = self.run(place.split, &script, SCRIPT_TIMEOUT).await?;

@@ -3,6 +3,7 @@
 //! jobs routes take every scope (the domain shows each caller only its own jobs). The SSE `GET`s
 //! also take a one-use `?ticket=` from `POST /api/tickets`, for browsers (see `auth`).
 mod exec;
+mod inbox;
 mod jobs;
 mod processes;
 mod sandboxes;
@@ -31,6 +32,7 @@ use crate::app::Relay;
 pub mod inputs {
     pub use super::{
         exec::{request as exec_request, ExecBody},
+        inbox::{AnswerBody, Decide, InboxQuery},
         jobs::{CreateJob, JobStreamQuery},
         processes::{resume_from, InputBody, SinceQuery, StartBody},
         sandboxes::CreateSandbox,
@@ -56,6 +58,10 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sessions/{session}/events", get(sessions::events))
         .route("/api/sessions/{session}/events/stream", get(sessions::stream))
         .route("/api/usage", get(sessions::usage))
+        .route("/api/inbox", get(inbox::list))
+        .route("/api/inbox/{item}/ack", post(inbox::ack))
+        .route("/api/approvals/{approval}", post(inbox::decide))
+        .route("/api/questions/{question}", post(inbox::answer))
         .route_layer(middleware::from_fn(auth::sandbox_scopes));
     // Any scope: a `jobs` token (a pipeline's) reaches these routes and no others.
     let jobs = Router::new()

@@ -42,6 +42,8 @@ pub struct CreateSession {
     #[serde(default)]
     secrets: Vec<String>,
     #[serde(default)]
+    approvals: Vec<String>,
+    #[serde(default)]
     idempotency_key: Option<String>,
     #[serde(default)]
     ignore_limits: bool,
@@ -60,6 +62,7 @@ pub async fn create(
         cwd: b.cwd,
         timeout_minutes: b.timeout_minutes,
         secrets: b.secrets,
+        approvals: b.approvals,
         idempotency_key: b.idempotency_key,
         ignore_limits: b.ignore_limits,
     };

@@ -139,7 +139,7 @@ pub fn list() -> Vec<Tool> {
             "session",
             "Agent sessions: a coding agent CLI (a harness) run in a sandbox, one turn per prompt. \
              action start (name, sandbox, prompt; harness, cwd, timeout_minutes, secrets, \
-             idempotency_key, ignore_limits): starts the session and its first turn, answers at \
+             approvals, idempotency_key, ignore_limits): starts the session and its first turn, answers at \
              once. prompt (session, prompt; timeout_minutes, idempotency_key, ignore_limits): a \
              follow-up turn in the same conversation. cancel (session): ends the running turn \
              (SIGTERM, SIGKILL 10 s later). status (session): state, reason, summary, turns, \
@@ -164,6 +164,7 @@ pub fn list() -> Vec<Tool> {
                     "cwd": { "type": "string", "description": "start: the agent's directory (default: the sandbox's working directory)" },
                     "timeout_minutes": { "type": "integer", "minimum": 1, "maximum": 10080, "description": "start, prompt: the turn's deadline (default 120)" },
                     "secrets": { "type": "array", "items": { "type": "string" }, "description": "start: names of relay secrets passed to the harness" },
+                    "approvals": { "type": "array", "items": { "type": "string" }, "description": "start: tool calls that wait for a person's approval in the inbox, as Claude Code permission patterns (Bash(git push*), Write, *)" },
                     "idempotency_key": { "type": "string", "description": "start, prompt: a retry with the same key and prompt answers the first call's result" },
                     "ignore_limits": { "type": "boolean", "description": "start, prompt: start even over the credential's usage limits" },
                     "since": { "type": "integer", "minimum": 0, "description": "events: only events after this seq (a previous read's next)" },

@@ -62,6 +62,7 @@ impl Action {
                 "cwd",
                 "timeout_minutes",
                 "secrets",
+                "approvals",
                 "idempotency_key",
                 "ignore_limits",
             ],
@@ -86,6 +87,8 @@ struct SessionArgs {
     timeout_minutes: Option<i64>,
     #[serde(default)]
     secrets: Vec<String>,
+    #[serde(default)]
+    approvals: Vec<String>,
     idempotency_key: Option<String>,
     #[serde(default)]
     ignore_limits: bool,
@@ -125,6 +128,7 @@ pub async fn call(
                 cwd: a.cwd,
                 timeout_minutes: a.timeout_minutes,
                 secrets: a.secrets,
+                approvals: a.approvals,
                 idempotency_key: a.idempotency_key,
                 ignore_limits: a.ignore_limits,
             };

@@ -1,0 +1,158 @@
+//! Decisions and answers: a person's (`POST /api/approvals/{id}`, `POST /api/questions/{id}`)
+//! or the clock's (expiry), written into the sandbox where the agent reads and cannot write,
+//! then recorded. The answer is written before the item ends, under one lock, so the first
+//! decision is both the one recorded and the one the agent reads.
+use hangar_agents::inbox::{Answer, Outcome, PROTOCOL};
+
+use super::{end, find, new_item, open};
+use crate::{
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+    sessions::supervisor::{Shell, SCRIPT_TIMEOUT},
+    store::{ItemKind, ItemRow, ItemState},
+    text::sh_quote,
+    time,
+};
+
+/// The longest reason or answer a person may give.
+pub const MAX_ANSWER_CHARS: usize = 2000;
+
+/// A person's decision on a held tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    Deny,
+}
+
+fn check_text(what: &str, text: &str) -> Result<()> {
+    if text.chars().count() > MAX_ANSWER_CHARS {
+        return Err(Error::invalid(format!("{what}: at most {MAX_ANSWER_CHARS} characters")));
+    }
+    if text.contains('\0') {
+        return Err(Error::invalid(format!("{what}: must not contain NUL")));
+    }
+    Ok(())
+}
+
+/// Allows or denies an open approval.
+pub async fn decide(
+    relay: &Relay,
+    caller: &Caller,
+    reference: &str,
+    decision: Decision,
+    reason: Option<&str>,
+) -> Result<ItemRow> {
+    if let Some(r) = reason {
+        check_text("reason", r)?;
+    }
+    let _one = relay.inbox.deciding.lock().await;
+    let item = find(relay, caller, reference)?;
+    if item.kind != ItemKind::Approval {
+        return Err(Error::invalid(format!(
+            "inbox item {:?} is a {}: only an approval takes a decision",
+            item.id,
+            item.kind.as_str()
+        )));
+    }
+    if item.state != ItemState::Open {
+        return Err(Error::Conflict(format!("approval {:?} was already {}", reference, item.state.as_str())));
+    }
+    let reason = reason.map(str::to_string);
+    let (outcome, to) = match decision {
+        Decision::Allow => (Outcome::Allow { reason: reason.clone() }, ItemState::Allowed),
+        Decision::Deny => (Outcome::Deny { reason: reason.clone() }, ItemState::Denied),
+    };
+    write(relay, &item, outcome).await?;
+    end(relay, &item, to, &caller.person, reason.as_deref())?;
+    if decision == Decision::Deny {
+        denied(relay, &item, reason.as_deref().unwrap_or("denied"))?;
+    }
+    find(relay, caller, &item.id)
+}
+
+/// Answers an open question.
+pub async fn answer(relay: &Relay, caller: &Caller, reference: &str, text: &str) -> Result<ItemRow> {
+    check_text("answer", text)?;
+    if text.trim().is_empty() {
+        return Err(Error::invalid("answer: must not be empty"));
+    }
+    let _one = relay.inbox.deciding.lock().await;
+    let item = find(relay, caller, reference)?;
+    if item.kind != ItemKind::Question {
+        return Err(Error::invalid(format!(
+            "inbox item {:?} is a {}: only a question takes an answer",
+            item.id,
+            item.kind.as_str()
+        )));
+    }
+    if item.state != ItemState::Open {
+        return Err(Error::Conflict(format!("question {:?} was already {}", reference, item.state.as_str())));
+    }
+    write(relay, &item, Outcome::Answer { text: text.to_string() }).await?;
+    end(relay, &item, ItemState::Answered, &caller.person, Some(text))?;
+    find(relay, caller, &item.id)
+}
+
+/// Ends an ask nobody decided in time: the call denied, the question unanswered. The item ends
+/// even where the answer cannot be written (the agent's own wait ends soon after).
+pub async fn expire(relay: &Relay, item: &ItemRow) -> Result<()> {
+    let _one = relay.inbox.deciding.lock().await;
+    let reason = format!("nobody answered within {} s", relay.inbox.expiry.as_secs());
+    let written = write(relay, item, Outcome::Expired { reason: reason.clone() }).await;
+    if end(relay, item, ItemState::Expired, "hangar", Some(&reason))? && item.kind == ItemKind::Approval {
+        denied(relay, item, &reason)?;
+    }
+    written
+}
+
+/// A held call was denied: its person hears of it.
+fn denied(relay: &Relay, approval: &ItemRow, reason: &str) -> Result<()> {
+    let mut item =
+        new_item(ItemKind::Denied, &approval.person, format!("Denied: {}", approval.title), reason.to_string());
+    item.session_id = approval.session_id.clone();
+    item.session_name = approval.session_name.clone();
+    item.turn_id = approval.turn_id.clone();
+    item.sandbox_id = approval.sandbox_id.clone();
+    item.sandbox_name = approval.sandbox_name.clone();
+    item.tool = approval.tool.clone();
+    open(relay, item)?;
+    Ok(())
+}
+
+/// Writes the answer file for the item's request: as root into the split directory where the
+/// split holds (an approval's only place), else as the agent into its own.
+async fn write(relay: &Relay, item: &ItemRow, outcome: Outcome) -> Result<()> {
+    let (Some(sandbox_id), Some(request)) = (&item.sandbox_id, &item.request) else {
+        return Err(Error::invalid(format!("inbox item {:?} came from no sandbox request", item.id)));
+    };
+    if !hangar_agents::inbox::valid_request_id(request) {
+        return Err(Error::invalid(format!("inbox item {:?}: its request id is not one", item.id)));
+    }
+    let row = relay.sandboxes.get(sandbox_id)?;
+    let shell = Shell::open(relay, row).await?;
+    let place = shell.place().await?;
+    if item.kind == ItemKind::Approval && !place.split {
+        return Err(Error::invalid(format!(
+            "sandbox {:?} no longer has the uid split: an answer there could be the agent's own",
+            shell.row.name
+        )));
+    }
+    let answer = Answer { v: PROTOCOL, id: request.clone(), at: time::now(), outcome };
+    let body = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, answer.to_json());
+    let script = format!(
+        "set -e\numask 022\nd={d}\nmkdir -p \"$d\"\nprintf %s {body} | base64 -d >\"$d/.{id}.tmp\"\nmv -f \"$d/.{id}.tmp\" \"$d/{id}.json\"",
+        d = sh_quote(&place.answers()),
+        body = sh_quote(&body),
+        id = request,
+    );
+    let out = shell.run(place.split, &script, SCRIPT_TIMEOUT).await?;
+    if out.exit_code != 0 {
+        return Err(Error::daemon(format!(
+            "writing the answer failed (exit {}): {}",
+            out.exit_code,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
