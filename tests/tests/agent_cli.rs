@@ -405,6 +405,35 @@ fn approve_ignores_forged_answers() {
 }
 
 #[test]
+fn sigterm_while_waiting_removes_the_request() {
+    let turn = Turn::new("sigterm");
+    let spawn = |mut cmd: Command| {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.spawn().expect("spawn hangar-envd")
+    };
+    let term = |child: &std::process::Child| {
+        wait_for_request(&turn.inbox);
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    };
+    // approve: a deny, exit 0 (a death by signal would not block the call).
+    let mut child = spawn(turn.cmd(PUSH));
+    child.stdin.take().expect("stdin").write_all(&hook_input("git push")).expect("write stdin");
+    term(&child);
+    let out = child.wait_with_output().expect("wait");
+    let (d, reason) = decision(&out);
+    assert_eq!(d, "deny");
+    assert!(reason.contains("interrupted"), "{reason}");
+    assert_eq!(turn.inbox_files(), Vec::<String>::new(), "the request is removed");
+    // question: exit 1.
+    let child = spawn(turn.cmd(&["question", "Still there?", "--timeout", "20"]));
+    term(&child);
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(code(&out), 1, "stderr: {}", stderr(&out));
+    assert_eq!(turn.inbox_files(), Vec::<String>::new(), "the request is removed");
+}
+
+#[test]
 fn approve_cuts_a_large_input_to_fit() {
     let turn = Turn::new("large");
     let relay = turn.respond(|req| {

@@ -24,6 +24,9 @@ use super::{
 const REQUEST_OVERHEAD: usize = 8 * 1024;
 
 pub(super) fn run(args: ApproveArgs) -> u8 {
+    // From the start, so that a SIGTERM (Claude Code stopping a slow hook) becomes a deny rather
+    // than a death by signal, which Claude Code would not take as a block.
+    files::catch_stop_signals();
     let (decision, reason) = match decide(&args) {
         Ok(None) => return 0,
         Ok(Some(decided)) => decided,

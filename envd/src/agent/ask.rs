@@ -37,6 +37,8 @@ fn ask_question(args: QuestionArgs) -> Result<u8, AgentError> {
     let req = request(Ask::Question { text: args.text, options: args.options })?;
     let answers = args.dirs.answers()?;
     let inbox = args.dirs.inbox()?;
+    // Before the request exists, so that a stop signal always finds it removed on the way out.
+    files::catch_stop_signals();
     let _written = Written { path: files::write(&inbox, &req)? };
     let answer = files::wait(&answers, &req.id, args.timeout)?;
     Ok(match answer.outcome {

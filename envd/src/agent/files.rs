@@ -72,9 +72,9 @@ pub(super) fn write(inbox: &Path, req: &Request) -> Result<PathBuf, AgentError> 
 
 /// Waits for `<answers>/<id>.json` holding a valid answer to `id`, until `timeout` (if any) or a
 /// SIGTERM, SIGINT or SIGHUP. A file that does not parse, or answers another id, is skipped: it
-/// may be half-written, and it is not this request's answer.
+/// may be half-written, and it is not this request's answer. The caller has called
+/// [`catch_stop_signals`] before writing the request.
 pub(super) fn wait(answers: &Path, id: &str, timeout: Option<Duration>) -> Result<Answer, AgentError> {
-    catch_stop_signals();
     let path = answers.join(format!("{id}.json"));
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
@@ -120,7 +120,7 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
 
 /// A stop signal ends the wait through the ordinary return path, so the request file is removed
 /// and `approve` still prints its deny decision.
-fn catch_stop_signals() {
+pub(super) fn catch_stop_signals() {
     let action = SigAction::new(SigHandler::Handler(on_stop_signal), SaFlags::empty(), SigSet::empty());
     for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         // SAFETY: the handler only stores to an atomic.
