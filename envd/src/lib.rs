@@ -5,6 +5,11 @@
 //! semantics on generated message types) → `process` (processes, output logs, reaping), `watch`
 //! (inotify directory watches), `follow` (log following) and `fs` (file operations acting as a
 //! user), none of which knows RPC or HTTP types.
+//!
+//! `agent` is apart from the daemon: the agent-side commands (`hangar-envd question|progress|
+//! approve`, or the binary invoked as `hangar-agent`), a small synchronous program that reaches a
+//! person's inbox through files.
+pub mod agent;
 pub mod auth;
 pub mod config;
 pub mod error;

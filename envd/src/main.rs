@@ -1,23 +1,35 @@
-//! hangar-envd's entry point: read configuration, bind, announce, serve.
-use std::io::Write as _;
+//! hangar-envd's entry point: an agent-side command, or the daemon (read configuration, bind,
+//! announce, serve).
+use std::{ffi::OsString, io::Write as _, process::ExitCode};
 
-use clap::Parser;
-use hangar_envd::{config::Config, Daemon};
+use clap::{CommandFactory as _, FromArgMatches as _};
+use hangar_envd::{agent, config::Config, Daemon};
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    // Decided before the daemon's flags are parsed: an agent-side command starts no runtime, no
+    // logging and no daemon.
+    if agent::is_invocation(&args) {
+        return agent::main(args);
+    }
+    daemon()
+}
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn daemon() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HANGAR_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         // Colours only for a terminal: logs redirected to files stay plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let config = Config::parse();
+    let matches = Config::command().after_help(agent::DAEMON_HELP_NOTE).get_matches();
+    let config = Config::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let daemon = match Daemon::bind(&config).await {
         Ok(d) => d,
         Err(e) => {
             eprintln!("hangar-envd: {e}");
-            return std::process::ExitCode::FAILURE;
+            return ExitCode::FAILURE;
         }
     };
     if let Some(addr) = daemon.local_addr() {
@@ -26,10 +38,10 @@ async fn main() -> std::process::ExitCode {
         let _ = std::io::stdout().flush();
     }
     match daemon.run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("hangar-envd: {e}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
