@@ -26,8 +26,8 @@ use std::{
     time::Duration,
 };
 
-use serde::Serialize;
 use hangar_agents::inbox::Policy;
+use serde::Serialize;
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -210,11 +210,9 @@ pub fn hook_settings(relay: &Relay, place: &Place, session: &SessionRow, turn_id
     let policy = Policy::parse(&session.approvals).map_err(|e| Error::invalid(format!("approvals: {e}")))?;
     let bin = match (&place.agent_bin, place.split) {
         (Some(bin), true) => bin,
-        _ => {
-            return Err(Error::invalid(
-                "approvals need the uid split and a hangar-envd owned by root in the sandbox; this sandbox has lost them",
-            ))
-        }
+        _ => return Err(Error::invalid(
+            "approvals need the uid split and a hangar-envd owned by root in the sandbox; this sandbox has lost them",
+        )),
     };
     // The hook waits a little longer than the item lives, so that the relay's expiry answer
     // (a denial) is what ends its wait.

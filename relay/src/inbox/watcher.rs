@@ -99,9 +99,19 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
         // The agent's commands write in the same sandbox through the same mount: inotify sees
         // their writes even on a FUSE or network filesystem.
         Some(envd) => {
-            let req =
-                WatchDirRequest { path: place.inbox(), recursive: false, include_entry: false, allow_network_mounts: true };
-            Some(envd.files().watch_dir(req).await.map_err(|s| daemon_error("watching the agent's inbox", s))?.into_inner())
+            let req = WatchDirRequest {
+                path: place.inbox(),
+                recursive: false,
+                include_entry: false,
+                allow_network_mounts: true,
+            };
+            Some(
+                envd.files()
+                    .watch_dir(req)
+                    .await
+                    .map_err(|s| daemon_error("watching the agent's inbox", s))?
+                    .into_inner(),
+            )
         }
         None => None,
     };

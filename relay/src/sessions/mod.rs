@@ -340,7 +340,12 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
 
 /// Checks a session's approval policy: patterns that parse, a harness with an approval hook,
 /// and a sandbox where the uid split holds (elsewhere the agent could write its own answers).
-async fn approval_policy(relay: &Relay, harness: &Harness, row: &SandboxRow, patterns: &[String]) -> Result<Vec<String>> {
+async fn approval_policy(
+    relay: &Relay,
+    harness: &Harness,
+    row: &SandboxRow,
+    patterns: &[String],
+) -> Result<Vec<String>> {
     if patterns.is_empty() {
         return Ok(Vec::new());
     }

@@ -261,7 +261,9 @@ impl<'a> Shell<'a> {
         let user_bin = String::from_utf8_lossy(&out.stdout).lines().nth(4).and_then(|b| agent_bin(b, None));
         let root = match &self.envd {
             Some(_) if user.uid != 0 => {
-                let script = format!("id -u\n{FIND_AGENT_BIN} | {{ read -r b; printf '%s\\n' \"$b\"; stat -c '%u %a' \"$b\"; }}");
+                let script = format!(
+                    "id -u\n{FIND_AGENT_BIN} | {{ read -r b; printf '%s\\n' \"$b\"; stat -c '%u %a' \"$b\"; }}"
+                );
                 let r = self.run(true, &script, SCRIPT_TIMEOUT).await?;
                 let text = String::from_utf8_lossy(&r.stdout).into_owned();
                 let mut lines = text.lines();
@@ -274,9 +276,13 @@ impl<'a> Shell<'a> {
         };
         let home = user.home.clone();
         Ok(match root {
-            Some(bin) => {
-                Place { split: true, dir: format!("{SPLIT_DIR}/{}", self.row.id), user: Some(user), home, agent_bin: bin }
-            }
+            Some(bin) => Place {
+                split: true,
+                dir: format!("{SPLIT_DIR}/{}", self.row.id),
+                user: Some(user),
+                home,
+                agent_bin: bin,
+            },
             None => Place {
                 split: false,
                 dir: format!("{}/{AGENT_DIR}", home.trim_end_matches('/')),
