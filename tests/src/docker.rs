@@ -130,6 +130,11 @@ impl Containers {
         name
     }
 
+    /// A sandbox name the relay chose (a job's own sandbox), removed like the others.
+    pub fn adopt(&mut self, name: &str) {
+        self.names.push(name.to_string());
+    }
+
     /// The ids of the containers (running or not) of a sandbox name this guard made.
     pub fn of_name(name: &str) -> Vec<String> {
         let filter = format!("label=hangar.sandbox.name={name}");
