@@ -187,6 +187,8 @@ HINTS = {
     "session": (False, True, False, True),
     # status and list read, but start runs an agent (and may create a sandbox) and cancel ends it.
     "job": (False, True, False, True),
+    # list reads, but allow lets an agent run a call that may do anything, and a decision is once.
+    "inbox": (False, True, False, True),
 }
 
 
