@@ -354,11 +354,13 @@ mod tests {
         // status and list read, but start runs an agent (and may create a sandbox) and cancel
         // ends its work.
         assert_eq!(of("job"), [false, true, false, true]);
+        // list reads, but allow lets an agent run a call that may do anything.
+        assert_eq!(of("inbox"), [false, true, false, true]);
     }
 
     #[test]
     fn every_tool_is_listed_once() {
         let names: Vec<String> = hints().into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, ["sandboxes", "exec", "process", "session", "job"]);
+        assert_eq!(names, ["sandboxes", "exec", "process", "session", "job", "inbox"]);
     }
 }
