@@ -20,9 +20,11 @@ pub async fn list(ctx: &Ctx, a: InboxArgs) -> Result<i32, Error> {
     Ok(0)
 }
 
-/// What an item asks or says, on one line: a question with its options, a held call's title.
+/// What an item asks or says, on one line: a question's text with its options, an other item's
+/// title (a held call's `Bash: git push ...`), else its text.
 pub fn what(i: &Value) -> String {
-    let text = if s(i, "title").is_empty() { s(i, "text") } else { s(i, "title") };
+    let (first, second) = if i["kind"] == "question" { ("text", "title") } else { ("title", "text") };
+    let text = if s(i, first).is_empty() { s(i, second) } else { s(i, first) };
     let options: Vec<String> =
         i["options"].as_array().map(Vec::as_slice).unwrap_or_default().iter().map(cell).collect();
     let options = if options.is_empty() { String::new() } else { format!(" [{}]", options.join(" | ")) };
@@ -101,9 +103,10 @@ mod tests {
     fn the_inbox_table() {
         let v = json!({"counts": {"approval": 1, "question": 1, "failed": 0, "denied": 0}, "items": [
             {"id": "inb_1", "kind": "question", "session_name": "pick-db", "sandbox_name": "default",
-             "title": "", "text": "Which database?", "options": ["postgres", "sqlite"], "created_at": 0.0, "expires_at": 3600.0},
+             "title": "Question from pick-db", "text": "Which database?", "options": ["postgres", "sqlite"], "created_at": 0.0, "expires_at": 3600.0},
             {"id": "inb_2", "kind": "approval", "session_name": "release", "sandbox_name": "dev",
-             "title": "Bash: git push origin main", "text": "", "options": [], "created_at": 0.0, "expires_at": 3600.0}]});
+             "title": "Bash: git push origin main", "text": "{\"command\":\"git push\"}", "options": [],
+             "created_at": 0.0, "expires_at": 3600.0}]});
         assert_eq!(
             table(&v, 60.0, false),
             "open: 1 approval, 1 question, 0 failed, 0 denied\n\

@@ -271,13 +271,7 @@ fn detail(e: &Value) -> String {
             format!("{ok} ({}), {} turns{cost}", or_dash("subtype"), or_dash("num_turns"))
         }
         "harness.unknown" => f("raw"),
-        "inbox.opened" => {
-            let what = if f("title").is_empty() { f("text") } else { f("title") };
-            let options: Vec<String> =
-                d["options"].as_array().map(Vec::as_slice).unwrap_or_default().iter().map(cell).collect();
-            let options = if options.is_empty() { String::new() } else { format!(" [{}]", options.join(" | ")) };
-            format!("{} {} {}: {what}{options}", f("kind"), f("item"), f("ask"))
-        }
+        "inbox.opened" => format!("{} {} {}: {}", f("kind"), f("item"), f("ask"), crate::inbox::what(d)),
         "inbox.ended" => format!("{} {} {} by {}", f("kind"), f("item"), f("state"), f("by")),
         "agent.progress" => match d["pct"].as_i64() {
             Some(p) => format!("{p}% {}", f("text")),
@@ -378,7 +372,7 @@ mod tests {
         assert_eq!(
             d(
                 "inbox.opened",
-                json!({"item": "inb_1", "kind": "question", "ask": "qst_1", "title": "", "text": "Which database?", "options": ["postgres", "sqlite"]})
+                json!({"item": "inb_1", "kind": "question", "ask": "qst_1", "title": "Question from x", "text": "Which database?", "options": ["postgres", "sqlite"]})
             ),
             "question inb_1 qst_1: Which database? [postgres | sqlite]"
         );
