@@ -5,7 +5,7 @@ use crate::{
     args::{JobArgs, JobCmd, JobStartArgs},
     client::{path, Error},
     render::{self, ago_of, cell, clean, clip, s},
-    sessions::{job_result, print_event, read_prompt},
+    sessions::{print_event, read_prompt},
     Ctx,
 };
 
@@ -132,7 +132,6 @@ pub fn show(v: &Value, now: f64) -> String {
         ("pushed", pushed),
         ("verify", verify),
         ("pr", r["pr_url"].as_str().map(|u| format!("{} (agent reported)", clean(u))).unwrap_or_default()),
-        ("result", if r.is_object() { job_result(r) } else { String::new() }),
     ])
 }
 

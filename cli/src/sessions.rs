@@ -268,7 +268,12 @@ fn detail(e: &Value) -> String {
         "run.result" => {
             let ok = if d["ok"] == true { "ok" } else { "not ok" };
             let cost = d["cost_usd"].as_f64().map(|c| format!(", ${c:.4}")).unwrap_or_default();
-            format!("{ok} ({}), {} turns{cost}", or_dash("subtype"), or_dash("num_turns"))
+            let turns = match d["num_turns"].as_i64() {
+                Some(1) => "1 turn".to_string(),
+                Some(n) => format!("{n} turns"),
+                None => "- turns".to_string(),
+            };
+            format!("{ok} ({}), {turns}{cost}", or_dash("subtype"))
         }
         "harness.unknown" => f("raw"),
         "inbox.opened" => format!("{} {} {}: {}", f("kind"), f("item"), f("ask"), crate::inbox::what(d)),
