@@ -306,7 +306,7 @@ impl Client {
                 }
             };
             let from = last_id.as_deref().map(|id| format!(" after {id}")).unwrap_or_default();
-            eprintln!("hangar: {why}; reconnecting{from}");
+            note!("hangar: {why}; reconnecting{from}");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }

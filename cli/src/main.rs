@@ -1,13 +1,15 @@
 //! `hangar`: the relay's REST API for people at a terminal. This file parses the command line
 //! and hands each command to its module; exit codes: 0, a command's own (exec, attach), 1 for
 //! an error (the relay's, or reaching it), 2 for a usage error (clap's).
+// First: its `note!` is used by the others.
+#[macro_use]
+mod render;
 mod args;
 mod client;
 mod fleet;
 mod inbox;
 mod jobs;
 mod processes;
-mod render;
 mod sandboxes;
 mod sessions;
 mod tokens;
@@ -35,7 +37,7 @@ fn main() {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("hangar: cannot start: {e}");
+            note!("hangar: cannot start: {e}");
             std::process::exit(1);
         }
     };
@@ -44,7 +46,7 @@ fn main() {
         // `hangar events ... | head`: the reader left, which is no failure.
         Err(e) if e.is_broken_pipe() => 0,
         Err(e) => {
-            eprintln!("hangar: {e}");
+            note!("hangar: {e}");
             1
         }
     };

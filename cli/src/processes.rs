@@ -82,7 +82,7 @@ pub async fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32, Error> {
             }
             "gap" if !ctx.json => {
                 let g = ev.json()?;
-                eprintln!(
+                note!(
                     "hangar: {} bytes of {} were lost (this client fell behind)",
                     cell(&g["lost"]),
                     cell(&g["stream"])
@@ -91,7 +91,7 @@ pub async fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32, Error> {
             "result" => {
                 let (code, why) = exit_of("command", &ev.json()?);
                 if let Some(w) = why {
-                    eprintln!("hangar: {w}");
+                    note!("hangar: {w}");
                 }
                 return Ok(code);
             }
@@ -161,7 +161,7 @@ pub async fn attach(ctx: &Ctx, a: AttachArgs) -> Result<i32, Error> {
     tokio::select! {
         r = follow => r,
         _ = interrupt.recv() => {
-            eprintln!(
+            note!(
                 "\nhangar: detached from {}; it keeps running (`hangar kill {} {}` stops it)",
                 clean(&a.id), clean(&a.sandbox), clean(&a.id)
             );
@@ -185,7 +185,7 @@ fn attach_event(ev: &SseEvent, json: bool) -> Result<Next, Error> {
         }
         "gap" if !json => {
             let g = ev.json()?;
-            eprintln!(
+            note!(
                 "hangar: {} bytes of output were lost (bytes {} to {})",
                 cell(&g["lost"]),
                 cell(&g["from"]),
@@ -195,7 +195,7 @@ fn attach_event(ev: &SseEvent, json: bool) -> Result<Next, Error> {
         "end" => {
             let (code, why) = exit_of("process", &ev.json()?);
             if let Some(w) = why {
-                eprintln!("hangar: {w}");
+                note!("hangar: {w}");
             }
             return Ok(Next::Stop(code));
         }
@@ -221,7 +221,7 @@ pub async fn watch(ctx: &Ctx, a: WatchArgs) -> Result<i32, Error> {
     let p = with_query(&path(&["api", "sandboxes", &a.sandbox, "watch"]), &q);
     let mut stream = ctx.client.stream(Method::GET, &p, None, None).await?;
     // Said once the relay has the watch in place: a change from now on is seen.
-    eprintln!("hangar: watching {} in {} (Ctrl-C stops)", clean(&a.path), clean(&a.sandbox));
+    note!("hangar: watching {} in {} (Ctrl-C stops)", clean(&a.path), clean(&a.sandbox));
     while let Some(ev) = stream.next().await? {
         if ctx.json {
             render::json(&ev.to_json())?;
@@ -230,7 +230,7 @@ pub async fn watch(ctx: &Ctx, a: WatchArgs) -> Result<i32, Error> {
             "change" if !ctx.json => render::line(&change_line(&ev.json()?))?,
             "overflow" if !ctx.json => {
                 let o = ev.json()?;
-                eprintln!("hangar: {} changes were lost: rescan the directory", cell(&o["dropped"]));
+                note!("hangar: {} changes were lost: rescan the directory", cell(&o["dropped"]));
             }
             "close" => {
                 return match on_close(&ev)? {

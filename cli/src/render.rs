@@ -18,6 +18,18 @@ pub fn line(text: &str) -> Result<(), Error> {
     out(&format!("{text}\n"))
 }
 
+/// A note for the person on stderr, `hangar: ...`. Unlike `eprintln!`, a closed stderr
+/// (`2>&-`) is no reason to panic: the note is dropped.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::render::note_line(&format!($($arg)*))
+    };
+}
+
+pub fn note_line(text: &str) {
+    let _ = err_out(&format!("{text}\n"));
+}
+
 pub fn err_out(text: &str) -> Result<(), Error> {
     let mut o = std::io::stderr().lock();
     o.write_all(text.as_bytes())?;

@@ -64,7 +64,7 @@ pub async fn run(ctx: &Ctx, cmd: SessionCmd) -> Result<i32, Error> {
         return Ok(0);
     }
     for w in v["warnings"].as_array().map(Vec::as_slice).unwrap_or_default() {
-        eprintln!("hangar: warning: {}", cell(w));
+        note!("hangar: warning: {}", cell(w));
     }
     match cmd {
         SessionCmd::Show(_) => render::out(&show(&v, render::now()))?,
