@@ -666,6 +666,63 @@ mod tests {
         assert!(msg.contains(&format!("http://127.0.0.1:{port}")) && msg.contains("HANGAR_URL"), "{msg}");
     }
 
+    /// A server that answers each connection with the next of `bodies` as an event stream (then
+    /// closes it), and hands back each request's head.
+    async fn sse_server(bodies: Vec<&'static str>) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            for body in bodies {
+                let Ok((mut sock, _)) = listener.accept().await else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = tx.send(String::from_utf8_lossy(&head).to_lowercase());
+                let resp =
+                    format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n{body}");
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            }
+        });
+        (url, rx)
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_drops_is_opened_again_from_its_last_event_id() {
+        let (url, mut heads) = sse_server(vec![
+            ": keep-alive\n\nid: 1\ndata: one\n\nid: 2\ndata: two\n\n",
+            "id: 3\ndata: three\n\nevent: close\ndata: {\"reason\":\"lifetime\",\"message\":null}\n\n",
+            "id: 4\ndata: four\n\nevent: close\ndata: {\"reason\":\"done\",\"message\":null}\n\n",
+        ])
+        .await;
+        let c = Client::new(&url, Some("tok".into())).expect("client");
+        let mut seen = vec![];
+        let code = c
+            .follow("/api/x/stream", None, |ev| {
+                if ev.event == "close" {
+                    return on_close(ev);
+                }
+                seen.push(ev.data.clone());
+                Ok(Next::Continue)
+            })
+            .await
+            .expect("follow");
+        assert_eq!((code, seen), (0, vec!["one".to_string(), "two".into(), "three".into(), "four".into()]));
+        let first = heads.recv().await.expect("first request");
+        assert!(first.starts_with("get /api/x/stream ") && !first.contains("last-event-id"), "{first}");
+        assert!(first.contains("authorization: bearer tok"), "{first}");
+        // After the connection dropped (no close event), and after a close for the lifetime.
+        assert!(heads.recv().await.expect("second request").contains("last-event-id: 2\r\n"));
+        assert!(heads.recv().await.expect("third request").contains("last-event-id: 3\r\n"));
+    }
+
     #[tokio::test]
     async fn no_token_is_said_before_anything_is_sent() {
         let c = Client::new("http://127.0.0.1:1", None).expect("client");
