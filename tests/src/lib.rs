@@ -23,8 +23,10 @@
 //!   directories, users, xattrs).
 //! - [`watch`]: the watch and follow tests' helpers.
 //! - [`relay`]: the `hangar-relay` under test, its REST calls and SSE streams.
+//! - [`cli`]: the `hangar` command-line client, run as a person would (`Hangar`).
 //! - [`docker`]: containers for the tests that need Docker.
 
+pub mod cli;
 pub mod connect;
 pub mod daemon;
 pub mod docker;

@@ -1,0 +1,235 @@
+//! Output: aligned tables, times as ages (`3m ago`), clock times, text made safe for a terminal,
+//! and `--json`. Everything here but the writers is pure.
+use std::io::Write;
+
+use serde_json::Value;
+
+use crate::client::Error;
+
+/// Writes to stdout and flushes, so a stream's lines appear as they come.
+pub fn out(text: &str) -> Result<(), Error> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(text.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}
+
+pub fn line(text: &str) -> Result<(), Error> {
+    out(&format!("{text}\n"))
+}
+
+/// A note for the person on stderr, `hangar: ...`. Unlike `eprintln!`, a closed stderr
+/// (`2>&-`) is no reason to panic: the note is dropped.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::render::note_line(&format!($($arg)*))
+    };
+}
+
+pub fn note_line(text: &str) {
+    let _ = err_out(&format!("{text}\n"));
+}
+
+pub fn err_out(text: &str) -> Result<(), Error> {
+    let mut o = std::io::stderr().lock();
+    o.write_all(text.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}
+
+/// One JSON document, as the relay sent it.
+pub fn json(v: &Value) -> Result<(), Error> {
+    line(&v.to_string())
+}
+
+/// A table: a header row and aligned columns, two spaces apart; the last column is not padded.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let n = headers.len();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate().take(n) {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let mut s = String::new();
+    let header: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    for r in std::iter::once(&header).chain(rows) {
+        let mut l = String::new();
+        for (i, w) in widths.iter().enumerate() {
+            let c = r.get(i).map(String::as_str).unwrap_or("");
+            if i + 1 == n {
+                l.push_str(c);
+            } else {
+                l.push_str(c);
+                l.push_str(&" ".repeat(w - c.chars().count() + 2));
+            }
+        }
+        s.push_str(l.trim_end());
+        s.push('\n');
+    }
+    s
+}
+
+/// `key  value` lines, the keys aligned (a record's fields).
+pub fn fields(pairs: &[(&str, String)]) -> String {
+    let shown = || pairs.iter().filter(|(_, v)| !v.is_empty());
+    let w = shown().map(|(k, _)| k.len()).max().unwrap_or(0);
+    shown().map(|(k, v)| format!("{k:w$}  {v}\n")).collect()
+}
+
+/// Text from the relay made safe for a terminal: control characters (an agent's ANSI escapes,
+/// say) become `?`, and line breaks and tabs a space, so one record stays one line.
+pub fn clean(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\n' | '\r' | '\t' => ' ',
+            c if c.is_control() => '?',
+            c => c,
+        })
+        .collect()
+}
+
+/// `clean`, runs of spaces made one, cut to `max` characters with `…`.
+pub fn clip(s: &str, max: usize) -> String {
+    let s = clean(s).split_whitespace().collect::<Vec<_>>().join(" ");
+    if s.chars().count() <= max {
+        return s;
+    }
+    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+    t.push('…');
+    t
+}
+
+/// A JSON value as a cell: strings as they are (cleaned), null as `-`, others as JSON.
+pub fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => clean(s),
+        Value::Bool(b) => if *b { "yes" } else { "no" }.to_string(),
+        v => v.to_string(),
+    }
+}
+
+pub fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// A span of time, short: `45s`, `3m`, `2h`, `4d`.
+pub fn span(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m", s / 60),
+        3600..=86_399 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// An epoch time relative to `now`: `3m ago`, `in 59m`, `just now`.
+pub fn ago(now: f64, t: f64) -> String {
+    let d = now - t;
+    if d.abs() < 1.0 {
+        "just now".to_string()
+    } else if d > 0.0 {
+        format!("{} ago", span(d))
+    } else {
+        format!("in {}", span(-d))
+    }
+}
+
+/// `ago` of a JSON time, `-` when it is not one.
+pub fn ago_of(now: f64, v: &Value) -> String {
+    v.as_f64().map(|t| ago(now, t)).unwrap_or_else(|| "-".to_string())
+}
+
+/// The wall-clock time of an epoch time, `HH:MM:SS`, `offset` seconds east of UTC.
+pub fn hms(t: f64, offset: i64) -> String {
+    let s = (t.floor() as i64 + offset).rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+/// The local clock time of an epoch time.
+pub fn clock(t: f64) -> String {
+    hms(t, local_offset(t as i64))
+}
+
+/// The local time zone's offset from UTC at `t`, in seconds (0 if the C library cannot say).
+fn local_offset(t: i64) -> i64 {
+    let time = t as libc::time_t;
+    // SAFETY: localtime_r reads `time` and writes only into `tm`, which is ours and zeroed
+    // (a valid `tm`); it is the thread-safe form.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::localtime_r(&time, &mut tm) };
+    if r.is_null() {
+        0
+    } else {
+        tm.tm_gmtoff as i64
+    }
+}
+
+/// A string field, `""` when absent or not a string.
+pub fn s<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tables_align_their_columns() {
+        let t = table(
+            &["NAME", "STATE", "COMMAND"],
+            &[vec!["default".into(), "running".into(), "sleep 1".into()], vec!["a".into(), "paused".into(), "".into()]],
+        );
+        assert_eq!(t, "NAME     STATE    COMMAND\ndefault  running  sleep 1\na        paused\n");
+        assert_eq!(table(&["A", "B"], &[]), "A  B\n");
+    }
+
+    #[test]
+    fn cells_count_characters_not_bytes() {
+        let t = table(&["X", "Y"], &[vec!["é".into(), "1".into()], vec!["ab".into(), "2".into()]]);
+        assert_eq!(t, "X   Y\né   1\nab  2\n");
+    }
+
+    #[test]
+    fn ages() {
+        let now = 1_000_000.0;
+        assert_eq!(ago(now, now - 0.4), "just now");
+        assert_eq!(ago(now, now - 5.0), "5s ago");
+        assert_eq!(ago(now, now - 180.0), "3m ago");
+        assert_eq!(ago(now, now - 7300.0), "2h ago");
+        assert_eq!(ago(now, now - 4.0 * 86_400.0), "4d ago");
+        assert_eq!(ago(now, now + 3540.0), "in 59m");
+        assert_eq!(ago_of(now, &json!(null)), "-");
+        assert_eq!(ago_of(now, &json!(now - 60.0)), "1m ago");
+    }
+
+    #[test]
+    fn clock_times() {
+        assert_eq!(hms(1_764_525_600.25, 0), "18:00:00");
+        assert_eq!(hms(1_764_525_600.0, 3600), "19:00:00");
+        assert_eq!(hms(1_764_525_600.0, -19 * 3600), "23:00:00");
+    }
+
+    #[test]
+    fn text_from_the_relay_cannot_drive_the_terminal() {
+        assert_eq!(clean("a\x1b[2Jb\nc\td"), "a?[2Jb c d");
+        assert_eq!(clip("  hello world  ", 5), "hell…");
+        assert_eq!(clip("hello", 5), "hello");
+        assert_eq!(clip("a \n   b\t\tc", 10), "a b c");
+        assert_eq!(cell(&json!(null)), "-");
+        assert_eq!(cell(&json!(true)), "yes");
+        assert_eq!(cell(&json!(3)), "3");
+        assert_eq!(cell(&json!("x\ny")), "x y");
+    }
+
+    #[test]
+    fn fields_align_and_skip_empty_values() {
+        assert_eq!(
+            fields(&[("id", "1".into()), ("state", "ok".into()), ("vanished", "".into())]),
+            "id     1\nstate  ok\n"
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! `hangar sandboxes [list|create|rm]`: `GET/POST /api/sandboxes`, `DELETE /api/sandboxes/{ref}`.
+use serde_json::{json, Map, Value};
+
+use crate::{
+    args::{CreateSandboxArgs, SandboxesArgs, SandboxesCmd},
+    client::{path, Error},
+    render::{self, ago_of, cell, s},
+    Ctx,
+};
+
+pub async fn run(ctx: &Ctx, a: SandboxesArgs) -> Result<i32, Error> {
+    match a.command.unwrap_or(SandboxesCmd::List) {
+        SandboxesCmd::List => list(ctx).await,
+        SandboxesCmd::Create(c) => create(ctx, c).await,
+        SandboxesCmd::Rm(r) => {
+            ctx.client.delete(&path(&["api", "sandboxes", &r.sandbox])).await?;
+            if !ctx.json {
+                render::line(&format!("removed sandbox {}", render::clean(&r.sandbox)))?;
+            }
+            Ok(0)
+        }
+    }
+}
+
+async fn list(ctx: &Ctx) -> Result<i32, Error> {
+    let v = ctx.client.get("/api/sandboxes").await?;
+    if ctx.json {
+        render::json(&v)?;
+    } else {
+        render::out(&table(&v, render::now()))?;
+    }
+    Ok(0)
+}
+
+async fn create(ctx: &Ctx, c: CreateSandboxArgs) -> Result<i32, Error> {
+    let v = ctx.client.post("/api/sandboxes", &create_body(&c)).await?;
+    if ctx.json {
+        render::json(&v)?;
+    } else {
+        render::line(&format!(
+            "created sandbox {} ({}, {}, {}, isolation {})",
+            cell(&v["name"]),
+            cell(&v["id"]),
+            cell(&v["provider"]),
+            cell(&v["state"]),
+            cell(&v["isolation"])
+        ))?;
+    }
+    Ok(0)
+}
+
+pub fn create_body(c: &CreateSandboxArgs) -> Value {
+    let mut body = json!({ "name": c.name });
+    if let Some(p) = &c.provider {
+        body["provider"] = json!(p);
+    }
+    if !c.options.is_empty() {
+        body["options"] = Value::Object(c.options.iter().cloned().collect::<Map<String, Value>>());
+    }
+    body
+}
+
+pub fn table(v: &Value, now: f64) -> String {
+    let rows: Vec<Vec<String>> = v["sandboxes"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|b| {
+            vec![
+                render::clean(s(b, "name")),
+                render::clean(s(b, "id")),
+                cell(&b["provider"]),
+                cell(&b["state"]),
+                cell(&b["isolation"]),
+                cell(&b["daemon"]),
+                ago_of(now, &b["created_at"]),
+            ]
+        })
+        .collect();
+    render::table(&["NAME", "ID", "PROVIDER", "STATE", "ISOLATION", "DAEMON", "CREATED"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_has_only_what_was_given() {
+        let c = CreateSandboxArgs { name: "box".into(), provider: None, options: vec![] };
+        assert_eq!(create_body(&c), json!({"name": "box"}));
+        let c = CreateSandboxArgs {
+            name: "box".into(),
+            provider: Some("docker".into()),
+            options: vec![("image".into(), json!("hangar-envd:latest")), ("memory_mb".into(), json!(2048))],
+        };
+        assert_eq!(
+            create_body(&c),
+            json!({"name": "box", "provider": "docker", "options": {"image": "hangar-envd:latest", "memory_mb": 2048}})
+        );
+    }
+
+    #[test]
+    fn the_table() {
+        let v = json!({"sandboxes": [{"created_at": 1000, "daemon": true, "id": "sbx_69385d841b83be06",
+            "isolation": "namespaces", "name": "default", "options": {}, "provider": "local", "state": "running"}]});
+        assert_eq!(
+            table(&v, 1180.0),
+            "NAME     ID                    PROVIDER  STATE    ISOLATION   DAEMON  CREATED\n\
+             default  sbx_69385d841b83be06  local     running  namespaces  yes     3m ago\n"
+        );
+    }
+}
