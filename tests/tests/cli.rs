@@ -23,6 +23,14 @@ const QUESTIONER: &str = r#"cat >/dev/null
 a=$("$HANGAR_AGENT" question "Which database?" --option postgres --option sqlite); code=$?
 echo "answer=$a exit=$code""#;
 
+/// Claude Code as far as hooks go (see relay_inbox.rs): runs the PreToolUse hook from the settings
+/// file hangar passes with `--settings` for one call, and prints its decision.
+const HOOKED: &str = r#"cat >/dev/null
+s=; while [ $# -gt 0 ]; do [ "$1" = --settings ] && s=$2; shift; done
+cmd=$(sed -n 's/.*"command":"\(.*\)","timeout".*/\1/p' "$s")
+out=$(printf '{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"git push origin main"},"tool_use_id":"t1"}' | eval "$cmd")
+echo "push:$out""#;
+
 fn profiles() -> Vec<String> {
     let long = fixture("claude-long-turn.jsonl").to_string_lossy().into_owned();
     let short = fixture("claude-stream-json-executor.jsonl").to_string_lossy().into_owned();
@@ -39,6 +47,10 @@ fn profiles() -> Vec<String> {
         profile("failing", &argv(&["bash", "-c", "cat >/dev/null; echo broken; exit 4"]), None, "text", "none"),
         profile("worker", &argv(&["bash", "-c", &worker]), None, "claude-stream-json", "none"),
         profile("sleeper", &argv(&["bash", "-c", "cat >/dev/null; exec sleep 60"]), None, "claude-stream-json", "none"),
+        format!(
+            "{}approvals = [\"--settings\", \"{{settings_file}}\"]\n\n",
+            profile("hooked", &argv(&["bash", "-c", HOOKED, "claude"]), None, "claude-stream-json", "none")
+        ),
     ]
 }
 
@@ -361,6 +373,45 @@ async fn an_agents_question_is_answered_with_hangar_answer_and_the_agent_goes_on
     let fid = failed["id"].as_str().expect("id");
     let acked = hangar.run(&["ack", fid]).await.ok().stdout;
     assert!(acked.starts_with(&format!("acked {fid} ")), "{acked}");
+}
+
+#[tokio::test]
+async fn a_held_tool_call_is_denied_with_hangar_deny_and_the_agent_is_told_why() {
+    let state = StateDir::new();
+    let (_relay, hangar) = setup(&state);
+    let start = [
+        "session",
+        "start",
+        "gated",
+        "--sandbox",
+        "default",
+        "--harness",
+        "hooked",
+        "--prompt",
+        "go",
+        "--approval",
+        "Bash(git push*)",
+    ];
+    hangar.run(&start).await.ok();
+    let item = inbox_item(&hangar, "approval", "gated").await;
+    let id = item["id"].as_str().expect("id").to_string();
+    let table = hangar.run(&["inbox"]).await.ok().stdout;
+    assert!(table.lines().any(|l| l.starts_with(&id) && l.contains("Bash: git push origin main")), "{table}");
+    let denied = hangar.run(&["deny", &id, "--reason", "not before the review"]).await.ok().stdout;
+    assert!(denied.starts_with(&format!("denied {id}")), "{denied}");
+    let again = hangar.run(&["allow", &id]).await;
+    assert_eq!(again.code, Some(1), "the first decision holds: {again:?}");
+    assert!(again.stderr.contains("(already_exists, HTTP 409)"), "{again:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = hangar.run(&["events", "gated"]).await.ok().stdout;
+        if let Some(line) = events.lines().find(|l| l.contains("push:")) {
+            assert!(line.contains("deny") && line.contains("not before the review"), "{line}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent never heard: {events}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test]
