@@ -319,6 +319,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
                 sandbox: &session.sandbox_name,
             }
             .emit();
+            relay.fleet.session(&session, &turn);
             relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
             let warnings = queue::warnings(relay, turn.credential.as_deref())?;
             spawn_driver(relay, &turn.id);
@@ -356,6 +357,7 @@ pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req
     turn.prompt = relay.secrets.redactor().text(&req.prompt).into_owned();
     match relay.store.create_turn(&turn)? {
         Created::New(turn) => {
+            relay.fleet.session(&session, &turn);
             relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
             let warnings = queue::warnings(relay, turn.credential.as_deref())?;
             spawn_driver(relay, &turn.id);
@@ -407,6 +409,7 @@ pub async fn delete(relay: &Relay, caller: &Caller, reference: &str) -> Result<(
         cancel_turn(relay, &session, turn)?;
     }
     relay.store.delete_session(&session.id)?;
+    relay.fleet.session_gone(&session.id);
     crate::inbox::session_deleted(relay, &session.id)?;
     events::SessionDeleted { session: &session.name, person: &session.person }.emit();
     Ok(())
@@ -509,6 +512,7 @@ pub(crate) fn transition(
         None,
     )?;
     relay.sessions.live.publish(session_id, seq);
+    crate::fleet::turn_changed(relay, turn_id);
     events::TurnState { turn: turn_id, from: from.as_str(), to: to.as_str(), reason }.emit();
     if to.is_terminal() {
         relay.sessions.prompts().remove(turn_id);
