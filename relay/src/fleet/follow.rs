@@ -12,7 +12,6 @@ use std::{
     time::Duration,
 };
 
-use serde_json::Value;
 use tokio::{sync::watch, time::Instant};
 
 use super::{changes::Key, view::Summary, Filter};
@@ -21,12 +20,17 @@ use crate::{app::Relay, auth::Caller, error::Result, time};
 /// At most one `agent` event per unit in this long.
 pub const COALESCE: Duration = Duration::from_secs(2);
 
-/// One event to send: its name (`snapshot`, `agent`, `gone`, `inbox`, `summary`), id and data.
+/// One event to send: its name (`snapshot`, `agent`, `gone`, `inbox`, `summary`), id and data
+/// (JSON, its fields in the order the view declares them).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Out {
     pub event: &'static str,
     pub id: String,
-    pub data: Value,
+    pub data: String,
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_string())
 }
 
 enum Start {
@@ -50,7 +54,8 @@ pub struct Follower {
     /// Units changed since a resume's id: sent `gone` if no longer there, whatever `shown` says.
     unknown: HashSet<String>,
     summary: Option<Summary>,
-    inbox: Option<Value>,
+    /// The inbox as last sent (its JSON).
+    inbox: Option<String>,
     inbox_dirty: bool,
 }
 
@@ -94,10 +99,9 @@ impl Follower {
         self.shown = view.units.iter().map(|u| u.id.clone()).collect();
         self.summary =
             Some(Summary { counts: view.counts.clone(), owners: view.owners.clone(), slots: view.slots.clone() });
-        self.inbox = serde_json::to_value(&view.inbox).ok();
+        self.inbox = Some(json(&view.inbox));
         self.inbox_dirty = false;
-        let data = serde_json::to_value(&view).unwrap_or(Value::Null);
-        Ok(vec![Out { event: "snapshot", id: relay.fleet.changes.id(head), data }])
+        Ok(vec![Out { event: "snapshot", id: relay.fleet.changes.id(head), data: json(&view) }])
     }
 
     /// The next events, waiting until there are some.
@@ -160,19 +164,19 @@ impl Follower {
     fn changes_out(&mut self, relay: &Relay, due: &[String], at: Instant) -> Result<Vec<Out>> {
         let items = relay.inbox.open_items(None);
         let p = relay.fleet.picture(&items, &self.caller, &self.filter, time::now());
-        let mut out: Vec<(&'static str, Value)> = Vec::new();
+        let mut out: Vec<(&'static str, String)> = Vec::new();
         let units: HashMap<&str, &super::Unit> = p.units.iter().map(|u| (u.id.as_str(), u)).collect();
         for id in due {
             self.pending.remove(id);
             match units.get(id.as_str()) {
                 Some(u) => {
-                    out.push(("agent", serde_json::to_value(u).unwrap_or(Value::Null)));
+                    out.push(("agent", json(u)));
                     self.sent_at.insert(id.clone(), at);
                     self.shown.insert(id.clone());
                 }
                 None => {
                     if self.shown.remove(id) || self.unknown.contains(id) {
-                        out.push(("gone", serde_json::json!({ "id": id })));
+                        out.push(("gone", json(&serde_json::json!({ "id": id }))));
                     }
                     self.sent_at.remove(id);
                 }
@@ -184,20 +188,20 @@ impl Follower {
             self.pending.remove(&id);
             self.sent_at.remove(&id);
             if self.shown.remove(&id) || self.unknown.contains(&id) {
-                out.push(("gone", serde_json::json!({ "id": id })));
+                out.push(("gone", json(&serde_json::json!({ "id": id }))));
             }
         }
         self.unknown.clear();
         if self.inbox_dirty {
             self.inbox_dirty = false;
-            let inbox = serde_json::to_value(crate::inbox::list(relay, &self.caller, false)?).ok();
-            if inbox != self.inbox {
-                out.push(("inbox", inbox.clone().unwrap_or(Value::Null)));
-                self.inbox = inbox;
+            let inbox = json(&crate::inbox::list(relay, &self.caller, false)?);
+            if self.inbox.as_ref() != Some(&inbox) {
+                out.push(("inbox", inbox.clone()));
+                self.inbox = Some(inbox);
             }
         }
         if self.summary.as_ref() != Some(&p.summary) {
-            out.push(("summary", serde_json::to_value(&p.summary).unwrap_or(Value::Null)));
+            out.push(("summary", json(&p.summary)));
             self.summary = Some(p.summary);
         }
         // Everything up to the first change still held back has been sent.

@@ -17,16 +17,10 @@ use crate::{
     store::{ItemKind, ItemRow, JobState, SandboxState, TurnState},
 };
 
-/// The fields of a unit that hold an agent's own text (untrusted), beside the inbox's own.
-pub const AGENT_TEXT: &[&str] = &[
-    "units.now",
-    "units.reason.text",
-    "units.question",
-    "units.question_options",
-    "units.model",
-    "units.pr.url",
-    "inbox.items (see inbox.agent_text)",
-];
+/// The fields of a unit that hold an agent's own text (untrusted; the inbox's items say theirs
+/// in `inbox.agent_text`).
+pub const AGENT_TEXT: &[&str] =
+    &["units.now", "units.reason.text", "units.question", "units.question_options", "units.model", "units.pr.url"];
 
 /// The six statuses, most urgent first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -504,4 +498,162 @@ pub(super) fn picture(
         counts.add(u.role);
     }
     Picture { units, summary: Summary { counts, owners, slots: slots(st, max_runs) } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        fleet::{Sbx, Turn},
+        store::{ItemState, Scope},
+    };
+
+    fn caller(person: &str, scope: Scope) -> Caller {
+        Caller { token_id: format!("tok_{person}"), name: person.into(), scope, person: person.into() }
+    }
+
+    fn sbx(st: &mut State, id: &str, owner: Option<&str>) {
+        let s = Sbx {
+            id: id.into(),
+            name: id.into(),
+            provider: "local".into(),
+            state: SandboxState::Running,
+            owner: owner.map(str::to_string),
+            created_at: 1,
+        };
+        st.sandboxes.insert(id.into(), s);
+    }
+
+    fn ses(st: &mut State, id: &str, sandbox: &str, person: &str, turn: TurnState, credential: Option<&str>) {
+        let t = Turn {
+            id: format!("turn_{id}"),
+            n: 1,
+            state: turn,
+            reason: (turn == TurnState::Queued).then(|| "credential_concurrency".to_string()),
+            detail: None,
+            credential: credential.map(str::to_string),
+            prompt: "do it".into(),
+            created_at: 10.0,
+            started_at: Some(11.0),
+            timeout_minutes: 60,
+        };
+        let s = Ses {
+            id: id.into(),
+            name: id.into(),
+            person: person.into(),
+            sandbox_id: sandbox.into(),
+            harness: "claude-code".into(),
+            credential: credential.map(str::to_string),
+            created_at: 10.0,
+            turn: Some(t),
+        };
+        st.sessions.insert(id.into(), s);
+    }
+
+    fn item(id: &str, kind: ItemKind, person: &str, session: &str, turn: Option<&str>) -> ItemRow {
+        ItemRow {
+            id: id.into(),
+            kind,
+            state: ItemState::Open,
+            person: person.into(),
+            ask_id: kind.asks().then(|| format!("apr_{id}")),
+            request: None,
+            session_id: Some(session.into()),
+            session_name: Some(session.into()),
+            turn_id: turn.map(str::to_string),
+            job_id: None,
+            sandbox_id: None,
+            sandbox_name: None,
+            title: "Bash: git push origin main".into(),
+            text: "why".into(),
+            options: vec![],
+            tool: Some(serde_json::json!({"name": "Bash"})),
+            created_at: 1.0,
+            expires_at: Some(99.0),
+            ended_at: None,
+            ended_by: None,
+            outcome: None,
+        }
+    }
+
+    fn role_of(p: &Picture, id: &str) -> Option<Role> {
+        p.units.iter().find(|u| u.id == id).map(|u| u.role)
+    }
+
+    #[test]
+    fn roles_come_from_the_inbox_first_then_the_work() {
+        let mut st = State::default();
+        for id in ["a", "b", "c", "d"] {
+            sbx(&mut st, id, Some("p"));
+        }
+        ses(&mut st, "sa", "a", "p", TurnState::Running, None);
+        ses(&mut st, "sb", "b", "p", TurnState::Running, None);
+        ses(&mut st, "sc", "c", "p", TurnState::Queued, Some("k"));
+        ses(&mut st, "sd", "d", "p", TurnState::Succeeded, None);
+        let items = vec![
+            item("i1", ItemKind::Failed, "p", "sa", Some("turn_sa")),
+            item("i2", ItemKind::Approval, "p", "sa", Some("turn_sa")),
+            // A failure of an earlier turn is not this one's.
+            item("i3", ItemKind::Failed, "p", "sb", Some("turn_old")),
+        ];
+        let p = picture(&st, &items, &caller("p", Scope::User), &Filter::default(), 20.0, 2);
+        assert_eq!(role_of(&p, "a"), Some(Role::Approval));
+        let a = p.units.iter().find(|u| u.id == "a").unwrap();
+        assert_eq!(
+            a.ask,
+            Some(serde_json::json!({"kind": "tool", "approval": "apr_i2", "job": null, "session": "sa"}))
+        );
+        assert_eq!((a.now.as_deref(), a.ask_expires_at), (Some("waiting on you: Bash"), Some(99.0)));
+        assert_eq!(a.inbox, ["i1", "i2"]);
+        assert_eq!(role_of(&p, "b"), Some(Role::Running));
+        assert_eq!(role_of(&p, "c"), Some(Role::Queued));
+        assert_eq!(role_of(&p, "d"), None, "settled: shown only with include_stopped");
+        let all = Filter { include_stopped: true, ..Filter::default() };
+        let p = picture(&st, &items, &caller("p", Scope::User), &all, 20.0, 2);
+        assert_eq!(role_of(&p, "d"), Some(Role::Off));
+        assert_eq!(
+            p.units.iter().map(|u| u.role).collect::<Vec<_>>(),
+            [Role::Approval, Role::Running, Role::Queued, Role::Off]
+        );
+        assert_eq!(p.summary.counts, Counts { approval: 1, running: 1, queued: 1, off: 1, ..Counts::default() });
+    }
+
+    #[test]
+    fn a_person_sees_their_own_and_an_admin_everyone_s() {
+        let mut st = State::default();
+        sbx(&mut st, "default", None);
+        sbx(&mut st, "mine", Some("p"));
+        sbx(&mut st, "theirs", Some("q"));
+        ses(&mut st, "s1", "default", "p", TurnState::Running, None);
+        ses(&mut st, "s2", "default", "q", TurnState::Running, None);
+        ses(&mut st, "s3", "theirs", "q", TurnState::Running, None);
+        st.persons.insert("p".into(), "Pat".into());
+        let p = picture(&st, &[], &caller("p", Scope::User), &Filter::default(), 20.0, 2);
+        let mut ids: Vec<&str> = p.units.iter().map(|u| u.id.as_str()).collect();
+        ids.sort();
+        assert_eq!(ids, ["default", "mine"]);
+        let d = p.units.iter().find(|u| u.id == "default").unwrap();
+        assert_eq!(d.session.as_ref().map(|s| s.id.as_str()), Some("s1"), "their own session, not another's");
+        assert_eq!(p.summary.owners[0], Owner { id: "p".into(), name: Some("Pat".into()), count: 1 });
+        assert_eq!(p.summary.owners[1], Owner { id: "none".into(), name: None, count: 1 });
+
+        let admin = picture(&st, &[], &caller("root", Scope::Admin), &Filter::default(), 20.0, 2);
+        assert_eq!(admin.units.len(), 3);
+        let only = Filter { owner: Some("none".into()), include_stopped: false };
+        let p = picture(&st, &[], &caller("root", Scope::Admin), &only, 20.0, 2);
+        assert_eq!(p.units.iter().map(|u| u.id.as_str()).collect::<Vec<_>>(), ["default"]);
+        assert_eq!(p.summary.owners.len(), 3, "owners are counted before the owner filter");
+    }
+
+    #[test]
+    fn slots_are_running_turns_against_the_credentials_limits() {
+        let mut st = State::default();
+        sbx(&mut st, "x", None);
+        ses(&mut st, "a", "x", "p", TurnState::Running, Some("K"));
+        ses(&mut st, "b", "x", "p", TurnState::Queued, Some("K"));
+        ses(&mut st, "c", "x", "p", TurnState::WaitingInput, None);
+        ses(&mut st, "d", "x", "p", TurnState::Failed, Some("L"));
+        // K and L allow 3 each; the turn without a credential is a slot of its own.
+        assert_eq!(slots(&st, 3), Slots { used: 2, max: 7 });
+    }
 }
