@@ -285,8 +285,10 @@ async fn the_read_joins_every_unit_with_its_work_and_each_person_sees_theirs() {
         let r = relay.call(method, path, Some(&ci), None).await;
         assert_eq!((r.status, r.json()["error"]["code"].clone()), (403, json!("permission_denied")), "{path}: {r:?}");
     }
-    let r = relay.call("GET", "/api/fleet?colour=red", Some(ADMIN), None).await;
-    assert_eq!(r.status, 400, "{r:?}");
+    for bad in ["?colour=red", "?include_stopped=yes"] {
+        let r = relay.call("GET", &format!("/api/fleet{bad}"), Some(ADMIN), None).await;
+        assert_eq!((r.status, r.json()["error"]["code"].clone()), (400, json!("invalid_argument")), "{bad}: {r:?}");
+    }
 
     // A job's sandbox is the job's person's, and its unit the job's.
     let body = json!({"sandbox_spec": {"provider": "local"}, "harness": "quick", "prompt": "Ship it"});

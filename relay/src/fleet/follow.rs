@@ -84,15 +84,11 @@ impl Follower {
         }
     }
 
-    /// Whether this stream starts with a snapshot (rather than resuming).
-    pub fn snapshot_first(&self) -> bool {
-        matches!(self.start, Some(Start::Snapshot))
-    }
-
     fn snapshot(&mut self, relay: &Relay) -> Result<Vec<Out>> {
-        // Read the log's head first: what changes after it is sent again later, never missed.
-        let head = relay.fleet.changes.head();
+        // Mark the wake-ups seen, then read the log's head, then the view: a change after the
+        // head is sent later (again, perhaps), never missed.
         self.rx.borrow_and_update();
+        let head = relay.fleet.changes.head();
         let view = super::read(relay, &self.caller, &self.filter)?;
         self.cursor = head;
         self.pending.clear();
