@@ -467,20 +467,19 @@ pub(crate) fn job_changed(relay: &Relay, job_id: &str) {
 /// its ask) and every stream's inbox.
 pub async fn watch_inbox(relay: Arc<Relay>) {
     let mut rx = relay.inbox.subscribe();
-    let mut open: HashMap<String, Key> = HashMap::new();
+    // Open items, by id, with their unit's sandbox (if the fleet knows it).
+    let mut open: HashMap<String, Option<String>> = HashMap::new();
     loop {
         let items = relay.inbox.open_items(None);
-        let now: HashMap<String, Key> = {
+        let now: HashMap<String, Option<String>> = {
             let st = relay.fleet.lock();
-            items.iter().map(|i| (i.id.clone(), Key::Unit(view::sandbox_of(&st, i).unwrap_or_default()))).collect()
+            items.iter().map(|i| (i.id.clone(), view::sandbox_of(&st, i))).collect()
         };
-        let mut keys: Vec<Key> = now.iter().filter(|(id, _)| !open.contains_key(*id)).map(|(_, k)| k.clone()).collect();
-        keys.extend(open.iter().filter(|(id, _)| !now.contains_key(*id)).map(|(_, k)| k.clone()));
-        keys.retain(|k| *k != Key::Unit(String::new()));
-        keys.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
-        keys.dedup();
-        keys.push(Key::Inbox);
-        relay.fleet.changes.record_all(keys);
+        let opened = now.iter().filter(|(id, _)| !open.contains_key(*id));
+        let ended = open.iter().filter(|(id, _)| !now.contains_key(*id));
+        let units: std::collections::BTreeSet<String> =
+            opened.chain(ended).filter_map(|(_, sandbox)| sandbox.clone()).collect();
+        relay.fleet.changes.record_all(units.into_iter().map(Key::Unit).chain([Key::Inbox]));
         open = now;
         if rx.changed().await.is_err() {
             return;

@@ -331,8 +331,7 @@ fn unit(cx: &Ctx<'_>, sbx: &super::Sbx, sessions: &[&Ses], jobs: &[&Job], items:
             "Denied",
             Some(Why { title: i.title.clone(), text: Some(i.text.clone()).filter(|t| !t.is_empty()) }),
         )
-    } else if turn.is_some_and(|t| t.state == TurnState::Queued) {
-        let t = turn.expect("checked just above");
+    } else if let Some(t) = turn.filter(|t| t.state == TurnState::Queued) {
         let title = match t.reason.as_deref() {
             Some("credential_concurrency") => "Waiting for a slot",
             Some("plan_limit") => "Waiting for the plan window",
