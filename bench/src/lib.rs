@@ -24,7 +24,7 @@ use clap::ValueEnum;
 
 pub use error::{BenchError, Result};
 use report::Results;
-use scenarios::{follow, memory, scale, streaming, throughput, turns, watch};
+use scenarios::{fleet, follow, memory, scale, streaming, throughput, turns, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
@@ -35,9 +35,10 @@ pub enum Scenario {
     Memory,
     Scale,
     Turns,
+    Fleet,
 }
 
-pub const ALL: [Scenario; 7] = [
+pub const ALL: [Scenario; 8] = [
     Scenario::Streaming,
     Scenario::Follow,
     Scenario::Watch,
@@ -45,6 +46,7 @@ pub const ALL: [Scenario; 7] = [
     Scenario::Memory,
     Scenario::Scale,
     Scenario::Turns,
+    Scenario::Fleet,
 ];
 
 /// How much of each scenario to run: the full run behind committed results, or a quick one
@@ -60,6 +62,8 @@ pub struct Sizes {
     pub throughput_runs: usize,
     pub scale_lines: u64,
     pub turn_runs: usize,
+    pub fleet_sandboxes: usize,
+    pub fleet_requests: usize,
 }
 
 impl Sizes {
@@ -75,6 +79,8 @@ impl Sizes {
                 throughput_runs: 1,
                 scale_lines: 150,
                 turn_runs: 1,
+                fleet_sandboxes: 50,
+                fleet_requests: 20,
             }
         } else {
             Sizes {
@@ -87,6 +93,8 @@ impl Sizes {
                 throughput_runs: 3,
                 scale_lines: 300,
                 turn_runs: 5,
+                fleet_sandboxes: 200,
+                fleet_requests: 200,
             }
         }
     }
@@ -113,6 +121,10 @@ pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results>
             Scenario::Memory => r.memory = Some(memory::run().await?),
             Scenario::Scale => r.scale = Some(scale::run(&scale::Config { lines: sizes.scale_lines }).await?),
             Scenario::Turns => r.turns = Some(turns::run(&turns::Config { runs: sizes.turn_runs }).await?),
+            Scenario::Fleet => {
+                let cfg = fleet::Config { sandboxes: sizes.fleet_sandboxes, requests: sizes.fleet_requests };
+                r.fleet = Some(fleet::run(&cfg).await?);
+            }
         }
         eprintln!("hangar-bench: {s:?} done in {:.1} s", t.elapsed().as_secs_f64());
     }

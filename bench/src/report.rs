@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::{
     error::{fail, IoContext, Result},
     machine::Machine,
-    scenarios::{follow, memory, scale, streaming, throughput, turns, watch},
+    scenarios::{fleet, follow, memory, scale, streaming, throughput, turns, watch},
     stats::{significant, Summary},
 };
 
@@ -32,6 +32,7 @@ pub struct Results {
     pub memory: Option<memory::Report>,
     pub scale: Option<scale::Report>,
     pub turns: Option<turns::Report>,
+    pub fleet: Option<fleet::Report>,
 }
 
 impl Results {
@@ -49,6 +50,7 @@ impl Results {
             memory: None,
             scale: None,
             turns: None,
+            fleet: None,
         }
     }
 
@@ -285,6 +287,46 @@ pub fn markdown(r: &Results) -> String {
                 ratios(&row.recorded_vs_document)
             );
         }
+        let _ = writeln!(m);
+    }
+    if let Some(f) = &r.fleet {
+        let _ = writeln!(
+            m,
+            "## 7. The fleet read
+"
+        );
+        let _ = writeln!(
+            m,
+            "One relay with {} local sandboxes besides `default` ({} a person's), agent sessions replaying a real log on {} of them ({} still running, {} ended); each read {} times in turn, each on a fresh connection, after 10 unmeasured. The relay's resident memory: {}.\n",
+            f.sandboxes,
+            f.person_sandboxes,
+            f.sessions_running + f.sessions_ended,
+            f.sessions_running,
+            f.sessions_ended,
+            f.requests,
+            mib(f.relay_rss_kib)
+        );
+        let _ = writeln!(m, "| Read | Units | Body | `GET /api/fleet`, ms |");
+        let _ = writeln!(m, "|---|---|---|---|");
+        for row in &f.rows {
+            let _ = writeln!(
+                m,
+                "| {} (`/api/fleet{}`) | {} | {:.0} KiB | {} |",
+                row.read,
+                row.query,
+                row.units,
+                row.bytes as f64 / 1024.0,
+                pair(&row.latency_ms)
+            );
+        }
+        let _ = writeln!(
+            m,
+            "| the stream's `snapshot` (request to first event, {} opens) | {} | {:.0} KiB | {} |",
+            f.stream_snapshot_ms.n,
+            f.sandboxes + 1,
+            f.stream_snapshot_bytes as f64 / 1024.0,
+            pair(&f.stream_snapshot_ms)
+        );
         let _ = writeln!(m);
     }
     m

@@ -5,7 +5,7 @@ use std::{net::SocketAddr, sync::Arc};
 use crate::{
     api, auth,
     config::{self, Config},
-    events, exec, inbox, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions, store,
+    events, exec, fleet, inbox, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions, store,
     streams,
 };
 
@@ -43,6 +43,8 @@ pub struct Relay {
     pub jobs: jobs::Jobs,
     /// The open inbox items, in memory as well as in the store.
     pub inbox: inbox::Inbox,
+    /// The fleet view's memory (sandboxes, sessions, jobs, live pictures) and its change log.
+    pub fleet: Arc<fleet::Fleet>,
     pub secrets: secrets::Secrets,
     /// Browsers' one-use tickets into SSE streams (in memory only).
     pub tickets: auth::tickets::Tickets,
@@ -100,9 +102,11 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     let docker = providers::docker::DockerProvider::new();
     docker.connect_in_background();
     let streams = streams::Streams::new(config.limits.clone());
+    let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential));
     let sandboxes = sandboxes::Sandboxes::new(
         store.clone(),
         streams.clone(),
+        fleet.clone(),
         vec![Box::new(local), Box::new(docker)],
         config.allow_unisolated_sandboxes,
     );
@@ -128,6 +132,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     };
     let secrets = secrets::Secrets::new(store.clone()).map_err(StartError::Secrets)?;
     let open_items = store.open_items()?;
+    fleet.load(&store, &secrets.redactor())?;
     let relay = Arc::new(Relay {
         store,
         key,
@@ -140,6 +145,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         sessions: sessions::Sessions::new(harnesses, settings),
         jobs: jobs::Jobs::default(),
         inbox: inbox::Inbox::new(open_items, config.sessions.inbox_expiry()),
+        fleet,
         secrets,
         tickets: auth::tickets::Tickets::new(config.ticket_lifetime()),
     });
@@ -172,6 +178,8 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     jobs::resume(&relay);
     // Open approvals and questions expire on time.
     let inbox_clock = tokio::spawn(inbox::run(relay.clone()));
+    // The fleet hears of inbox items as they open and end.
+    let inbox = tokio::spawn(fleet::watch_inbox(relay.clone()));
     let signalled = async move {
         tokio::select! {
             _ = term.recv() => {}
@@ -184,5 +192,6 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     unattached.abort();
     turns.abort();
     inbox_clock.abort();
+    inbox.abort();
     result
 }

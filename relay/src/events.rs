@@ -482,3 +482,28 @@ impl InboxRequestRefused<'_> {
         tracing::warn!(target: TARGET, event = "inbox_request_refused", file = self.file, why = self.why, "inbox request refused");
     }
 }
+
+/// At start: what the fleet loaded into memory.
+pub struct FleetLoaded {
+    pub sandboxes: usize,
+    pub sessions: usize,
+    pub jobs: usize,
+}
+impl FleetLoaded {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "fleet_loaded", sandboxes = self.sandboxes, sessions = self.sessions,
+            jobs = self.jobs, "fleet loaded");
+    }
+}
+
+/// The fleet could not refresh a turn or a job from the store; it shows the last it knew until
+/// the next change.
+pub struct FleetTrouble<'a> {
+    pub what: &'a str,
+    pub error: &'a str,
+}
+impl FleetTrouble<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "fleet_trouble", what = self.what, error = self.error, "fleet trouble");
+    }
+}

@@ -618,6 +618,7 @@ mod tests {
             uid: None,
             daemon: true,
             created_at: 0,
+            owner: None,
         }
     }
 

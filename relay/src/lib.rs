@@ -5,8 +5,8 @@
 //! invariant):
 //! - `app`: the application's state, binding and serving (wiring only).
 //! - `api`: HTTP, the only module that knows it (REST/SSE, MCP).
-//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `sessions`, `jobs`, `inbox`, `secrets`, `streams`,
-//!   `revocation`, `recovery`, with its typed `error`s and `events`.
+//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `sessions`, `jobs`, `inbox`, `fleet`, `secrets`,
+//!   `streams`, `revocation`, `recovery`, with its typed `error`s and `events`.
 //! - below it: `providers`, `envd`, `store`, `auth`, and the leaves `text`, `time`, `config`.
 pub mod api;
 pub mod app;
@@ -16,6 +16,7 @@ pub mod envd;
 pub mod error;
 pub mod events;
 pub mod exec;
+pub mod fleet;
 pub mod inbox;
 pub mod jobs;
 pub mod processes;

@@ -224,6 +224,18 @@ impl Relay {
         Sse::from_response(resp)
     }
 
+    /// Opens an SSE `GET` with `headers` added (a reconnecting client's `Last-Event-ID`).
+    pub async fn sse_with(&self, path: &str, token: Option<&str>, headers: &[(&str, &str)]) -> Sse {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let mut all: Vec<(&str, &str)> = headers.to_vec();
+        if let Some(a) = &auth {
+            all.push(("authorization", a));
+        }
+        let req = build_request("GET", path, self.addr, false, &all, full_body(Bytes::new()));
+        let resp = within(STEP, &format!("GET {path}"), send_http1(self.addr, req)).await;
+        Sse::from_response(resp)
+    }
+
     /// Opens an SSE stream.
     pub async fn sse(&self, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Sse {
         let req = self.request(method, path, token, body.map(|b| Bytes::from(b.to_string())));

@@ -7,7 +7,8 @@
 //! with the raw line, and a blank line makes nothing.
 //!
 //! Files: `claude.rs`, `codex.rs`, `gemini.rs` and `text.rs` are the formats; `tests.rs` spots test
-//! runners in shell commands and reads their summaries.
+//! runners in shell commands and reads their summaries (and, for callers that classify what a
+//! command does, says which programs it runs: [`commands`], [`runs_tests`]).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -24,6 +25,8 @@ mod gemini;
 mod golden;
 mod tests;
 mod text;
+
+pub use tests::{commands, runs_tests};
 
 /// A log format: how a harness's CLI writes its run log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

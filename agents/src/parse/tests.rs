@@ -48,6 +48,18 @@ pub(crate) fn runners(command: &str) -> Vec<Runner> {
     out
 }
 
+/// The programs `command` runs: each segment's words (split at `;`, `&&`, `|`...), with the shell
+/// wrappers (`bash -lc '...'`) and launchers (`env X=1`, `timeout 5`, `uv run`...) peeled off, so
+/// the first word is the program. For callers that classify commands (the relay's fleet stages).
+pub fn commands(command: &str) -> Vec<Vec<String>> {
+    segments(&unwrap(command)).iter().map(|w| peel(w).to_vec()).filter(|w| !w.is_empty()).collect()
+}
+
+/// Whether `command` runs a test runner this crate knows (pytest, cargo test, go test, npm test...).
+pub fn runs_tests(command: &str) -> bool {
+    !runners(command).is_empty()
+}
+
 /// The phase a shell command puts the agent in.
 pub(crate) fn command_phase(command: &str) -> &'static str {
     if !runners(command).is_empty() {
@@ -537,6 +549,18 @@ mod checks {
         assert_eq!(unwrap("  ls -la "), "ls -la");
         assert_eq!(unwrap("bash script.sh"), "bash script.sh");
         assert_eq!(unwrap("bash -lc"), "bash -lc");
+    }
+
+    #[test]
+    fn commands_are_the_programs_each_segment_runs() {
+        let words = |v: &[&str]| v.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            commands("/bin/bash -lc 'cd /w && GIT_X=1 git push origin main | tee log'"),
+            vec![words(&["cd", "/w"]), words(&["git", "push", "origin", "main"]), words(&["tee", "log"])]
+        );
+        assert_eq!(commands("timeout 60 uv run ruff check ."), vec![words(&["ruff", "check", "."])]);
+        assert!(commands("  ").is_empty());
+        assert!(runs_tests("bash -c 'cd x && cargo test -q'") && !runs_tests("cargo build"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The scenarios, one module each, numbered as in docs/performance.md.
 
+pub mod fleet;
 pub mod follow;
 pub mod memory;
 pub mod scale;

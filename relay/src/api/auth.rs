@@ -141,12 +141,16 @@ pub async fn admin_scope(req: Request, next: Next) -> Response {
 
 /// The SSE `GET` routes a ticket may open, as axum spells them: the only paths a ticket is
 /// issued for.
-pub const STREAM_ROUTES: [&str; 4] = [
+pub const STREAM_ROUTES: [&str; 5] = [
     "/api/sandboxes/{sandbox}/processes/{id}/stream",
     "/api/sandboxes/{sandbox}/watch",
     "/api/sessions/{session}/events/stream",
     "/api/jobs/{job}/events/stream",
+    FLEET_STREAM,
 ];
+
+/// The fleet's stream, which `POST /api/fleet/tickets` issues tickets for.
+pub const FLEET_STREAM: &str = "/api/fleet/stream";
 
 /// Whether `path` is one of `STREAM_ROUTES` (each `{...}` one non-empty segment).
 pub fn is_stream_path(path: &str) -> bool {
@@ -184,6 +188,7 @@ mod tests {
             "/api/sandboxes/s/processes/p1/stream",
             "/api/sessions/x/events/stream",
             "/api/jobs/job_1/events/stream",
+            "/api/fleet/stream",
         ] {
             assert!(is_stream_path(ok), "{ok}");
         }
@@ -194,6 +199,8 @@ mod tests {
             "/api/sessions/x/events",
             "/api/sessions/x/events/stream?since=1",
             "/api/tokens",
+            "/api/fleet",
+            "/api/fleet/stream/",
             "",
             "/",
         ] {

@@ -74,6 +74,7 @@ pub(super) fn to(relay: &Relay, job: &JobRow, to: JobState, reason: Option<&str>
     };
     events::JobState { job: &job.id, person: &job.person, from: job.state.as_str(), to: to.as_str(), reason }.emit();
     publish(relay, job.session_id.as_deref(), seq);
+    crate::fleet::job_changed(relay, &job.id);
     if to == JobState::Failed {
         let ended = JobRow { state: to, reason: reason.map(str::to_string), detail, ..job.clone() };
         crate::inbox::job_failed(relay, &ended)?;
@@ -116,13 +117,16 @@ async fn sandbox(relay: &Relay, job: &JobRow) -> Result<SandboxRow> {
     let name = own_name(job);
     if let Some(row) = relay.store.sandbox(&name)? {
         relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true)?;
+        crate::fleet::job_changed(relay, &job.id);
         return Ok(row);
     }
     let spec = job.sandbox_spec.as_ref().ok_or_else(|| Error::invalid("the job names no sandbox"))?;
     let provider = spec.get("provider").and_then(Value::as_str).unwrap_or_default();
     let options = spec.get("options").cloned().unwrap_or_else(|| json!({}));
-    let row = relay.sandboxes.create(&name, provider, options).await?;
+    // The job's sandbox is its person's.
+    let row = relay.sandboxes.create(&name, provider, options, Some(&job.person)).await?;
     relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true)?;
+    crate::fleet::job_changed(relay, &job.id);
     Ok(row)
 }
 
@@ -178,6 +182,7 @@ async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
         Err(e) => return fail(relay, job, "session_refused", &e),
     };
     relay.store.set_job_session(&job.id, &session.id, &session.cwd)?;
+    crate::fleet::job_changed(relay, &job.id);
     relay.jobs.prompts().remove(&job.id);
     let job = relay.store.job(&job.id, JobsOf::Everyone)?.ok_or_else(|| Error::not_found("job gone"))?;
     to(relay, &job, JobState::Running, None, None)?;
@@ -390,6 +395,7 @@ async fn finish(relay: &Relay, job: &JobRow, verification: Option<Verification>)
     if let Some(seq) = relay.store.set_job_result(&job.id, &result, time::now(), event)? {
         publish(relay, job.session_id.as_deref(), seq);
     }
+    crate::fleet::job_changed(relay, &job.id);
     Ok(())
 }
 

@@ -212,6 +212,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
     match relay.store.create_job(&job)? {
         NewJob::New(job) => {
             events::JobState { job: &job.id, person: &job.person, from: "", to: "queued", reason: None }.emit();
+            relay.fleet.job(&job, &relay.secrets.redactor());
             relay.jobs.prompts().insert(job.id.clone(), req.prompt);
             spawn_driver(relay, &job.id);
             view(relay, job, false)

@@ -9,6 +9,7 @@ use crate::{
     envd::Envd,
     error::{Error, Result},
     events,
+    fleet::Fleet,
     providers::{ExecOutput, Provider},
     store::{self, Isolation, SandboxRow, SandboxState, Scope, Store},
     streams::{Reason, Streams},
@@ -24,6 +25,8 @@ const KNOWN_DAEMON_CHECK: Duration = Duration::from_secs(1);
 pub struct Sandboxes {
     store: Arc<Store>,
     streams: Arc<Streams>,
+    /// Told of every sandbox created, paused, resumed or destroyed.
+    fleet: Arc<Fleet>,
     providers: Vec<Box<dyn Provider>>,
     /// Serializes daemon (re)starts so two requests never start two daemons for one sandbox.
     starting: tokio::sync::Mutex<()>,
@@ -50,12 +53,14 @@ impl Sandboxes {
     pub fn new(
         store: Arc<Store>,
         streams: Arc<Streams>,
+        fleet: Arc<Fleet>,
         providers: Vec<Box<dyn Provider>>,
         allow_unisolated: bool,
     ) -> Self {
         Self {
             store,
             streams,
+            fleet,
             providers,
             starting: tokio::sync::Mutex::new(()),
             found: Mutex::new(HashMap::new()),
@@ -75,7 +80,15 @@ impl Sandboxes {
         self.provider(name).map(|_| ())
     }
 
-    pub async fn create(&self, name: &str, provider: &str, options: serde_json::Value) -> Result<SandboxRow> {
+    /// Creates a sandbox owned by `owner` (the creating caller's person, or a job's; `None` for
+    /// the default sandbox).
+    pub async fn create(
+        &self,
+        name: &str,
+        provider: &str,
+        options: serde_json::Value,
+        owner: Option<&str>,
+    ) -> Result<SandboxRow> {
         if !valid_name(name) {
             return Err(Error::invalid(format!(
                 "sandbox name {name:?}: 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit"
@@ -101,6 +114,7 @@ impl Sandboxes {
             uid: None,
             daemon: false,
             created_at: store::now(),
+            owner: owner.map(str::to_string),
         };
         {
             let _g = self.starting.lock().await;
@@ -117,6 +131,7 @@ impl Sandboxes {
             return Err(e.into());
         }
         events::SandboxChanged { name, provider, change: "created" }.emit();
+        self.fleet.sandbox(&row);
         Ok(row)
     }
 
@@ -254,6 +269,7 @@ impl Sandboxes {
         }
         row.state = if paused { SandboxState::Paused } else { SandboxState::Running };
         self.store.update_sandbox(row)?;
+        self.fleet.sandbox(row);
         events::SandboxChanged { name: &row.name, provider: &row.provider, change: row.state.as_str() }.emit();
         Ok(())
     }
@@ -264,6 +280,7 @@ impl Sandboxes {
         self.forget(&row.id);
         self.provider(&row.provider)?.destroy(row).await?;
         self.store.delete_sandbox(&row.id)?;
+        self.fleet.sandbox_gone(&row.id);
         events::SandboxChanged { name: &row.name, provider: &row.provider, change: "destroyed" }.emit();
         Ok(())
     }
@@ -271,7 +288,7 @@ impl Sandboxes {
     /// The `default` local sandbox exists from the first start, so examples need no set-up.
     pub async fn ensure_default(&self) -> Result<()> {
         if self.store.sandbox(DEFAULT_SANDBOX)?.is_none() {
-            self.create(DEFAULT_SANDBOX, "local", serde_json::json!({})).await?;
+            self.create(DEFAULT_SANDBOX, "local", serde_json::json!({}), None).await?;
         }
         Ok(())
     }

@@ -125,6 +125,7 @@ impl Ingest {
         let (seq, _) =
             relay.store.record_events(&self.session_id, &self.turn_id, &new, ts, Some(position), Some(&summary))?;
         relay.sessions.live.publish(&self.session_id, seq);
+        relay.fleet.ingested(&self.session_id, &self.turn_id, &new, ts);
         // Waiting for input starts with the harness's request and ends with its next event.
         let to = match (self.state, asked_input, other_agent_event) {
             (TurnState::Running, true, _) => Some(TurnState::WaitingInput),

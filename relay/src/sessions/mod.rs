@@ -325,6 +325,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
                 sandbox: &session.sandbox_name,
             }
             .emit();
+            relay.fleet.session(&session, &turn);
             relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
             let warnings = queue::warnings(relay, turn.credential.as_deref())?;
             spawn_driver(relay, &turn.id);
@@ -399,6 +400,7 @@ pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req
     turn.prompt = relay.secrets.redactor().text(&req.prompt).into_owned();
     match relay.store.create_turn(&turn)? {
         Created::New(turn) => {
+            relay.fleet.session(&session, &turn);
             relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
             let warnings = queue::warnings(relay, turn.credential.as_deref())?;
             spawn_driver(relay, &turn.id);
@@ -450,6 +452,7 @@ pub async fn delete(relay: &Relay, caller: &Caller, reference: &str) -> Result<(
         cancel_turn(relay, &session, turn)?;
     }
     relay.store.delete_session(&session.id)?;
+    relay.fleet.session_gone(&session.id);
     crate::inbox::session_deleted(relay, &session.id)?;
     events::SessionDeleted { session: &session.name, person: &session.person }.emit();
     Ok(())
@@ -544,6 +547,7 @@ pub(crate) fn transition(
     let data =
         json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason, "detail": detail, "source": "hangar" });
     record_event(relay, session_id, turn_id, "run.state", data)?;
+    crate::fleet::turn_changed(relay, turn_id);
     events::TurnState { turn: turn_id, from: from.as_str(), to: to.as_str(), reason }.emit();
     if to.is_terminal() {
         relay.sessions.prompts().remove(turn_id);
@@ -565,15 +569,15 @@ pub(crate) fn record_event(
     kind: &'static str,
     data: serde_json::Value,
 ) -> Result<i64> {
-    let (seq, _) = relay.store.record_events(
-        session_id,
-        turn_id,
-        &[NewEvent { kind, data, src_offset: None, part: 0 }],
-        time::now(),
-        None,
-        None,
-    )?;
+    let ts = time::now();
+    let event = NewEvent { kind, data, src_offset: None, part: 0 };
+    let (seq, _) = relay.store.record_events(session_id, turn_id, std::slice::from_ref(&event), ts, None, None)?;
     relay.sessions.live.publish(session_id, seq);
+    // A turn's moves reach the fleet through `fleet::turn_changed`; the rest (an agent's
+    // progress, an ask) as the turn watcher's events do.
+    if kind != "run.state" {
+        relay.fleet.ingested(session_id, turn_id, std::slice::from_ref(&event), ts);
+    }
     Ok(seq)
 }
 

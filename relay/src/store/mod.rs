@@ -159,6 +159,10 @@ pub struct SandboxRow {
     /// Whether the sandbox's daemon answered when last asked.
     pub daemon: bool,
     pub created_at: i64,
+    /// The person who created it (a caller's person, or a job's). `None` for the default sandbox
+    /// and for sandboxes made before owners were recorded. Who may use a sandbox does not depend
+    /// on it.
+    pub owner: Option<String>,
 }
 
 pub use crate::time::now_secs as now;
@@ -191,7 +195,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     created_at INTEGER NOT NULL,
     envd_pid_start INTEGER,
     isolation TEXT,
-    uid INTEGER
+    uid INTEGER,
+    owner TEXT
 );
 CREATE TABLE IF NOT EXISTS detached (
     id TEXT PRIMARY KEY,
@@ -282,8 +287,8 @@ impl Store {
     pub fn insert_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
             "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at,
-                                    envd_pid_start, isolation, uid)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                                    envd_pid_start, isolation, uid, owner)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             params![
                 s.id,
                 s.name,
@@ -298,7 +303,8 @@ impl Store {
                 s.created_at,
                 s.envd_pid_start,
                 s.isolation.as_str(),
-                s.uid
+                s.uid,
+                s.owner
             ],
         )?;
         Ok(())
@@ -467,12 +473,13 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         uid: r.get("uid")?,
         daemon: r.get("daemon")?,
         created_at: r.get("created_at")?,
+        owner: r.get("owner")?,
     })
 }
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 7] = [
+    const ADDED: [(&str, &str, &str); 8] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
@@ -480,6 +487,7 @@ fn add_columns(conn: &Connection) -> Result<()> {
         ("tokens", "person_name", "TEXT"),
         ("jobs", "base_read", "INTEGER NOT NULL DEFAULT 0"),
         ("sessions", "approvals", "TEXT"),
+        ("sandboxes", "owner", "TEXT"),
     ];
     for (table, column, kind) in ADDED {
         let have: Vec<String> = conn
@@ -589,8 +597,8 @@ mod tests {
         let store = Store::open(&path).unwrap();
         let mut local = store.sandbox("default").unwrap().unwrap();
         assert_eq!(
-            (local.isolation, local.envd_pid, local.envd_pid_start, local.uid),
-            (Isolation::None, Some(42), None, None)
+            (local.isolation, local.envd_pid, local.envd_pid_start, local.uid, local.owner.clone()),
+            (Isolation::None, Some(42), None, None, None)
         );
         assert_eq!(store.sandbox("box").unwrap().unwrap().isolation, Isolation::Container);
         local.isolation = Isolation::Namespaces;

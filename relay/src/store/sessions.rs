@@ -579,6 +579,17 @@ impl Store {
         Ok(self.conn().query_row("SELECT * FROM turns WHERE id = ?1", [id], turn_row).optional()?)
     }
 
+    /// Each session's latest turn (the one with the highest `n`), for the fleet's picture at start.
+    pub fn latest_turns(&self) -> Result<Vec<TurnRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT t.* FROM turns t JOIN (SELECT session_id, MAX(n) AS n FROM turns GROUP BY session_id) m
+             ON t.session_id = m.session_id AND t.n = m.n",
+        )?;
+        let rows = stmt.query_map([], turn_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
     /// Every turn not yet terminal, oldest first (the queue's order).
     pub fn live_turns(&self) -> Result<Vec<TurnRow>> {
         let conn = self.conn();

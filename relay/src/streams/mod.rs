@@ -38,6 +38,9 @@ pub enum Kind {
     Watch,
     /// A session's events (SSE, an MCP subscription).
     Events,
+    /// The fleet view as it changes (`GET /api/fleet/stream`): no one sandbox's, so a pause or
+    /// destroy never closes it.
+    Fleet,
     /// The relay following a running turn's log: counts against `HANGAR_STREAM_MAX_TOTAL` only.
     TurnLog,
 }
@@ -74,6 +77,8 @@ pub fn label(kind: Kind, front: Front) -> &'static str {
         (Front::Mcp, Kind::Watch) => "mcp_watch",
         (Front::Rest, Kind::Events) => "events",
         (Front::Mcp, Kind::Events) => "mcp_events",
+        (Front::Rest, Kind::Fleet) => "fleet",
+        (Front::Mcp, Kind::Fleet) => "mcp_fleet",
         (_, Kind::TurnLog) => "turn_log",
     }
 }

@@ -115,6 +115,51 @@ const NO_SESSION_POLL: Duration = Duration::from_millis(300);
 /// How long a stream waits for the event that records the job's end once its state says so.
 const END_GRACE: Duration = Duration::from_secs(2);
 
+/// A job's session's events from `since`, until the event that records the job's end.
+struct JobEvents {
+    relay: Arc<Relay>,
+    job_id: String,
+    session_id: String,
+    since: i64,
+    rx: tokio::sync::watch::Receiver<i64>,
+    saw_end: bool,
+    graced: bool,
+}
+
+impl sse::Source for JobEvents {
+    async fn next(&mut self) -> sse::Next {
+        loop {
+            let state = self.relay.store.job(&self.job_id, JobsOf::Everyone).ok().flatten().map(|j| j.state);
+            let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE) {
+                Ok(p) => p,
+                Err(e) => return sse::Next::End(Reason::Error, Some(e.to_string())),
+            };
+            if let Some(last) = page.events.last() {
+                self.since = last.seq;
+                self.saw_end |= page.events.iter().any(jobs::ends_job);
+                return sse::Next::Send(page.events.iter().map(super::sessions::seq_event).collect());
+            }
+            let ended = state.is_none_or(JobState::is_terminal);
+            if ended && (self.saw_end || self.graced) {
+                let state = state.map_or("deleted", JobState::as_str);
+                return sse::Next::End(Reason::Done, Some(format!("the job ended: {state}")));
+            }
+            // The job's state is set just before its `job.state` event is recorded: once it
+            // says ended, the event has a moment to arrive.
+            let wait = if ended {
+                self.graced = true;
+                END_GRACE
+            } else {
+                Duration::from_secs(5)
+            };
+            tokio::select! {
+                changed = self.rx.changed() => if changed.is_err() { tokio::time::sleep(wait).await },
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
 pub async fn stream(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
@@ -145,7 +190,7 @@ pub async fn stream(
             }
         };
         let sandbox = job.sandbox_id.clone().unwrap_or_default();
-        let mut admitted = match relay.streams.open(&caller, &sandbox, Kind::Events, Front::Rest) {
+        let admitted = match relay.streams.open(&caller, &sandbox, Kind::Events, Front::Rest) {
             Ok(a) => a,
             Err(e) => {
                 yield Ok(sse::close_event(Reason::Error, Some(&e.to_string())));
@@ -153,53 +198,10 @@ pub async fn stream(
             }
         };
         let seq = relay.store.session_by_id(&session_id).ok().flatten().map_or(0, |s| s.event_seq);
-        let mut rx = relay.sessions.live.subscribe(&session_id, seq);
-        let mut since = since;
-        let mut saw_end = false;
-        let mut graced = false;
-        loop {
-            let state = relay.store.job(&job.id, JobsOf::Everyone).ok().flatten().map(|j| j.state);
-            let page = match sessions::read_page(&relay, &session_id, since, PAGE) {
-                Ok(p) => p,
-                Err(e) => {
-                    admitted.end(Reason::Error);
-                    yield Ok(sse::close_event(Reason::Error, Some(&e.to_string())));
-                    return;
-                }
-            };
-            for e in &page.events {
-                let data = serde_json::to_string(e).unwrap_or_default();
-                if let Err(r) = admitted.send(data.len() as u64).await {
-                    admitted.end(r);
-                    yield Ok(sse::close_event(r, None));
-                    return;
-                }
-                since = e.seq;
-                saw_end |= jobs::ends_job(e);
-                yield Ok(Event::default().id(e.seq.to_string()).data(data));
-            }
-            if page.more {
-                continue;
-            }
-            let ended = state.is_none_or(JobState::is_terminal);
-            if ended && (saw_end || graced) {
-                admitted.end(Reason::Done);
-                let state = state.map_or("deleted", JobState::as_str);
-                yield Ok(sse::close_event(Reason::Done, Some(&format!("the job ended: {state}"))));
-                return;
-            }
-            // The job's state is set just before its `job.state` event is recorded: once it
-            // says ended, the event has a moment to arrive.
-            let wait = if ended { graced = true; END_GRACE } else { Duration::from_secs(5) };
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() { tokio::time::sleep(wait).await },
-                _ = tokio::time::sleep(wait) => {}
-                r = admitted.closed() => {
-                    admitted.end(r);
-                    yield Ok(sse::close_event(r, None));
-                    return;
-                }
-            }
+        let rx = relay.sessions.live.subscribe(&session_id, seq);
+        let source = JobEvents { relay, job_id: job.id, session_id, since, rx, saw_end: false, graced: false };
+        for await e in sse::serve(admitted, source) {
+            yield e;
         }
     };
     Ok(Sse::new(events).keep_alive(sse::keep_alive()))

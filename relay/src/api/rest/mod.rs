@@ -1,8 +1,10 @@
 //! REST and Server-Sent Events under `/api`, with `Authorization: Bearer` on every route but
-//! `GET /health`. Scopes are router layers: tokens are admin-only; sandbox routes refuse `jobs`;
-//! jobs routes take every scope (the domain shows each caller only its own jobs). The SSE `GET`s
-//! also take a one-use `?ticket=` from `POST /api/tickets`, for browsers (see `auth`).
+//! `GET /health`. Scopes are router layers: tokens are admin-only; sandbox, session and fleet
+//! routes refuse `jobs`; jobs routes take every scope (the domain shows each caller only its own
+//! jobs). The SSE `GET`s also take a one-use `?ticket=` from `POST /api/tickets` (or, for the
+//! fleet's, `POST /api/fleet/tickets`), for browsers (see `auth`).
 mod exec;
+mod fleet;
 mod inbox;
 mod jobs;
 mod processes;
@@ -32,6 +34,7 @@ use crate::app::Relay;
 pub mod inputs {
     pub use super::{
         exec::{request as exec_request, ExecBody},
+        fleet::FleetQuery,
         inbox::{AnswerBody, Decide, InboxQuery},
         jobs::{CreateJob, JobStreamQuery},
         processes::{resume_from, InputBody, SinceQuery, StartBody},
@@ -62,6 +65,9 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/inbox/{item}/ack", post(inbox::ack))
         .route("/api/approvals/{approval}", post(inbox::decide))
         .route("/api/questions/{question}", post(inbox::answer))
+        .route("/api/fleet", get(fleet::read))
+        .route("/api/fleet/stream", get(fleet::stream))
+        .route("/api/fleet/tickets", post(fleet::ticket))
         .route_layer(middleware::from_fn(auth::sandbox_scopes));
     // Any scope: a `jobs` token (a pipeline's) reaches these routes and no others.
     let jobs = Router::new()

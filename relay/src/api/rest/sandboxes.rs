@@ -4,13 +4,14 @@ use std::sync::Arc;
 use axum::{
     extract::{Path, State},
     http::StatusCode,
-    Json,
+    Extension, Json,
 };
 use serde::Deserialize;
 
 use crate::{
     api::{extract::Body, ApiError},
     app::Relay,
+    auth::Caller,
     store::SandboxRow,
 };
 
@@ -30,9 +31,10 @@ fn local() -> String {
 
 pub async fn create(
     State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
     Body(req): Body<CreateSandbox>,
 ) -> Result<(StatusCode, Json<SandboxRow>), ApiError> {
-    let row = relay.sandboxes.create(&req.name, &req.provider, req.options.into()).await?;
+    let row = relay.sandboxes.create(&req.name, &req.provider, req.options.into(), Some(&caller.person)).await?;
     Ok((StatusCode::CREATED, Json(row)))
 }
 

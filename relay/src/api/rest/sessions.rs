@@ -24,6 +24,7 @@ use crate::{
     auth::Caller,
     secrets::SecretView,
     sessions::{self, EventsPage, SessionView, StartRequest, TurnRequest},
+    store::EventRow,
     streams::{Front, Kind, Reason},
 };
 
@@ -173,6 +174,41 @@ pub struct StreamQuery {
 /// How many events an SSE stream reads from the store at a time.
 const PAGE: usize = 200;
 
+/// A session's recorded events from `since`, a page at a time, waking on each new one.
+struct SessionEvents {
+    relay: Arc<Relay>,
+    session_id: String,
+    since: i64,
+    follow: bool,
+    rx: tokio::sync::watch::Receiver<i64>,
+}
+
+impl sse::Source for SessionEvents {
+    async fn next(&mut self) -> sse::Next {
+        loop {
+            let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE) {
+                Ok(p) => p,
+                Err(e) => return sse::Next::End(Reason::Error, Some(e.to_string())),
+            };
+            if let Some(last) = page.events.last() {
+                self.since = last.seq;
+                return sse::Next::Send(page.events.iter().map(seq_event).collect());
+            }
+            if page.state.is_terminal() && !self.follow {
+                return sse::Next::End(Reason::Done, Some(format!("the turn ended: {}", page.state.as_str())));
+            }
+            if self.rx.changed().await.is_err() {
+                return sse::Next::Quit;
+            }
+        }
+    }
+}
+
+/// A recorded event as SSE: its JSON, with its seq as the id.
+pub(super) fn seq_event(e: &EventRow) -> sse::Out {
+    sse::Out { event: None, id: Some(e.seq.to_string()), data: serde_json::to_string(e).unwrap_or_default() }
+}
+
 pub async fn stream(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
@@ -182,49 +218,10 @@ pub async fn stream(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let since = sse::resume_seq(&headers, q.since)?;
     let session = sessions::find(&relay, &caller, &reference)?;
-    let mut admitted = relay.streams.open(&caller, &session.sandbox_id, Kind::Events, Front::Rest)?;
-    let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
-    let follow = q.follow;
-    let events = async_stream::stream! {
-        let mut since = since;
-        loop {
-            let page = match sessions::read_page(&relay, &session.id, since, PAGE) {
-                Ok(p) => p,
-                Err(e) => {
-                    admitted.end(Reason::Error);
-                    yield Ok(sse::close_event(Reason::Error, Some(&e.to_string())));
-                    return;
-                }
-            };
-            for e in &page.events {
-                let data = serde_json::to_string(e).unwrap_or_default();
-                if let Err(r) = admitted.send(data.len() as u64).await {
-                    admitted.end(r);
-                    yield Ok(sse::close_event(r, None));
-                    return;
-                }
-                since = e.seq;
-                yield Ok(Event::default().id(e.seq.to_string()).data(data));
-            }
-            if page.more {
-                continue;
-            }
-            if page.state.is_terminal() && !follow {
-                admitted.end(Reason::Done);
-                yield Ok(sse::close_event(Reason::Done, Some(&format!("the turn ended: {}", page.state.as_str()))));
-                return;
-            }
-            tokio::select! {
-                changed = rx.changed() => if changed.is_err() { return },
-                r = admitted.closed() => {
-                    admitted.end(r);
-                    yield Ok(sse::close_event(r, None));
-                    return;
-                }
-            }
-        }
-    };
-    Ok(Sse::new(events).keep_alive(sse::keep_alive()))
+    let admitted = relay.streams.open(&caller, &session.sandbox_id, Kind::Events, Front::Rest)?;
+    let rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
+    let source = SessionEvents { relay, session_id: session.id, since, follow: q.follow, rx };
+    Ok(Sse::new(sse::serve(admitted, source)).keep_alive(sse::keep_alive()))
 }
 
 pub async fn usage(State(relay): State<Arc<Relay>>) -> Result<Json<sessions::Usage>, ApiError> {

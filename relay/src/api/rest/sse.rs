@@ -1,5 +1,6 @@
-//! What every SSE route shares: the keep-alive comment, and the event that says why a stream
-//! ended early.
+//! What every SSE route shares: the keep-alive comment, the event that says why a stream ended
+//! early, the reading of `Last-Event-ID`, and the loop (`serve`) that sends a `Source`'s events
+//! through its admitted stream.
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive};
@@ -28,5 +29,77 @@ pub fn resume_seq(headers: &axum::http::HeaderMap, since: Option<i64>) -> Result
         Some(Ok(Ok(n))) => Ok(n),
         Some(_) => Err(crate::api::ApiError::bad_request("Last-Event-ID must be an event's seq")),
         None => Ok(since.unwrap_or(0)),
+    }
+}
+
+/// One event a stream's source has for its client.
+pub struct Out {
+    pub event: Option<&'static str>,
+    pub id: Option<String>,
+    pub data: String,
+}
+
+/// What a source says next.
+pub enum Next {
+    /// These events, in order.
+    Send(Vec<Out>),
+    /// The end: a `close` event with this reason and message.
+    End(Reason, Option<String>),
+    /// The end, with nothing more to say (what the stream followed went away).
+    Quit,
+}
+
+/// What an SSE route streams: `next` waits until it has something. It may be dropped while
+/// it waits (the stream was closed from outside), so it changes its state only once it has
+/// its answer.
+pub trait Source: Send {
+    fn next(&mut self) -> impl std::future::Future<Output = Next> + Send;
+
+    /// The `close` event for a reason (the route's own shape, if it has one).
+    fn close(&self, reason: Reason, message: Option<&str>) -> Event {
+        close_event(reason, message)
+    }
+}
+
+/// The loop every SSE route shares: the source's events, each charged to the admitted stream
+/// (its pace and byte cap), until the source ends, the cap is reached, or something outside
+/// (revocation, pause, destroy, shutdown, lifetime) closes the stream; then `close`.
+pub fn serve<S: Source + 'static>(
+    mut admitted: crate::streams::Stream,
+    mut source: S,
+) -> impl futures::Stream<Item = Result<Event, std::convert::Infallible>> {
+    async_stream::stream! {
+        loop {
+            let next = tokio::select! {
+                biased;
+                r = admitted.closed() => Next::End(r, None),
+                n = source.next() => n,
+            };
+            match next {
+                Next::Send(events) => {
+                    for out in events {
+                        if let Err(r) = admitted.send(out.data.len() as u64).await {
+                            admitted.end(r);
+                            yield Ok(source.close(r, None));
+                            return;
+                        }
+                        let mut e = Event::default().data(out.data);
+                        if let Some(name) = out.event {
+                            e = e.event(name);
+                        }
+                        if let Some(id) = out.id {
+                            e = e.id(id);
+                        }
+                        yield Ok(e);
+                    }
+                }
+                Next::End(r, message) => {
+                    admitted.end(r);
+                    yield Ok(source.close(r, message.as_deref()));
+                    return;
+                }
+                Next::Quit => return,
+            }
+        }
     }
 }

@@ -41,15 +41,21 @@ pub async fn create(
             "a jobs token can only read its own jobs: tickets for /api/jobs/{job}/events/stream",
         ));
     }
-    let issued = relay.tickets.issue(&caller.token_id, &req.path).map_err(|e| match e {
+    issue(&relay, &caller, &req.path)
+}
+
+/// A ticket for the caller into the stream at `path` (which the caller may open): `201` with
+/// `{ticket, expires_at, path}`.
+pub fn issue(relay: &Relay, caller: &Caller, path: &str) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    let issued = relay.tickets.issue(&caller.token_id, path).map_err(|e| match e {
         TicketError::TooMany(_) => {
             ApiError { status: StatusCode::TOO_MANY_REQUESTS, code: "resource_exhausted", message: e.to_string() }
         }
         _ => ApiError::bad_request(e.to_string()),
     })?;
-    events::TicketIssued { token: &caller.token_id, path: &req.path }.emit();
+    events::TicketIssued { token: &caller.token_id, path }.emit();
     Ok((
         StatusCode::CREATED,
-        Json(serde_json::json!({ "ticket": issued.ticket, "expires_at": issued.expires_at, "path": req.path })),
+        Json(serde_json::json!({ "ticket": issued.ticket, "expires_at": issued.expires_at, "path": path })),
     ))
 }

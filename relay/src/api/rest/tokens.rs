@@ -30,6 +30,7 @@ pub async fn create(
     Body(req): Body<CreateToken>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let (row, secret) = auth::create(&relay.store, &req.name, &req.scope, req.person.as_ref())?;
+    relay.fleet.person(&row.person, &row.person_name);
     let mut body = serde_json::json!(row);
     body["secret"] = serde_json::Value::String(secret);
     Ok((StatusCode::CREATED, Json(body)))

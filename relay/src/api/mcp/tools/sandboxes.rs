@@ -18,7 +18,7 @@ pub fn call(relay: &Relay, a: Option<JsonObject>) -> Result<CallToolResult> {
         .into_iter()
         .map(|s| {
             json!({ "name": s.name, "id": s.id, "provider": s.provider, "state": s.state, "daemon": s.daemon,
-                    "isolation": s.isolation })
+                    "isolation": s.isolation, "owner": s.owner })
         })
         .collect();
     Ok(done(json!({ "sandboxes": list }), &[]))

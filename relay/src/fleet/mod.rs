@@ -1,0 +1,488 @@
+//! The fleet: every sandbox as one unit, joined with its job and session, what its agent is doing
+//! now, and the caller's inbox (`read`, for `GET /api/fleet`), and the same view as it changes
+//! (`Follower`, for `GET /api/fleet/stream`). docs/fleet.md says what each field means here.
+//!
+//! Parts: `live` (one session's picture: now, stages, files, commits, usage, tokens per five
+//! minutes), `estimate` (how far a stage probably is), `changes` (the ring of the last changes
+//! the stream resumes from), `view` (units built from memory), `follow` (the stream's events).
+//!
+//! Invariants:
+//! - A read touches no store: sandboxes, sessions with their latest turn and jobs are loaded once
+//!   at start and kept current by the write paths that change them (the sandboxes' lifecycle,
+//!   `sessions::transition`, the turn watcher's `ingest`, the jobs' driver); open inbox items are
+//!   the inbox's own memory. The live pictures start empty at each start and fill as turns go on.
+//! - Bounded: a picture per session (`live::MAX_*`), at most `MAX_LIVE` pictures, `changes::RING`
+//!   changes, `estimate::KEEP` durations per harness and stage.
+//! - Text from a sandbox is what the relay recorded, redacted already; what the fleet takes from
+//!   elsewhere (a job's verification command) passes `Secrets::redactor`.
+//! - A caller sees its person's units (what it started, in sandboxes it owns or not), an admin
+//!   everyone's, as with sessions and jobs.
+mod changes;
+pub mod estimate;
+mod follow;
+pub mod live;
+mod view;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use hangar_agents::Redactor;
+
+pub use changes::RING;
+pub use follow::{Follower, Out, COALESCE};
+pub use view::{Counts, FleetView, Owner, Role, Slots, Summary, Unit};
+
+use crate::{
+    app::Relay,
+    auth::Caller,
+    error::{Error, Result},
+    events,
+    store::{
+        JobRow, JobState, JobsOf, NewEvent, SandboxRow, SandboxState, Scope, SessionRow, Store, StoreError, TurnRow,
+        TurnState,
+    },
+    time,
+};
+use changes::{Changes, Key};
+use estimate::Estimates;
+use live::{Finished, LiveState};
+
+/// The most live pictures kept: past it the quietest of a settled session goes.
+pub const MAX_LIVE: usize = 4_096;
+/// A prompt is kept to this many characters (a unit's `task`).
+const PROMPT_CHARS: usize = 500;
+
+/// What `GET /api/fleet` and its stream keep: `?owner=` and `?include_stopped=`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Filter {
+    /// A person's id, or `none` for units nobody owns.
+    pub owner: Option<String>,
+    pub include_stopped: bool,
+}
+
+/// `owner` of the units nobody owns.
+pub const NO_OWNER: &str = "none";
+
+#[derive(Debug, Clone)]
+struct Sbx {
+    id: String,
+    name: String,
+    provider: String,
+    state: SandboxState,
+    owner: Option<String>,
+    created_at: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Turn {
+    id: String,
+    n: i64,
+    state: TurnState,
+    reason: Option<String>,
+    detail: Option<String>,
+    credential: Option<String>,
+    prompt: String,
+    created_at: f64,
+    started_at: Option<f64>,
+    timeout_minutes: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Ses {
+    id: String,
+    name: String,
+    person: String,
+    sandbox_id: String,
+    harness: String,
+    credential: Option<String>,
+    created_at: f64,
+    turn: Option<Turn>,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    id: String,
+    person: String,
+    scope: Scope,
+    sandbox_id: Option<String>,
+    session_id: Option<String>,
+    harness: String,
+    prompt: String,
+    verify: Option<String>,
+    state: JobState,
+    reason: Option<String>,
+    branch: Option<String>,
+    commits_ahead: Option<u64>,
+    pr_url: Option<String>,
+    created_at: f64,
+}
+
+#[derive(Default)]
+struct State {
+    sandboxes: HashMap<String, Sbx>,
+    sessions: HashMap<String, Ses>,
+    jobs: HashMap<String, Job>,
+    /// Person ids to their names (from the tokens).
+    persons: HashMap<String, String>,
+    /// By session id.
+    live: HashMap<String, LiveState>,
+    estimates: Estimates,
+}
+
+fn cut_prompt(p: &str) -> String {
+    p.chars().take(PROMPT_CHARS).collect()
+}
+
+impl Sbx {
+    fn of(r: &SandboxRow) -> Sbx {
+        Sbx {
+            id: r.id.clone(),
+            name: r.name.clone(),
+            provider: r.provider.clone(),
+            state: r.state,
+            owner: r.owner.clone(),
+            created_at: r.created_at,
+        }
+    }
+}
+
+impl Turn {
+    fn of(t: &TurnRow) -> Turn {
+        Turn {
+            id: t.id.clone(),
+            n: t.n,
+            state: t.state,
+            reason: t.reason.clone(),
+            detail: t.detail.clone(),
+            credential: t.credential.clone(),
+            prompt: cut_prompt(&t.prompt),
+            created_at: t.created_at,
+            started_at: t.started_at,
+            timeout_minutes: t.timeout_minutes,
+        }
+    }
+}
+
+impl Ses {
+    fn of(s: &SessionRow, turn: Option<&TurnRow>) -> Ses {
+        Ses {
+            id: s.id.clone(),
+            name: s.name.clone(),
+            person: s.person.clone(),
+            sandbox_id: s.sandbox_id.clone(),
+            harness: s.harness.clone(),
+            credential: s.credential.clone(),
+            created_at: s.created_at,
+            turn: turn.map(Turn::of),
+        }
+    }
+}
+
+impl Job {
+    fn of(j: &JobRow, redactor: &Redactor) -> Job {
+        let result = j.result.as_ref();
+        let text = |k: &str| result.and_then(|r| r.get(k)).and_then(|v| v.as_str()).map(str::to_string);
+        Job {
+            id: j.id.clone(),
+            person: j.person.clone(),
+            scope: j.scope,
+            sandbox_id: j.sandbox_id.clone(),
+            session_id: j.session_id.clone(),
+            harness: j.harness.clone(),
+            prompt: cut_prompt(&j.prompt),
+            // The caller's own command, not redacted when stored: it is shown, so it passes here.
+            verify: j.verify.as_deref().map(|v| live::cut(&redactor.text(v), 200)),
+            state: j.state,
+            reason: j.reason.clone(),
+            branch: text("branch"),
+            commits_ahead: result.and_then(|r| r.get("commits_ahead")).and_then(|v| v.as_u64()),
+            pr_url: text("pr_url"),
+            created_at: j.created_at,
+        }
+    }
+}
+
+impl State {
+    /// The picture of `session_id`, made when missing; at `MAX_LIVE`, the quietest picture of a
+    /// session with no live turn goes first.
+    fn live_mut(&mut self, session_id: &str) -> &mut LiveState {
+        if !self.live.contains_key(session_id) && self.live.len() >= MAX_LIVE {
+            let settled =
+                |id: &String| self.sessions.get(id).and_then(|s| s.turn.as_ref()).is_none_or(|t| t.state.is_terminal());
+            let quiet = |l: &LiveState| l.last_activity_at.unwrap_or(0.0);
+            let victim = self
+                .live
+                .iter()
+                .filter(|(id, _)| settled(id))
+                .min_by(|a, b| quiet(a.1).total_cmp(&quiet(b.1)))
+                .or_else(|| self.live.iter().min_by(|a, b| quiet(a.1).total_cmp(&quiet(b.1))))
+                .map(|(id, _)| id.clone());
+            if let Some(v) = victim {
+                self.live.remove(&v);
+            }
+        }
+        self.live.entry(session_id.to_string()).or_default()
+    }
+
+    fn finished(&mut self, harness: &str, f: Option<Finished>) {
+        if let Some(f) = f {
+            self.estimates.stage_done(harness, f);
+        }
+    }
+}
+
+/// The fleet's shared state.
+pub struct Fleet {
+    state: Mutex<State>,
+    changes: Changes,
+    max_runs_per_credential: usize,
+}
+
+impl Fleet {
+    /// An empty fleet; `load` fills it at start.
+    pub fn new(max_runs_per_credential: usize) -> Fleet {
+        Fleet {
+            state: Mutex::default(),
+            changes: Changes::new(crate::auth::random_hex(4)),
+            max_runs_per_credential: max_runs_per_credential.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Loads what the fleet shows from the store: sandboxes, their sessions with their latest
+    /// turns, their jobs (and live jobs still without one), and the persons' names.
+    pub fn load(&self, store: &Store, redactor: &Redactor) -> Result<(), StoreError> {
+        let sandboxes: HashMap<String, Sbx> = store.sandboxes()?.iter().map(|r| (r.id.clone(), Sbx::of(r))).collect();
+        let turns: HashMap<String, TurnRow> =
+            store.latest_turns()?.into_iter().map(|t| (t.session_id.clone(), t)).collect();
+        let sessions: HashMap<String, Ses> = store
+            .sessions(None)?
+            .iter()
+            .filter(|s| sandboxes.contains_key(&s.sandbox_id))
+            .map(|s| (s.id.clone(), Ses::of(s, turns.get(&s.id))))
+            .collect();
+        let jobs: HashMap<String, Job> = store
+            .jobs(JobsOf::Everyone)?
+            .iter()
+            .filter(|j| match &j.sandbox_id {
+                Some(id) => sandboxes.contains_key(id),
+                None => !j.state.is_terminal(),
+            })
+            .map(|j| (j.id.clone(), Job::of(j, redactor)))
+            .collect();
+        let persons = store.tokens()?.into_iter().map(|t| (t.person, t.person_name)).collect();
+        events::FleetLoaded { sandboxes: sandboxes.len(), sessions: sessions.len(), jobs: jobs.len() }.emit();
+        let mut st = self.lock();
+        st.sandboxes = sandboxes;
+        st.sessions = sessions;
+        st.jobs = jobs;
+        st.persons = persons;
+        Ok(())
+    }
+
+    fn changed(&self, sandbox_id: &str) {
+        self.changes.record(Key::Unit(sandbox_id.to_string()));
+    }
+
+    /// A person's name, from a token made for them.
+    pub fn person(&self, id: &str, name: &str) {
+        self.lock().persons.insert(id.to_string(), name.to_string());
+    }
+
+    /// A sandbox created, paused or resumed.
+    pub fn sandbox(&self, row: &SandboxRow) {
+        self.lock().sandboxes.insert(row.id.clone(), Sbx::of(row));
+        self.changed(&row.id);
+    }
+
+    /// A sandbox destroyed: its unit, sessions, jobs and pictures go.
+    pub fn sandbox_gone(&self, id: &str) {
+        {
+            let mut st = self.lock();
+            st.sandboxes.remove(id);
+            let gone: Vec<String> = st.sessions.values().filter(|s| s.sandbox_id == id).map(|s| s.id.clone()).collect();
+            for s in &gone {
+                st.sessions.remove(s);
+                st.live.remove(s);
+            }
+            st.jobs.retain(|_, j| j.sandbox_id.as_deref() != Some(id));
+        }
+        self.changed(id);
+    }
+
+    /// A session started, or a new turn of one (queued).
+    pub fn session(&self, session: &SessionRow, turn: &TurnRow) {
+        self.lock().sessions.insert(session.id.clone(), Ses::of(session, Some(turn)));
+        self.changed(&session.sandbox_id);
+    }
+
+    /// A session deleted.
+    pub fn session_gone(&self, session_id: &str) {
+        let sandbox = {
+            let mut st = self.lock();
+            st.live.remove(session_id);
+            st.sessions.remove(session_id).map(|s| s.sandbox_id)
+        };
+        if let Some(sandbox) = sandbox {
+            self.changed(&sandbox);
+        }
+    }
+
+    /// A turn moved (every move goes through `sessions::transition`).
+    pub fn turn(&self, t: &TurnRow) {
+        let sandbox = {
+            let mut st = self.lock();
+            let Some(ses) = st.sessions.get_mut(&t.session_id) else { return };
+            let before = ses.turn.as_ref().filter(|x| x.id == t.id).map(|x| x.state);
+            ses.turn = Some(Turn::of(t));
+            let (sandbox, harness) = (ses.sandbox_id.clone(), ses.harness.clone());
+            if t.state != TurnState::Queued && before != Some(t.state) {
+                let ts = t.finished_at.unwrap_or_else(time::now);
+                let live = st.live_mut(&t.session_id);
+                live.for_turn(&t.id);
+                let f = live.turn_state(t.state.as_str(), t.reason.as_deref(), t.state.is_terminal(), ts);
+                st.finished(&harness, f);
+                if t.state.is_terminal() {
+                    if let (Some(start), Some(end)) = (t.started_at, t.finished_at) {
+                        st.estimates.turn_done(end - start);
+                    }
+                }
+            }
+            sandbox
+        };
+        self.changed(&sandbox);
+    }
+
+    /// A job created or changed (state, sandbox, session, result).
+    pub fn job(&self, j: &JobRow, redactor: &Redactor) {
+        let job = Job::of(j, redactor);
+        let mut keys = Vec::new();
+        {
+            let mut st = self.lock();
+            let before = st.jobs.insert(j.id.clone(), job.clone());
+            if let Some(old) = before.as_ref().and_then(|b| b.sandbox_id.clone()) {
+                if Some(&old) != j.sandbox_id.as_ref() {
+                    keys.push(Key::Unit(old));
+                }
+            }
+            let moved = before.as_ref().map(|b| b.state) != Some(j.state);
+            let hangar_s = j.state == JobState::Verifying || j.state.is_terminal();
+            if let (true, true, Some(sid)) = (moved, hangar_s, &j.session_id) {
+                if let Some(harness) = st.sessions.get(sid).map(|s| s.harness.clone()) {
+                    let f = st.live_mut(sid).job_state(
+                        j.state.as_str(),
+                        job.verify.as_deref(),
+                        j.state.is_terminal(),
+                        j.finished_at.unwrap_or_else(time::now),
+                    );
+                    st.finished(&harness, f);
+                }
+            }
+            if j.state.is_terminal() && j.sandbox_id.is_none() {
+                st.jobs.remove(&j.id);
+            }
+        }
+        if let Some(s) = &j.sandbox_id {
+            keys.push(Key::Unit(s.clone()));
+        }
+        self.changes.record_all(keys);
+    }
+
+    /// Events the turn watcher recorded for a session's turn, at `ts` (redacted already). One
+    /// call per batch; an agent's progress reports come the same way (`agent.progress`).
+    pub fn ingested(&self, session_id: &str, turn_id: &str, events: &[NewEvent], ts: f64) {
+        if events.is_empty() {
+            return;
+        }
+        let sandbox = {
+            let mut st = self.lock();
+            let Some(ses) = st.sessions.get(session_id) else { return };
+            let (sandbox, harness) = (ses.sandbox_id.clone(), ses.harness.clone());
+            let live = st.live_mut(session_id);
+            live.for_turn(turn_id);
+            let mut done = Vec::new();
+            for e in events {
+                done.extend(live.apply(e.kind, &e.data, ts));
+            }
+            for f in done {
+                st.finished(&harness, Some(f));
+            }
+            sandbox
+        };
+        self.changed(&sandbox);
+    }
+
+    /// The units `caller` sees through `filter`, from memory, with `items` the open inbox items.
+    fn picture(&self, items: &[crate::store::ItemRow], caller: &Caller, filter: &Filter, now: f64) -> view::Picture {
+        let st = self.lock();
+        view::picture(&st, items, caller, filter, now, self.max_runs_per_credential)
+    }
+}
+
+/// `GET /api/fleet`: the caller's fleet, from memory.
+pub fn read(relay: &Relay, caller: &Caller, filter: &Filter) -> Result<FleetView> {
+    let items = relay.inbox.open_items(None);
+    let inbox = crate::inbox::list(relay, caller, false)?;
+    let at = time::now();
+    let p = relay.fleet.picture(&items, caller, filter, at);
+    Ok(FleetView::new(at, caller, p, inbox))
+}
+
+/// Who may have a ticket into the fleet's stream: a person's user token or an admin's (an MCP
+/// token is an agent's, a `jobs` token a pipeline's).
+pub fn check_ticket(caller: &Caller) -> Result<()> {
+    match caller.scope {
+        Scope::Admin | Scope::User => Ok(()),
+        Scope::Mcp | Scope::Jobs => {
+            Err(Error::Forbidden("fleet tickets are for a person's user token or an admin's".to_string()))
+        }
+    }
+}
+
+/// Refreshes a turn's row after `sessions::transition` moved it. A store that cannot be read
+/// leaves the fleet as it was (the next move brings it up to date) and says so in the log.
+pub(crate) fn turn_changed(relay: &Relay, turn_id: &str) {
+    match relay.store.turn(turn_id) {
+        Ok(Some(t)) => relay.fleet.turn(&t),
+        Ok(None) => {}
+        Err(e) => events::FleetTrouble { what: turn_id, error: &e.to_string() }.emit(),
+    }
+}
+
+/// Refreshes a job's row after its driver changed it (state, sandbox, session, result).
+pub(crate) fn job_changed(relay: &Relay, job_id: &str) {
+    match relay.store.job(job_id, JobsOf::Everyone) {
+        Ok(Some(j)) => relay.fleet.job(&j, &relay.secrets.redactor()),
+        Ok(None) => {}
+        Err(e) => events::FleetTrouble { what: job_id, error: &e.to_string() }.emit(),
+    }
+}
+
+/// Follows the inbox for the relay's life: an item opened or ended changes its unit (its role,
+/// its ask) and every stream's inbox.
+pub async fn watch_inbox(relay: Arc<Relay>) {
+    let mut rx = relay.inbox.subscribe();
+    // Open items, by id, with their unit's sandbox (if the fleet knows it).
+    let mut open: HashMap<String, Option<String>> = HashMap::new();
+    loop {
+        let items = relay.inbox.open_items(None);
+        let now: HashMap<String, Option<String>> = {
+            let st = relay.fleet.lock();
+            items.iter().map(|i| (i.id.clone(), view::sandbox_of(&st, i))).collect()
+        };
+        let opened = now.iter().filter(|(id, _)| !open.contains_key(*id));
+        let ended = open.iter().filter(|(id, _)| !now.contains_key(*id));
+        let units: std::collections::BTreeSet<String> =
+            opened.chain(ended).filter_map(|(_, sandbox)| sandbox.clone()).collect();
+        relay.fleet.changes.record_all(units.into_iter().map(Key::Unit).chain([Key::Inbox]));
+        open = now;
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
