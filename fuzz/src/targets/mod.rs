@@ -1,10 +1,11 @@
-//! The targets: the daemon's (`envd_*`), the relay's (`relay_*`) and the agent-output parsers'
-//! (`agent_output`).
+//! The targets: the daemon's (`envd_*`), the relay's (`relay_*`), the agent-output parsers'
+//! (`agent_output`) and the inbox protocol's files (`inbox_files`).
 mod agent_output;
 mod envd_envelope;
 mod envd_headers;
 mod envd_multipart;
 mod envd_rpc;
+mod inbox_files;
 mod relay_common;
 mod relay_json;
 mod relay_mcp_uri;
@@ -23,4 +24,5 @@ pub static ALL: &[Target] = &[
     relay_json::TARGET,
     relay_mcp_uri::TARGET,
     agent_output::TARGET,
+    inbox_files::TARGET,
 ];

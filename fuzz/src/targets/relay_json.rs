@@ -1,13 +1,14 @@
 //! The relay's REST JSON bodies, read as its handlers read them (`extract::Body`): starting a
 //! process (`StartBody`), its input (`InputBody`), exec (`ExecBody`, then the checks of
 //! `exec_request`), creating a sandbox (`CreateSandbox`), a token (`CreateToken`), a session
-//! (`CreateSession`), a follow-up turn (`CreateTurn`), a secret (`CreateSecret`) and a ticket
-//! (`CreateTicket`).
+//! (`CreateSession`, its approval patterns too), a follow-up turn (`CreateTurn`), a secret
+//! (`CreateSecret`), a ticket (`CreateTicket`), and the inbox's decision on an approval
+//! (`Decide`) and answer to a question (`AnswerBody`).
 //!
 //! Input: a selector byte (which body), then the body.
 use hangar_relay::api::rest::inputs::{
-    exec_request, CreateSandbox, CreateSecret, CreateSession, CreateTicket, CreateToken, CreateTurn, ExecBody,
-    InputBody, StartBody,
+    exec_request, AnswerBody, CreateSandbox, CreateSecret, CreateSession, CreateTicket, CreateToken, CreateTurn,
+    Decide, ExecBody, InputBody, StartBody,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -18,9 +19,10 @@ use crate::{input::Input, property, Failure, Runs, Target};
 pub const TARGET: Target = Target {
     name: "relay_json",
     about: "every REST JSON body (processes' start and input, exec, sandboxes, tokens, sessions, \
-            turns, secrets) through \
-            the relay's extractor, exec's through its checks: what is accepted is an object of \
-            known fields; an exec's timeout is within its bounds; a refusal is a 400 with a message",
+            turns, secrets, tickets, the inbox's decisions and answers) through the relay's \
+            extractor, exec's through its checks: what is accepted is an object of known fields; \
+            an exec's timeout is within its bounds; a decision is allow or deny, a reason or an \
+            answer a string; a refusal is a 400 with a message",
     run,
     props,
 };
@@ -42,6 +44,7 @@ const BODIES: &[(&str, &[&str])] = &[
             "cwd",
             "timeout_minutes",
             "secrets",
+            "approvals",
             "idempotency_key",
             "ignore_limits",
         ],
@@ -49,6 +52,8 @@ const BODIES: &[(&str, &[&str])] = &[
     ("CreateTurn", &["prompt", "timeout_minutes", "idempotency_key", "ignore_limits"]),
     ("CreateSecret", &["name", "value"]),
     ("CreateTicket", &["path"]),
+    ("Decide", &["decision", "reason"]),
+    ("AnswerBody", &["answer"]),
 ];
 
 pub fn run(data: &[u8]) {
@@ -71,7 +76,9 @@ pub fn run(data: &[u8]) {
         5 => json::<CreateSession>(body).map(drop),
         6 => json::<CreateTurn>(body).map(drop),
         7 => json::<CreateSecret>(body).map(drop),
-        _ => json::<CreateTicket>(body).map(drop),
+        8 => json::<CreateTicket>(body).map(drop),
+        9 => json::<Decide>(body).map(drop),
+        _ => json::<AnswerBody>(body).map(drop),
     };
     match accepted {
         Ok(()) => {
@@ -82,6 +89,16 @@ pub fn run(data: &[u8]) {
             let Value::Object(fields) = v else { panic!("an accepted body is an object: {v}") };
             let known = BODIES[selector].1;
             assert!(fields.keys().all(|k| known.contains(&k.as_str())), "unknown fields accepted: {fields:?}");
+            match BODIES[selector].0 {
+                "Decide" => {
+                    let decision = fields.get("decision").and_then(Value::as_str);
+                    assert!(matches!(decision, Some("allow" | "deny")), "decision {decision:?} accepted");
+                    let reason = fields.get("reason").unwrap_or(&Value::Null);
+                    assert!(reason.is_null() || reason.is_string(), "reason {reason} accepted");
+                }
+                "AnswerBody" => assert!(fields.get("answer").is_some_and(Value::is_string), "{fields:?} accepted"),
+                _ => {}
+            }
         }
         Err(e) => bad_request(&e),
     }
@@ -143,6 +160,37 @@ fn exec_input(case: &(String, Option<String>, Option<u64>)) -> Vec<u8> {
     v
 }
 
+/// A decision body from parts: the decision (right, or in the wrong case, or another word), a
+/// reason of any JSON type or none, perhaps a field too many.
+type DecideCase = (Value, Option<Value>, Option<String>);
+
+fn decide_case() -> impl Strategy<Value = DecideCase> {
+    let decision = prop_oneof![
+        Just(Value::from("allow")),
+        Just(Value::from("deny")),
+        Just(Value::from("Allow")),
+        Just(Value::from("DENY")),
+        Just(Value::from("")),
+        leaf(),
+    ];
+    let extra = proptest::option::of(prop_oneof![Just("answer".to_string()), "[a-z]{1,6}"]);
+    (decision, proptest::option::of(leaf()), extra)
+}
+
+fn decide_input(case: &DecideCase) -> Vec<u8> {
+    let mut body = serde_json::Map::new();
+    body.insert("decision".into(), case.0.clone());
+    if let Some(r) = &case.1 {
+        body.insert("reason".into(), r.clone());
+    }
+    if let Some(k) = &case.2 {
+        body.entry(k.clone()).or_insert(Value::Null);
+    }
+    let mut v = vec![9u8];
+    v.extend_from_slice(Value::Object(body).to_string().as_bytes());
+    v
+}
+
 fn props(runner: &mut Runs) -> Result<(), Failure> {
     property(runner, shaped(), shaped_input, |case| run(&shaped_input(case)))?;
     property(runner, exec_case(), exec_input, |case| {
@@ -158,5 +206,16 @@ fn props(runner: &mut Runs) -> Result<(), Failure> {
             assert_eq!(r.timeout.as_secs(), timeout.unwrap_or(hangar_relay::exec::DEFAULT_TIMEOUT_SECONDS));
             assert_eq!(&r.command, command);
         }
+    })?;
+    // A decision is accepted exactly when it is `allow` or `deny`, its reason a string or null,
+    // and it has no other field.
+    property(runner, decide_case(), decide_input, |case| {
+        run(&decide_input(case));
+        let (decision, reason, extra) = case;
+        let valid = matches!(decision.as_str(), Some("allow" | "deny"))
+            && reason.as_ref().is_none_or(|r| r.is_null() || r.is_string())
+            && extra.as_deref().is_none_or(|k| k == "decision" || k == "reason");
+        let got = json::<Decide>(&decide_input(case)[1..]);
+        assert_eq!(got.is_ok(), valid, "{case:?}");
     })
 }

@@ -1,9 +1,10 @@
 //! The relay's REST query strings, read as its handlers read them (`extract::Params`, which is
-//! serde_urlencoded): `?since=` (`SinceQuery`: a process's output and stream) and
-//! `?path=&recursive=` (`WatchQuery`: a directory watch).
+//! serde_urlencoded): `?since=` (`SinceQuery`: a process's output and stream),
+//! `?path=&recursive=` (`WatchQuery`: a directory watch) and `?ended=` (`InboxQuery`: the inbox).
 //!
-//! Input: a selector byte (0: `SinceQuery`, 1: `WatchQuery`), then the query string.
-use hangar_relay::api::rest::inputs::{SinceQuery, WatchQuery};
+//! Input: a selector byte (its value mod 3; 0: `SinceQuery`, 1: `WatchQuery`, 2: `InboxQuery`),
+//! then the query string.
+use hangar_relay::api::rest::inputs::{InboxQuery, SinceQuery, WatchQuery};
 use proptest::prelude::*;
 
 use super::relay_common::{bad_request, carried, decimal, pairs, parts, query};
@@ -11,7 +12,7 @@ use crate::{input::Input, property, Failure, Runs, Target};
 
 pub const TARGET: Target = Target {
     name: "relay_query",
-    about: "every REST query string (SinceQuery, WatchQuery) through the relay's extractor: what \
+    about: "every REST query string (SinceQuery, WatchQuery, InboxQuery) through the relay's extractor: what \
             is accepted names only known fields with values of their types; a refusal is a 400 \
             with a message",
     run,
@@ -20,11 +21,14 @@ pub const TARGET: Target = Target {
 
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
-    let selector = input.byte() % 2;
+    let selector = input.byte() % 3;
     let Some(mut p) = parts(input.rest()) else { return };
     let qs = &carried(&p)[..];
-    let accepted =
-        if selector == 0 { query::<SinceQuery>(&mut p).map(drop) } else { query::<WatchQuery>(&mut p).map(drop) };
+    let accepted = match selector {
+        0 => query::<SinceQuery>(&mut p).map(drop),
+        1 => query::<WatchQuery>(&mut p).map(drop),
+        _ => query::<InboxQuery>(&mut p).map(drop),
+    };
     match accepted {
         // Unknown fields are refused (deny_unknown_fields), so what passed names only these.
         Ok(()) => {
@@ -33,6 +37,7 @@ pub fn run(data: &[u8]) {
                     (0, "since") => assert!(decimal(&v).is_some(), "since={v:?} was accepted"),
                     (1, "path") => {}
                     (1, "recursive") => assert!(v == "true" || v == "false", "recursive={v:?} was accepted"),
+                    (2, "ended") => assert!(v == "true" || v == "false", "ended={v:?} was accepted"),
                     _ => panic!("unknown field {k:?} accepted in {:?}", String::from_utf8_lossy(qs)),
                 }
             }
@@ -78,6 +83,38 @@ fn valid(case: &Case) -> bool {
     }
 }
 
+/// An inbox query from parts: `ended` as a boolean, or as any text; perhaps one more pair.
+type InboxCase = (Option<String>, Option<(String, String)>);
+
+fn inbox_case() -> impl Strategy<Value = InboxCase> {
+    let ended = prop_oneof![Just("true".to_string()), Just("false".to_string()), ".{0,6}"];
+    let extra = proptest::option::of((prop_oneof![Just("ended".to_string()), "[a-z]{1,6}"], ".{0,4}"));
+    (proptest::option::of(ended), extra)
+}
+
+fn inbox_query(case: &InboxCase) -> String {
+    let pairs: Vec<(String, String)> =
+        case.0.iter().map(|e| ("ended".to_string(), e.clone())).chain(case.1.clone()).collect();
+    serde_urlencoded::to_string(&pairs).unwrap_or_default()
+}
+
+fn inbox_input(case: &InboxCase) -> Vec<u8> {
+    let mut v = vec![2u8];
+    v.extend_from_slice(inbox_query(case).as_bytes());
+    v
+}
+
+/// Whether the inbox query is `ended` at most once, as `true` or `false`, and nothing else.
+fn inbox_valid(case: &InboxCase) -> bool {
+    let boolean = |v: &str| v == "true" || v == "false";
+    let ended_ok = case.0.as_deref().is_none_or(boolean);
+    match &case.1 {
+        None => ended_ok,
+        Some((k, v)) if k == "ended" => case.0.is_none() && boolean(v),
+        Some(_) => false,
+    }
+}
+
 fn props(runner: &mut Runs) -> Result<(), Failure> {
     property(runner, watch_case(), watch_input, |case| {
         run(&watch_input(case));
@@ -90,5 +127,12 @@ fn props(runner: &mut Runs) -> Result<(), Failure> {
         } else {
             assert!(got.is_err(), "{q:?} has an unknown field or a bad value");
         }
+    })?;
+    property(runner, inbox_case(), inbox_input, |case| {
+        run(&inbox_input(case));
+        let q = inbox_query(case);
+        let Some(mut p) = parts(q.as_bytes()) else { panic!("{q:?} is a URI's query") };
+        let got = query::<InboxQuery>(&mut p);
+        assert_eq!(got.is_ok(), inbox_valid(case), "{q:?} gave {:?}", got.map(|q| q.ended).map_err(|e| e.message));
     })
 }
