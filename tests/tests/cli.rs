@@ -530,7 +530,6 @@ async fn completions_print_for_each_shell() {
 // The Fleet API (GET /api/fleet, /api/fleet/stream) is built on the fleet branch: enable this
 // once it is merged.
 #[tokio::test]
-#[ignore = "needs GET /api/fleet (fleet branch)"]
 async fn fleet_prints_once_and_redraws_as_the_stream_changes() {
     let state = StateDir::new();
     let (_relay, hangar) = setup(&state);

@@ -433,6 +433,14 @@ async fn a_stream_resumes_from_last_event_id_and_a_stale_or_foreign_id_gets_a_sn
     let r = relay.call("POST", "/api/sandboxes/a/resume", Some(ADMIN), None).await;
     assert_eq!(r.status, 200, "{r:?}");
 
+    // A browser's new EventSource, which cannot set the header, says where it was in the query.
+    let mut sse = relay.sse("GET", &format!("{path}&last_event_id={last}"), Some(ADMIN), None).await;
+    assert_eq!(sse.status, 200);
+    let events = drain(&mut sse, Duration::from_millis(1500), STEP).await;
+    let kinds: Vec<&str> = events.iter().map(|(_, e)| e.event.as_str()).collect();
+    assert!(!kinds.contains(&"snapshot") && kinds.contains(&"agent"), "resumed from the query: {kinds:?}");
+    drop(sse);
+
     // Another run's id, an id ahead of the log, or no id at all: a snapshot.
     let (epoch, _) = id_parts(&snap);
     for bad in ["deadbeef.1".to_string(), format!("{epoch}.999999"), "garbage".to_string()] {

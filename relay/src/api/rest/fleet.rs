@@ -38,6 +38,19 @@ impl FleetQuery {
     }
 }
 
+/// The stream's query: the read's filters, and where to resume for a client that cannot send
+/// `Last-Event-ID` itself (a browser's new `EventSource`, opened with a new ticket).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetStreamQuery {
+    #[serde(default)]
+    owner: Option<String>,
+    #[serde(default)]
+    include_stopped: bool,
+    #[serde(default)]
+    last_event_id: Option<String>,
+}
+
 pub async fn read(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
@@ -81,11 +94,13 @@ impl Source for FleetEvents {
 pub async fn stream(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
-    Params(q): Params<FleetQuery>,
+    Params(q): Params<FleetStreamQuery>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     // Any id is taken: one this run's log no longer covers (or none, or garbage) gets a snapshot.
-    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+    // The header wins over the query.
+    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_string).or(q.last_event_id);
+    let q = FleetQuery { owner: q.owner, include_stopped: q.include_stopped };
     // The fleet is no one sandbox's: a pause or destroy does not close this stream.
     let admitted = relay.streams.open(&caller, "", Kind::Fleet, Front::Rest)?;
     let follower = Follower::new(&relay, caller, q.filter(), last.as_deref());

@@ -34,7 +34,7 @@ use crate::app::Relay;
 pub mod inputs {
     pub use super::{
         exec::{request as exec_request, ExecBody},
-        fleet::FleetQuery,
+        fleet::{FleetQuery, FleetStreamQuery},
         inbox::{AnswerBody, Decide, InboxQuery},
         jobs::{CreateJob, JobStreamQuery},
         processes::{resume_from, InputBody, SinceQuery, StartBody},
