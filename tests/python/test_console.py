@@ -60,6 +60,10 @@ approvals = ["--settings", "{{settings_file}}"]
 [harness.replay]
 new = {argv("bash", "-c", REPLAY, "replay", str(FIXTURES / "claude-long-turn.jsonl"))}
 format = "claude-stream-json"
+
+[harness.slow]
+new = {argv("bash", "-c", REPLAY.replace("sleep 0.2", "sleep 0.4"), "slow", str(FIXTURES / "claude-long-turn.jsonl"))}
+format = "claude-stream-json"
 """
     )
     return path
@@ -108,6 +112,14 @@ def css(driver, selector):
     from selenium.webdriver.common.by import By
 
     return driver.find_elements(By.CSS_SELECTOR, selector)
+
+
+def texts(driver, selector):
+    """The texts of what `selector` finds, read at one instant (the Fleet redraws its tiles as
+    they change, so elements found a moment ago may be gone)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.textContent)", selector
+    )
 
 
 def sign_in(driver, relay, token=ADMIN):
@@ -183,19 +195,44 @@ def test_a_held_tool_call_is_approved_from_needs_you_and_the_agent_goes_on(relay
 
 def test_an_action_the_relay_refuses_says_why(relay, browser):
     sign_in(browser, relay)
-    items = api(relay, "GET", "/api/inbox")["items"]
-    browser.get(f"{relay.url}/#/inbox")
-    wait(browser, lambda d: len(css(d, "article.card")) == len(items))
-    # An answer the relay refuses (the question is gone meanwhile) is shown with the reason.
-    api(relay, "POST", "/api/sessions", {"name": "gone-q", "sandbox": "default", "harness": "asker", "prompt": "go"})
-    browser.get(f"{relay.url}/#/inbox")
-    card = wait(browser, lambda d: (css(d, "article.kind-question") or [None])[0])
-    ask = api(relay, "GET", "/api/inbox")["items"]
-    qid = next(i["ask_id"] for i in ask if i["kind"] == "question")
-    api(relay, "POST", f"/api/questions/{qid}", {"answer": "sqlite"})
-    card.find_element("css selector", "button.option").click()
-    err = wait(browser, lambda d: (css(d, "article.kind-question .error") or [None])[0])
-    assert "already" in err.text, err.text
+    api(relay, "POST", "/api/sandboxes", {"name": "napping", "provider": "local"})
+    api(relay, "POST", "/api/sandboxes/napping/pause")
+    browser.get(f"{relay.url}/#/unit/napping")
+    box = wait(browser, lambda d: (css(d, ".command-input") or [None])[0])
+    box.send_keys("echo hi")
+    css(browser, "button.run")[0].click()
+    err = wait(browser, lambda d: texts(d, ".command .error"))
+    assert "paused" in err[0], err
+    api(relay, "POST", "/api/sandboxes/napping/resume")
+
+
+def test_the_fleet_shows_an_agents_tile_changing_live_and_its_ask_on_the_deck(relay, browser):
+    sign_in(browser, relay)
+    sandbox = api(relay, "POST", "/api/sandboxes", {"name": "watched", "provider": "local"})
+    browser.get(f"{relay.url}/#/fleet")
+    wait(browser, lambda d: "live" in css(d, ".status")[0].text)
+    api(relay, "POST", "/api/sessions", {"name": "slowly", "sandbox": "watched", "harness": "slow", "prompt": "go"})
+    tile = f".tile[data-unit='{sandbox['id']}']"
+    wait(browser, lambda d: texts(d, f"{tile}.role-running"))
+    assert texts(browser, f"{tile} .name") == ["watched"]
+    assert texts(browser, f"{tile} .short") == ["HGR-" + sandbox["id"][-4:].upper()]
+    # What the agent does now, and its stage, change as its events are recorded: live, no reload.
+    seen = set()
+    stages = set()
+
+    def moved(d):
+        seen.update(texts(d, f"{tile} .now"))
+        stages.update(texts(d, f"{tile} .stage-line .badge"))
+        return len(seen) >= 3 and stages and texts(d, f"{tile} .stages .stage")
+
+    wait(browser, moved, timeout=30)
+    assert stages <= {"plan", "edit", "test", "pr"}, stages
+    # An agent's ask reaches the deck atop the Fleet, and its unit's role.
+    api(relay, "POST", "/api/sandboxes", {"name": "asking", "provider": "local"})
+    api(relay, "POST", "/api/sessions", {"name": "asks-fleet", "sandbox": "asking", "harness": "asker", "prompt": "go"})
+    wait(browser, lambda d: texts(d, ".deck-box article.kind-question"))
+    wait(browser, lambda d: any(c.startswith("approval 1") or c.startswith("question") for c in texts(d, ".counts .chip"))
+         or texts(d, ".tile.role-approval, .tile.role-question"))
 
 
 def test_a_units_page_shows_its_events_a_streamed_command_a_process_and_its_files(relay, browser):

@@ -53,6 +53,7 @@ export function tile(unit) {
       el('span', { title: 'commits' }, `${unit.commits ?? 0} commits`),
       el('span', { title: 'tokens, last hour' }, `${count((unit.tokens_1h ?? []).reduce((a, b) => a + b, 0))} tok`),
       sparkline(unit.tokens_1h ?? [], 'new tokens, five-minute buckets over the last hour'),
+      unit.usage?.cost_usd != null ? el('span', { title: 'cost of the live turn' }, `$${unit.usage.cost_usd.toFixed(2)}`) : null,
       el('span', { class: 'muted', title: 'last sign of life' }, unit.last_activity_at ? `${ago(unit.last_activity_at)} ago` : '')));
 }
 
@@ -60,10 +61,13 @@ export function render(main) {
   const status = el('p', { class: 'status muted', 'aria-live': 'polite' });
   const counts = el('div', { class: 'counts' });
   const owners = el('select', { 'aria-label': 'owner', class: 'owners' });
+  const stopped = el('input', { type: 'checkbox', class: 'stopped', checked: state.includeStopped });
+  const stoppedLabel = el('label', { class: 'chip' }, stopped, ' settled too');
   const deckBox = el('section', { class: 'deck-box', 'aria-label': 'needs you' });
   const tiles = el('section', { class: 'tiles', 'aria-live': 'polite' });
-  fill(main, el('div', { class: 'bar' }, el('h1', {}, 'Fleet'), counts, owners, status), deckBox, tiles);
-  owners.addEventListener('change', () => connect(owners.value));
+  fill(main, el('div', { class: 'bar' }, el('h1', {}, 'Fleet'), counts, owners, stoppedLabel, status), deckBox, tiles);
+  owners.addEventListener('change', () => connect(owners.value, stopped.checked));
+  stopped.addEventListener('change', () => connect(owners.value, stopped.checked));
 
   const drawSummary = () => {
     const s = state.summary;

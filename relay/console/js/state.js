@@ -11,6 +11,7 @@ export const state = {
   /** 'connecting', 'live', 'reconnecting', or an error. */
   status: 'connecting',
   owner: '',
+  includeStopped: false,
 };
 
 const listeners = new Set();
@@ -27,13 +28,17 @@ function changed(what) {
 
 let stream = null;
 
-/** Opens (or reopens, for another owner filter) the fleet stream. */
-export function connect(owner = state.owner) {
+/** Opens (or reopens, for other filters) the fleet stream. */
+export function connect(owner = state.owner, includeStopped = state.includeStopped) {
   state.owner = owner;
+  state.includeStopped = includeStopped;
   stream?.stop();
   state.units = new Map();
+  const query = {};
+  if (owner) query.owner = owner;
+  if (includeStopped) query.include_stopped = 'true';
   stream = follow('/api/fleet/stream', {
-    query: owner ? { owner } : {},
+    query,
     resume: (id) => ({ last_event_id: id }),
     status: (s) => {
       state.status = s;

@@ -27,6 +27,10 @@ export function eventLine(e) {
     case 'agent.message':
       text = d.text ?? '';
       break;
+    case 'phase':
+      text = d.phase ?? '';
+      tone = 'thin';
+      break;
     case 'agent.progress':
       text = `${d.pct != null ? `${d.pct}% ` : ''}${d.text ?? ''}`;
       tone = 'thin';
