@@ -134,12 +134,7 @@ pub async fn run(ctx: &Ctx, a: FleetArgs) -> Result<i32, Error> {
     }
     if a.once {
         let v = ctx.client.get(&with_query("/api/fleet", &q)).await.map_err(no_fleet)?;
-        if ctx.json {
-            render::json(&v)?;
-        } else {
-            render::out(&render(&Fleet::from_read(&v), render::now()))?;
-        }
-        return Ok(0);
+        return ctx.print(&v, |v| render(&Fleet::from_read(v), render::now()));
     }
     let tty = std::io::stdout().is_terminal();
     let json = ctx.json;

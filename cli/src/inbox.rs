@@ -12,12 +12,7 @@ use crate::{
 pub async fn list(ctx: &Ctx, a: InboxArgs) -> Result<i32, Error> {
     let q = if a.ended { vec![("ended", "true".to_string())] } else { vec![] };
     let v = ctx.client.get(&with_query("/api/inbox", &q)).await?;
-    if ctx.json {
-        render::json(&v)?;
-    } else {
-        render::out(&table(&v, render::now(), a.ended))?;
-    }
-    Ok(0)
+    ctx.print(&v, |v| table(v, render::now(), a.ended))
 }
 
 /// What an item asks or says, on one line: a question's text with its options, an other item's
@@ -87,12 +82,7 @@ pub async fn ack(ctx: &Ctx, a: ItemArg) -> Result<i32, Error> {
 }
 
 fn done(ctx: &Ctx, v: &Value) -> Result<i32, Error> {
-    if ctx.json {
-        render::json(v)?;
-    } else {
-        render::line(&ended_line(v))?;
-    }
-    Ok(0)
+    ctx.print(v, |v| format!("{}\n", ended_line(v)))
 }
 
 #[cfg(test)]

@@ -11,12 +11,7 @@ use crate::{
 
 pub async fn list(ctx: &Ctx) -> Result<i32, Error> {
     let v = ctx.client.get("/api/jobs").await?;
-    if ctx.json {
-        render::json(&v)?;
-    } else {
-        render::out(&table(&v, render::now()))?;
-    }
-    Ok(0)
+    ctx.print(&v, |v| table(v, render::now()))
 }
 
 pub fn table(v: &Value, now: f64) -> String {
@@ -64,12 +59,7 @@ pub async fn run(ctx: &Ctx, a: JobArgs) -> Result<i32, Error> {
         // clap shows the help instead (arg_required_else_help).
         (None, None) => return Err(Error::Input("a job id, or start, cancel or events".into())),
     };
-    if ctx.json {
-        render::json(&v)?;
-    } else {
-        render::out(&show(&v, render::now()))?;
-    }
-    Ok(0)
+    ctx.print(&v, |v| show(v, render::now()))
 }
 
 pub fn start_body(a: &JobStartArgs, prompt: String) -> Value {

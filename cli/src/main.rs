@@ -25,6 +25,18 @@ pub struct Ctx {
     pub json: bool,
 }
 
+impl Ctx {
+    /// Prints a reply: the relay's JSON with `--json`, else `human(v)` (text ending its lines).
+    pub fn print(&self, v: &serde_json::Value, human: impl FnOnce(&serde_json::Value) -> String) -> Result<i32, Error> {
+        if self.json {
+            render::json(v)?;
+        } else {
+            render::out(&human(v))?;
+        }
+        Ok(0)
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     if let Command::Completions(c) = &cli.command {

@@ -103,12 +103,7 @@ pub async fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32, Error> {
 
 pub async fn ps(ctx: &Ctx, a: SandboxArg) -> Result<i32, Error> {
     let v = ctx.client.get(&path(&["api", "sandboxes", &a.sandbox, "processes"])).await?;
-    if ctx.json {
-        render::json(&v)?;
-    } else {
-        render::out(&ps_table(&v, render::now()))?;
-    }
-    Ok(0)
+    ctx.print(&v, |v| ps_table(v, render::now()))
 }
 
 pub fn ps_table(v: &Value, now: f64) -> String {
@@ -138,13 +133,8 @@ pub async fn start(ctx: &Ctx, a: StartArgs) -> Result<i32, Error> {
         body["cwd"] = json!(c);
     }
     let v = ctx.client.post(&path(&["api", "sandboxes", &a.sandbox, "processes"]), &body).await?;
-    if ctx.json {
-        render::json(&v)?;
-    } else {
-        // The id alone, so that `ID=$(hangar start ...)` works.
-        render::line(&clean(s(&v, "process_id")))?;
-    }
-    Ok(0)
+    // The id alone, so that `ID=$(hangar start ...)` works.
+    ctx.print(&v, |v| format!("{}\n", clean(s(v, "process_id"))))
 }
 
 pub async fn attach(ctx: &Ctx, a: AttachArgs) -> Result<i32, Error> {

@@ -24,12 +24,7 @@ pub async fn run(ctx: &Ctx, a: SandboxesArgs) -> Result<i32, Error> {
 
 async fn list(ctx: &Ctx) -> Result<i32, Error> {
     let v = ctx.client.get("/api/sandboxes").await?;
-    if ctx.json {
-        render::json(&v)?;
-    } else {
-        render::out(&table(&v, render::now()))?;
-    }
-    Ok(0)
+    ctx.print(&v, |v| table(v, render::now()))
 }
 
 async fn create(ctx: &Ctx, c: CreateSandboxArgs) -> Result<i32, Error> {

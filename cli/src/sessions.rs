@@ -13,12 +13,7 @@ use crate::{
 
 pub async fn list(ctx: &Ctx) -> Result<i32, Error> {
     let v = ctx.client.get("/api/sessions").await?;
-    if ctx.json {
-        render::json(&v)?;
-    } else {
-        render::out(&table(&v, render::now()))?;
-    }
-    Ok(0)
+    ctx.print(&v, |v| table(v, render::now()))
 }
 
 pub fn table(v: &Value, now: f64) -> String {

@@ -181,3 +181,29 @@ done"#;
         .filter_map(|l| l.trim().parse().ok())
         .collect()
 }
+
+/// Creates a Docker sandbox `name` with `options` through the relay (as the admin); its JSON.
+/// Fails the test unless it is created (201).
+pub async fn create_sandbox(relay: &crate::relay::Relay, name: &str, options: serde_json::Value) -> serde_json::Value {
+    let body = serde_json::json!({"name": name, "provider": "docker", "options": options});
+    let r = relay.call("POST", "/api/sandboxes", Some(crate::relay::ADMIN), Some(body)).await;
+    assert_eq!(r.status, 201, "creating {name}: {r:?}");
+    r.json()
+}
+
+/// A Docker sandbox of `image` named by `containers` after `what`, run as `user` where given;
+/// its JSON.
+pub async fn sandbox_of(
+    relay: &crate::relay::Relay,
+    containers: &mut Containers,
+    what: &str,
+    image: &str,
+    user: Option<&str>,
+) -> serde_json::Value {
+    let name = containers.name(what);
+    let mut options = serde_json::json!({"image": image});
+    if let Some(u) = user {
+        options["user"] = serde_json::json!(u);
+    }
+    create_sandbox(relay, &name, options).await
+}

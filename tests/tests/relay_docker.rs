@@ -5,7 +5,10 @@
 use std::time::{Duration, Instant};
 
 use hangar_e2e::{
-    docker::{self, container_of, docker_ok, inspect, pids_named, Containers, ENVD_IMAGE, PLAIN_IMAGE},
+    docker::{
+        self, container_of, create_sandbox as create, docker_ok, inspect, pids_named, Containers, ENVD_IMAGE,
+        PLAIN_IMAGE,
+    },
     eventually,
     relay::{Relay, StateDir, ADMIN},
     wait_until, STEP,
@@ -23,20 +26,6 @@ fn docker_relay(test: &str) -> Option<(Containers, StateDir, Relay)> {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
     Some((containers, state, relay))
-}
-
-/// Creates a docker sandbox; fails the test unless it is 201.
-async fn create(relay: &Relay, name: &str, options: Value) -> Value {
-    let r = relay
-        .call(
-            "POST",
-            "/api/sandboxes",
-            Some(ADMIN),
-            Some(json!({"name": name, "provider": "docker", "options": options})),
-        )
-        .await;
-    assert_eq!(r.status, 201, "creating {name}: {r:?}");
-    r.json()
 }
 
 async fn exec(relay: &Relay, sandbox: &str, body: Value) -> Value {

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use hangar_e2e::{
-    docker::{self, container_of, Containers, ENVD_IMAGE, PLAIN_IMAGE},
+    docker::{self, sandbox_of, Containers, ENVD_IMAGE, PLAIN_IMAGE},
     relay::{Relay, StateDir, ADMIN},
     sessions::{all_events, harness_file, profile, start, until_ended},
 };
@@ -230,26 +230,6 @@ async fn approvals_are_refused_where_the_agent_could_answer_them_itself() {
     assert_eq!(r.status, 404, "nothing was created: {r:?}");
 }
 
-/// A Docker sandbox (`image`, as `user` where given); its name.
-async fn docker_sandbox(relay: &Relay, containers: &mut Containers, image: &str, user: Option<&str>) -> String {
-    let name = containers.name("inbox");
-    let mut options = json!({"image": image});
-    if let Some(u) = user {
-        options["user"] = json!(u);
-    }
-    let r = relay
-        .call(
-            "POST",
-            "/api/sandboxes",
-            Some(ADMIN),
-            Some(json!({"name": name, "provider": "docker", "options": options})),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let _ = container_of(r.json()["id"].as_str().expect("id"));
-    name
-}
-
 #[tokio::test]
 async fn with_the_split_approvals_are_held_until_a_person_decides_and_a_forged_answer_changes_nothing() {
     if !docker::available(
@@ -260,7 +240,10 @@ async fn with_the_split_approvals_are_held_until_a_person_decides_and_a_forged_a
     let mut containers = Containers::new();
     let state = StateDir::new();
     let relay = relay_with(&state, &[]);
-    let sbx = docker_sandbox(&relay, &mut containers, ENVD_IMAGE, Some("user")).await;
+    let sbx = sandbox_of(&relay, &mut containers, "inbox", ENVD_IMAGE, Some("user")).await["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
     approval_round_trip(&relay, &sbx).await;
 }
 
@@ -334,7 +317,10 @@ async fn without_the_daemon_a_question_is_found_by_polling_and_answered() {
     let mut containers = Containers::new();
     let state = StateDir::new();
     let relay = relay_with(&state, &[]);
-    let sbx = docker_sandbox(&relay, &mut containers, PLAIN_IMAGE, None).await;
+    let sbx = sandbox_of(&relay, &mut containers, "inbox", PLAIN_IMAGE, None).await["name"]
+        .as_str()
+        .expect("name")
+        .to_string();
     question_round_trip(&relay, &sbx, "polled-asks").await;
     let s = until_ended(&relay, ADMIN, "polled-asks", LIMIT).await;
     assert_eq!(s["turns"][0]["polled"], json!(true), "{s}");

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use hangar_e2e::{
-    docker::{self, container_of, docker_ok, Containers, ENVD_IMAGE, PLAIN_IMAGE},
+    docker::{self, container_of, docker_ok, sandbox_of, Containers, ENVD_IMAGE, PLAIN_IMAGE},
     relay::{Relay, StateDir, ADMIN},
     sessions::{
         agent_events, all_events, assert_contiguous, fixture, get, golden, harness_file, profile, replay_argv, start,
@@ -61,22 +61,9 @@ fn relay_with(state: &StateDir) -> Relay {
 
 /// A Docker sandbox (`image`, as `user` where given) with the long fixture copied in.
 async fn sandbox(relay: &Relay, containers: &mut Containers, image: &str, user: Option<&str>) -> String {
-    let name = containers.name("sessions");
-    let mut options = json!({"image": image});
-    if let Some(u) = user {
-        options["user"] = json!(u);
-    }
-    let r = relay
-        .call(
-            "POST",
-            "/api/sandboxes",
-            Some(ADMIN),
-            Some(json!({"name": name, "provider": "docker", "options": options})),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
-    let id = r.json()["id"].as_str().expect("id").to_string();
-    let c = container_of(&id);
+    let v = sandbox_of(relay, containers, "sessions", image, user).await;
+    let (name, id) = (v["name"].as_str().expect("name").to_string(), v["id"].as_str().expect("id"));
+    let c = container_of(id);
     docker_ok(&["cp", fixture(LONG).to_str().expect("path"), &format!("{c}:{IN_SANDBOX}")]);
     docker_ok(&["exec", &c, "chmod", "644", IN_SANDBOX]);
     name

@@ -47,17 +47,7 @@ pub async fn decide(
         check_text("reason", r)?;
     }
     let _one = relay.inbox.deciding.lock().await;
-    let item = find(relay, caller, reference)?;
-    if item.kind != ItemKind::Approval {
-        return Err(Error::invalid(format!(
-            "inbox item {:?} is a {}: only an approval takes a decision",
-            item.id,
-            item.kind.as_str()
-        )));
-    }
-    if item.state != ItemState::Open {
-        return Err(Error::Conflict(format!("approval {:?} was already {}", reference, item.state.as_str())));
-    }
+    let item = open_ask(relay, caller, reference, ItemKind::Approval, "an approval takes a decision")?;
     let reason = reason.map(str::to_string);
     let (outcome, to) = match decision {
         Decision::Allow => (Outcome::Allow { reason: reason.clone() }, ItemState::Allowed),
@@ -78,20 +68,23 @@ pub async fn answer(relay: &Relay, caller: &Caller, reference: &str, text: &str)
         return Err(Error::invalid("answer: must not be empty"));
     }
     let _one = relay.inbox.deciding.lock().await;
-    let item = find(relay, caller, reference)?;
-    if item.kind != ItemKind::Question {
-        return Err(Error::invalid(format!(
-            "inbox item {:?} is a {}: only a question takes an answer",
-            item.id,
-            item.kind.as_str()
-        )));
-    }
-    if item.state != ItemState::Open {
-        return Err(Error::Conflict(format!("question {:?} was already {}", reference, item.state.as_str())));
-    }
+    let item = open_ask(relay, caller, reference, ItemKind::Question, "a question takes an answer")?;
     write(relay, &item, Outcome::Answer { text: text.to_string() }).await?;
     end(relay, &item, ItemState::Answered, &caller.person, Some(text))?;
     find(relay, caller, &item.id)
+}
+
+/// The open ask of `kind` that `reference` names among the caller's (`takes` says what only
+/// that kind takes, for the refusal of another kind).
+fn open_ask(relay: &Relay, caller: &Caller, reference: &str, kind: ItemKind, takes: &str) -> Result<ItemRow> {
+    let item = find(relay, caller, reference)?;
+    if item.kind != kind {
+        return Err(Error::invalid(format!("inbox item {:?} is a {}: only {takes}", item.id, item.kind.as_str())));
+    }
+    if item.state != ItemState::Open {
+        return Err(Error::Conflict(format!("{} {reference:?} was already {}", kind.as_str(), item.state.as_str())));
+    }
+    Ok(item)
 }
 
 /// Ends an ask nobody decided in time: the call denied, the question unanswered. The item ends
