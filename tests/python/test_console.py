@@ -259,6 +259,22 @@ def test_a_units_page_shows_its_events_a_streamed_command_a_process_and_its_file
     wait(browser, lambda d: any("made-by-console" in li.text for li in css(d, ".changes li")))
 
 
+def test_the_theme_switches_and_is_kept(relay, browser):
+    sign_in(browser, relay)
+    browser.execute_script("localStorage.removeItem('hangar.theme')")
+    browser.refresh()
+    background = lambda d: d.execute_script("return getComputedStyle(document.body).backgroundColor")
+    before = background(browser)
+    css(browser, "#theme")[0].click()
+    wait(browser, lambda d: background(d) != before)
+    chosen = browser.execute_script("return document.documentElement.dataset.theme")
+    assert chosen in ("dark", "light")
+    browser.refresh()
+    wait(browser, lambda d: d.execute_script("return document.documentElement.dataset.theme") == chosen)
+    assert background(browser) != before
+    browser.execute_script("localStorage.removeItem('hangar.theme')")
+
+
 @pytest.mark.parametrize("width", [390, 1280])
 def test_the_pages_fit_a_phone_and_a_wide_screen(relay, browser, width):
     sign_in(browser, relay)
