@@ -15,6 +15,7 @@ pub mod mcp;
 pub mod pipe;
 pub mod report;
 pub mod scenarios;
+pub mod shipped;
 pub mod stats;
 pub mod world;
 
@@ -104,6 +105,7 @@ impl Sizes {
 pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results> {
     let started = Instant::now();
     let mut r = Results::new(name, sizes.quick);
+    r.shipped_envd = shipped::Shipped::from_env()?;
     for s in ALL.into_iter().filter(|s| only.is_empty() || only.contains(s)) {
         let t = Instant::now();
         eprintln!("hangar-bench: {s:?}...");

@@ -14,6 +14,7 @@ use crate::{
     error::{fail, IoContext, Result},
     machine::Machine,
     scenarios::{fleet, follow, memory, scale, streaming, throughput, turns, watch},
+    shipped::Shipped,
     stats::{significant, Summary},
 };
 
@@ -25,6 +26,8 @@ pub struct Results {
     pub mode: &'static str,
     pub seconds: f64,
     pub machine: Machine,
+    /// The hangar-envd users ship (scripts/build-envd): size and the glibc it needs.
+    pub shipped_envd: Option<Shipped>,
     pub streaming: Option<streaming::Report>,
     pub follow: Option<follow::Report>,
     pub watch: Option<watch::Report>,
@@ -43,6 +46,7 @@ impl Results {
             mode: if quick { "quick" } else { "full" },
             seconds: 0.0,
             machine: Machine::describe(),
+            shipped_envd: None,
             streaming: None,
             follow: None,
             watch: None,
@@ -115,6 +119,17 @@ pub fn markdown(r: &Results) -> String {
         "Machine: {} cores ({}), {} GiB, {}, kernel {}, Docker {}, {}; commit {}; host temp directory on {}.\n",
         mc.cores, mc.cpu, mc.memory_gib, mc.os, mc.kernel, mc.docker, mc.rustc, mc.commit, mc.host_fs
     );
+    if let Some(s) = &r.shipped_envd {
+        let glibc = match &s.glibc {
+            Some(v) => format!("glibc {v} or newer"),
+            None => "no glibc (static)".into(),
+        };
+        let _ = writeln!(
+            m,
+            "The shipped hangar-envd (`scripts/build-envd`, profile `ship`): {:.2} MiB ({} bytes; goal {:.0} MiB or less), needs {}. The scenarios run the `release` build, which keeps debug info.\n",
+            s.mib, s.bytes, s.goal_mib, glibc
+        );
+    }
     let _ = writeln!(
         m,
         "Figures are p50 / p95 unless marked. A ratio is hangar's figure over the peer's: below 1 is faster.\n"
