@@ -57,6 +57,13 @@ pub fn harness_file(state: &Path, profiles: &[String]) -> PathBuf {
     path
 }
 
+/// Stores a relay secret `name` (as the admin); fails the test unless it is created (201).
+pub async fn put_secret(relay: &Relay, name: &str, value: &str) {
+    let body = json!({"name": name, "value": value});
+    let r = relay.call("POST", "/api/secrets", Some(crate::relay::ADMIN), Some(body)).await;
+    assert_eq!(r.status, 201, "{r:?}");
+}
+
 /// Starts a session; fails the test unless it is created (201).
 pub async fn start(relay: &Relay, token: &str, body: Value) -> Value {
     let r = relay.call("POST", "/api/sessions", Some(token), Some(body.clone())).await;

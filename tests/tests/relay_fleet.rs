@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use hangar_e2e::{
     relay::{Relay, Sse, SseEvent, StateDir, ADMIN},
-    sessions::{fixture, harness_file, profile},
+    sessions::{fixture, harness_file, profile, put_secret},
     STEP,
 };
 use serde_json::{json, Value};
@@ -125,15 +125,7 @@ async fn the_read_joins_every_unit_with_its_work_and_each_person_sees_theirs() {
     let (sean, _) = person_token(&relay, "sean", "Sean", "user").await;
     let (ana, _) = person_token(&relay, "ana", "Ana", "user").await;
     let (ci, _) = person_token(&relay, "ci", "CI", "jobs").await;
-    let r = relay
-        .call(
-            "POST",
-            "/api/secrets",
-            Some(ADMIN),
-            Some(json!({"name": "ANTHROPIC_API_KEY", "value": "sk-ant-fleet-0123"})),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
+    put_secret(&relay, "ANTHROPIC_API_KEY", "sk-ant-fleet-0123").await;
 
     // Sandboxes are their creator's; the default one is nobody's.
     assert_eq!(sandbox(&relay, &sean, "sean-1").await["owner"], json!("sean"));

@@ -10,8 +10,8 @@ use hangar_e2e::{
     is_root, pids_with, pids_with_all,
     relay::{Relay, StateDir, ADMIN},
     sessions::{
-        agent_events, all_events, assert_contiguous, fixture, get, golden, harness_file, profile, replay_argv, start,
-        states, until_ended,
+        agent_events, all_events, assert_contiguous, fixture, get, golden, harness_file, profile, put_secret,
+        replay_argv, start, states, until_ended,
     },
     wait_until, STEP,
 };
@@ -501,15 +501,7 @@ async fn turns_queue_per_credential_and_wait_for_a_plan_limit_unless_told_to_ign
         &[("HANGAR_HARNESSES", file.to_str().expect("path")), ("HANGAR_MAX_RUNS_PER_CREDENTIAL", "2")],
     );
     // A turn's credential is the secret it gets under one of its profile's credential variables.
-    let r = relay
-        .call(
-            "POST",
-            "/api/secrets",
-            Some(ADMIN),
-            Some(json!({"name": "ANTHROPIC_API_KEY", "value": "sk-ant-test-0123456789"})),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{r:?}");
+    put_secret(&relay, "ANTHROPIC_API_KEY", "sk-ant-test-0123456789").await;
     let with_key = |name: &str, harness: &str| {
         let mut b = body(name, harness);
         b["secrets"] = json!(["ANTHROPIC_API_KEY"]);
