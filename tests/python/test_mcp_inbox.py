@@ -53,6 +53,18 @@ def printed(relay: Relay, token: str, name: str):
     return [e["data"].get("raw") for e in r.json()["events"] if e["data"].get("raw")]
 
 
+async def first_item(c, session: str):
+    """Lists the inbox through the tool until an item of `session` is open; the listing and it."""
+    with anyio.fail_after(30):
+        while True:
+            r = await c.call_tool("inbox", {"action": "list"})
+            assert not r.is_error, text(r)
+            items = [i for i in r.structured_content["items"] if i["session_name"] == session]
+            if items:
+                return r, items[0]
+            await anyio.sleep(0.2)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_question_is_listed_and_answered_through_the_tool_and_the_agent_goes_on(relay, mode):
     token = relay.token(f"inbox-{mode}")
@@ -61,15 +73,7 @@ def test_a_question_is_listed_and_answered_through_the_tool_and_the_agent_goes_o
 
     async def main():
         async with connect(relay, token, mode) as c:
-            with anyio.fail_after(30):
-                while True:
-                    r = await c.call_tool("inbox", {"action": "list"})
-                    assert not r.is_error, text(r)
-                    items = [i for i in r.structured_content["items"] if i["session_name"] == name]
-                    if items:
-                        break
-                    await anyio.sleep(0.2)
-            item = items[0]
+            r, item = await first_item(c, name)
             assert (item["kind"], item["text"], item["options"]) == ("question", "Which database?", ["postgres", "sqlite"])
             # The agent's words are named as such.
             assert "items[].text" in r.meta[AGENT_TEXT] and "items[].options" in r.meta[AGENT_TEXT]
@@ -99,14 +103,7 @@ def test_a_failure_is_acked_and_another_persons_items_do_not_exist(relay, mode):
 
     async def main():
         async with connect(relay, token, mode) as c:
-            with anyio.fail_after(30):
-                while True:
-                    r = await c.call_tool("inbox", {"action": "list"})
-                    items = [i for i in r.structured_content["items"] if i["session_name"] == name]
-                    if items:
-                        break
-                    await anyio.sleep(0.2)
-            item = items[0]
+            _, item = await first_item(c, name)
             assert item["kind"] == "failed"
         async with connect(relay, other, mode) as c:
             nope = await c.call_tool("inbox", {"action": "ack", "item": item["id"]})
