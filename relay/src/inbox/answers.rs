@@ -9,9 +9,8 @@ use crate::{
     app::Relay,
     auth::Caller,
     error::{Error, Result},
-    sessions::supervisor::{Shell, SCRIPT_TIMEOUT},
+    sessions::supervisor::Shell,
     store::{ItemKind, ItemRow, ItemState},
-    text::sh_quote,
     time,
 };
 
@@ -132,20 +131,6 @@ async fn write(relay: &Relay, item: &ItemRow, outcome: Outcome) -> Result<()> {
         )));
     }
     let answer = Answer { v: PROTOCOL, id: request.clone(), at: time::now(), outcome };
-    let body = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, answer.to_json());
-    let script = format!(
-        "set -e\numask 022\nd={d}\nmkdir -p \"$d\"\nprintf %s {body} | base64 -d >\"$d/.{id}.tmp\"\nmv -f \"$d/.{id}.tmp\" \"$d/{id}.json\"",
-        d = sh_quote(&place.answers()),
-        body = sh_quote(&body),
-        id = request,
-    );
-    let out = shell.run(place.split, &script, SCRIPT_TIMEOUT).await?;
-    if out.exit_code != 0 {
-        return Err(Error::daemon(format!(
-            "writing the answer failed (exit {}): {}",
-            out.exit_code,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(())
+    let name = format!("{request}.json");
+    shell.write_file(place.split, &place.answers(), &name, answer.to_json().as_bytes()).await
 }

@@ -348,6 +348,27 @@ impl<'a> Shell<'a> {
         Ok(())
     }
 
+    /// Writes `body` to `dir/name` (made if missing), whole or not at all: a reader in the
+    /// sandbox never sees half a file. As root when `root` (into a directory only root writes).
+    pub async fn write_file(&self, root: bool, dir: &str, name: &str, body: &[u8]) -> Result<()> {
+        let script = format!(
+            "set -e\numask 022\nd={d}\nn={n}\nmkdir -p \"$d\"\nprintf %s {body} | base64 -d >\"$d/.$n.tmp\"\n\
+             mv -f \"$d/.$n.tmp\" \"$d/$n\"",
+            d = sh_quote(dir),
+            body = sh_quote(&B64.encode(body)),
+            n = sh_quote(name),
+        );
+        let out = self.run(root, &script, SCRIPT_TIMEOUT).await?;
+        if out.exit_code != 0 {
+            return Err(Error::daemon(format!(
+                "writing {name} failed (exit {}): {}",
+                out.exit_code,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+
     /// Starts the supervisor; returns its pid. Through the daemon with `tag`; without one,
     /// detached with `setsid` through the provider (its pid read back from `<turn>.pid`).
     pub async fn start(
