@@ -619,6 +619,7 @@ mod tests {
             daemon: true,
             created_at: 0,
             owner: None,
+            provider_ref: None,
         }
     }
 

@@ -115,6 +115,7 @@ impl Sandboxes {
             daemon: false,
             created_at: store::now(),
             owner: owner.map(str::to_string),
+            provider_ref: None,
         };
         {
             let _g = self.starting.lock().await;

@@ -110,6 +110,8 @@ pub enum Isolation {
     Namespaces,
     /// A Docker container.
     Container,
+    /// A virtual machine of its own (an E2B sandbox: a Firecracker microVM on E2B's hosts).
+    Vm,
     /// Nothing: a local sandbox whose commands run as the relay's own user, on the host.
     None,
 }
@@ -119,6 +121,7 @@ impl Isolation {
         match self {
             Isolation::Namespaces => "namespaces",
             Isolation::Container => "container",
+            Isolation::Vm => "vm",
             Isolation::None => "none",
         }
     }
@@ -127,6 +130,7 @@ impl Isolation {
         match s {
             "namespaces" => Some(Isolation::Namespaces),
             "container" => Some(Isolation::Container),
+            "vm" => Some(Isolation::Vm),
             "none" => Some(Isolation::None),
             _ => None,
         }
@@ -163,6 +167,9 @@ pub struct SandboxRow {
     /// and for sandboxes made before owners were recorded. Who may use a sandbox does not depend
     /// on it.
     pub owner: Option<String>,
+    /// What the provider calls what backs the sandbox, when it chose the name (E2B's sandbox id).
+    #[serde(skip)]
+    pub provider_ref: Option<String>,
 }
 
 pub use crate::time::now_secs as now;
@@ -196,7 +203,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     envd_pid_start INTEGER,
     isolation TEXT,
     uid INTEGER,
-    owner TEXT
+    owner TEXT,
+    provider_ref TEXT
 );
 CREATE TABLE IF NOT EXISTS detached (
     id TEXT PRIMARY KEY,
@@ -287,8 +295,8 @@ impl Store {
     pub fn insert_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
             "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at,
-                                    envd_pid_start, isolation, uid, owner)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                                    envd_pid_start, isolation, uid, owner, provider_ref)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             params![
                 s.id,
                 s.name,
@@ -304,7 +312,8 @@ impl Store {
                 s.envd_pid_start,
                 s.isolation.as_str(),
                 s.uid,
-                s.owner
+                s.owner,
+                s.provider_ref
             ],
         )?;
         Ok(())
@@ -313,7 +322,7 @@ impl Store {
     pub fn update_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
             "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7,
-                                  envd_pid_start = ?8, isolation = ?9, uid = ?10 WHERE id = ?1",
+                                  envd_pid_start = ?8, isolation = ?9, uid = ?10, provider_ref = ?11 WHERE id = ?1",
             params![
                 s.id,
                 s.state.as_str(),
@@ -324,7 +333,8 @@ impl Store {
                 s.daemon,
                 s.envd_pid_start,
                 s.isolation.as_str(),
-                s.uid
+                s.uid,
+                s.provider_ref
             ],
         )?;
         Ok(())
@@ -474,12 +484,13 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         daemon: r.get("daemon")?,
         created_at: r.get("created_at")?,
         owner: r.get("owner")?,
+        provider_ref: r.get("provider_ref")?,
     })
 }
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 8] = [
+    const ADDED: [(&str, &str, &str); 9] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
@@ -488,6 +499,7 @@ fn add_columns(conn: &Connection) -> Result<()> {
         ("jobs", "base_read", "INTEGER NOT NULL DEFAULT 0"),
         ("sessions", "approvals", "TEXT"),
         ("sandboxes", "owner", "TEXT"),
+        ("sandboxes", "provider_ref", "TEXT"),
     ];
     for (table, column, kind) in ADDED {
         let have: Vec<String> = conn
