@@ -25,11 +25,13 @@
 //! - [`relay`]: the `hangar-relay` under test, its REST calls and SSE streams.
 //! - [`cli`]: the `hangar` command-line client, run as a person would (`Hangar`).
 //! - [`docker`]: containers for the tests that need Docker.
+//! - [`e2b_api`]: a test double of E2B's REST API and edge, checked against E2B's published spec.
 
 pub mod cli;
 pub mod connect;
 pub mod daemon;
 pub mod docker;
+pub mod e2b_api;
 pub mod events;
 pub mod files;
 pub mod host;
