@@ -58,6 +58,11 @@ const CLIENT_ID: &str = "6532622b";
 /// The envd version the double reports when the daemon does not say.
 const ENVD_VERSION: &str = "0.6.4";
 
+/// Answers E2B's server gives that its spec does not list: an unknown template is a 404
+/// (`packages/api/internal/cache/templates/errors.go`), where the spec lists only 400, 401, 500,
+/// 503 and 504 for `POST /sandboxes`.
+const UNLISTED: [(&str, &str, u16); 1] = [("POST", "/sandboxes", 404)];
+
 /// One request the API got, and what it answered.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -436,7 +441,7 @@ async fn answer(
         (None, Some(_)) => return invalid("this operation takes no request body".into()),
         (Some((_, true)), None) => return invalid("request body has an error: value is required but missing".into()),
         (Some((schema, _)), Some(b)) => {
-            if !content_type.is_some_and(|c| c.split(';').next().map(str::trim) == Some("application/json")) {
+            if content_type.is_none_or(|c| c.split(';').next().map(str::trim) != Some("application/json")) {
                 return invalid(format!(
                     "request body has an error: header Content-Type has unexpected value: {content_type:?}"
                 ));
@@ -461,7 +466,7 @@ async fn answer(
     };
     // The double's own answer must be one the spec allows.
     let mut problems = Vec::new();
-    if status != 501 && !op.answers(status) {
+    if status != 501 && !op.answers(status) && !UNLISTED.contains(&(method, op.template.as_str(), status)) {
         problems.push(format!("{method} {}: {status} is not an answer the spec lists", op.template));
     }
     if let Some(schema) = op.response_schema(status) {

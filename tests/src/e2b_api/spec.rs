@@ -147,16 +147,8 @@ fn check_into(schema: &'static Value, value: &Value, at: &str, errors: &mut Vec<
         (schema.get("properties").is_some() || schema.get("additionalProperties").is_some()).then_some("object")
     });
     match kind {
-        Some("string") => {
-            if !value.is_string() {
-                errors.push(format!("{at}: must be a string"));
-            }
-        }
-        Some("boolean") => {
-            if !value.is_boolean() {
-                errors.push(format!("{at}: must be a boolean"));
-            }
-        }
+        Some("string") if !value.is_string() => errors.push(format!("{at}: must be a string")),
+        Some("boolean") if !value.is_boolean() => errors.push(format!("{at}: must be a boolean")),
         Some("integer") => match value.as_i64() {
             None => errors.push(format!("{at}: must be an integer")),
             Some(n) => {

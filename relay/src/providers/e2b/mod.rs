@@ -310,14 +310,23 @@ impl Provider for E2bProvider {
 
     async fn exec(
         &self,
-        _sandbox: &SandboxRow,
+        sandbox: &SandboxRow,
         _command: &str,
         _cwd: Option<&str>,
         _env: &[(String, String)],
         _timeout: Duration,
     ) -> Result<ExecOutput, ProviderError> {
-        // Every E2B sandbox has its envd, and E2B offers no other way in.
-        Err(ProviderError::Unsupported("exec without the sandbox's envd", "e2b"))
+        // Every E2B sandbox has its envd and E2B offers no other way in, so the relay asks here
+        // only when the envd did not answer: say why, from E2B's record.
+        let id = e2b_id(sandbox)?;
+        let detail = self.api.get(id).await.map_err(|e| provider_error(sandbox, "looking up the E2B sandbox", e))?;
+        Err(ProviderError::DaemonStart(format!(
+            "sandbox {:?}: its envd at {} does not answer (E2B says the sandbox is {:?}), and E2B has no exec \
+             without it",
+            sandbox.name,
+            sandbox.envd_url.as_deref().unwrap_or_default(),
+            detail.state.chars().take(40).collect::<String>()
+        )))
     }
 }
 
