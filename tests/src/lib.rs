@@ -26,7 +26,10 @@
 //! - [`cli`]: the `hangar` command-line client, run as a person would (`Hangar`).
 //! - [`docker`]: containers for the tests that need Docker.
 //! - [`e2b_api`]: a test double of E2B's REST API and edge, checked against E2B's published spec.
+//! - [`platform`] and [`cases`]: where a relay test's sandboxes live (a provider, or its test
+//!   double), and the relay tests every platform runs where they apply.
 
+pub mod cases;
 pub mod cli;
 pub mod connect;
 pub mod daemon;
@@ -35,6 +38,7 @@ pub mod e2b_api;
 pub mod events;
 pub mod files;
 pub mod host;
+pub mod platform;
 pub mod procfs;
 pub mod relay;
 pub mod requests;
