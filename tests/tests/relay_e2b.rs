@@ -3,16 +3,48 @@
 //! sandboxes are real containers of a hangar-envd image behind a double of E2B's edge. Nothing
 //! here has run against E2B's own service (docs/e2b.md says what that leaves open).
 //!
-//! The tests that make sandboxes need Docker: without it they fail under CI=true and are skipped,
-//! with a notice, otherwise (see hangar_e2e::docker). The ones about settings and errors that
-//! are found before any sandbox exists run everywhere.
+//! First the cases of `hangar_e2e::cases` that apply to an E2B sandbox. The ones that do not:
+//! - `a_sandbox_without_the_daemon_falls_back_to_the_providers_exec`,
+//!   `background_processes_without_the_daemon_are_detached_and_polled`,
+//!   `an_unattached_process_without_the_daemon_is_still_watched`,
+//!   `without_the_daemon_a_turn_is_polled_and_cancel_still_works`: every E2B sandbox has its
+//!   envd, and E2B has no exec without it, so there is no sandbox without a daemon.
+//! - `options_reach_commands_through_the_daemon_and_without_it`: E2B's API takes no `user` or
+//!   `workdir` (the template's apply: `user` in `/home/user`); `env` is tested below.
+//!
+//! Then the provider's own tests. The tests that make sandboxes need Docker: without it they
+//! fail under CI=true and are skipped, with a notice, otherwise (see hangar_e2e::docker). The
+//! ones about settings and errors found before any sandbox exists run everywhere.
 use hangar_e2e::{
     docker::{self, container_of, inspect, pids_named, Containers, ENVD_IMAGE},
-    e2b_api::{E2bApi, SandboxState},
+    e2b_api::{E2bApi, SandboxState, TEMPLATE_USER},
+    platform::Platform,
+    platform_cases,
     relay::{Relay, StateDir, ADMIN},
     wait_until, STEP,
 };
 use serde_json::{json, Value};
+
+platform_cases!(e2b;
+    a_sandbox_with_the_daemon_streams_through_it,
+    pause_resume_and_destroy,
+    a_removed_sandbox_is_reported_and_can_be_destroyed,
+    with_the_daemon_a_turn_is_followed_and_split_and_forgeries_change_nothing,
+    a_destroyed_sandbox_cancels_its_turns_and_a_vanished_one_crashes_them,
+    a_job_creates_its_sandbox_runs_and_verifies_there_and_a_failing_verification_fails_the_next,
+);
+
+/// The `e2b` provider against the double, or `None` when the test must skip. Its sandboxes run
+/// as the template's user, which the provider does not take as an option.
+fn e2b(test: &str) -> Option<Platform> {
+    if !docker::available(test) {
+        return None;
+    }
+    let double = E2bApi::start(&image());
+    let env = double.relay_env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let platform = Platform::new("e2b", "e2b", json!({}), None, env, Some(Box::new(double)));
+    Some(platform.with_fixed(json!({ "user": TEMPLATE_USER })))
+}
 
 /// The image the double's `base` template runs: hangar-envd (`HANGAR_TEST_E2B_IMAGE` names
 /// another, such as one whose daemon serves only E2B's services).

@@ -13,7 +13,8 @@
 //!   `e2b-<id>`, labelled `hangar.sandbox` and `hangar.sandbox.name` from the metadata the
 //!   provider sent (so `docker::Containers` and `docker::container_of` find it). Its envd gets the
 //!   access token the double made (`HANGAR_ENVD_ACCESS_TOKEN`), then `POST /init` with the
-//!   sandbox's `envVars`, as E2B's orchestrator sends it. Pause and resume are `docker pause` and
+//!   sandbox's `envVars` and the template's user (`user`) and directory (`/home/user`), as E2B's
+//!   orchestrator sends it. A sandbox whose container was removed is one E2B no longer has. Pause and resume are `docker pause` and
 //!   `docker unpause` (E2B's memory snapshot keeps processes too); kill is `docker rm -f`.
 //! - The edge routes `E2b-Sandbox-Id`/`E2b-Sandbox-Port` (for an IP, `localhost` or
 //!   `sandbox.<domain>` host) or a `<port>-<id>.<domain>` host to the container's envd, as E2B's
@@ -55,6 +56,9 @@ pub const ENVD_PORT: u16 = 49983;
 const MAX_TIMEOUT_HOURS: i64 = 24;
 /// E2B's `clientID` is deprecated and fixed.
 const CLIENT_ID: &str = "6532622b";
+/// The user and directory E2B's templates give commands (its base template's).
+pub const TEMPLATE_USER: &str = "user";
+const TEMPLATE_WORKDIR: &str = "/home/user";
 /// The envd version the double reports when the daemon does not say.
 const ENVD_VERSION: &str = "0.6.4";
 
@@ -135,6 +139,17 @@ impl Ctx {
 
     pub(crate) fn sandbox(&self, id: &str) -> Option<Sandbox> {
         self.lock().sandboxes.get(id).cloned()
+    }
+
+    /// The sandbox, if its container still exists: E2B's record follows its VMs, so one whose
+    /// container was removed behind the double's back is forgotten, as a VM that died is.
+    pub(crate) async fn live(&self, id: &str) -> Option<Sandbox> {
+        let s = self.sandbox(id)?;
+        if docker(&["inspect", "--format", "{{.State.Status}}", &s.container]).await.is_ok() {
+            return Some(s);
+        }
+        self.lock().sandboxes.remove(id);
+        None
     }
 
     pub(crate) fn record_edge(&self, r: EdgeRecorded) {
@@ -456,7 +471,7 @@ async fn answer(
     let id = op.param("sandboxID").map(str::to_string);
     let (status, answer) = match (method, op.template.as_str(), id) {
         ("POST", "/sandboxes", _) => create(ctx, body.unwrap_or(Value::Null)).await,
-        ("GET", "/sandboxes/{sandboxID}", Some(id)) => get(ctx, &id),
+        ("GET", "/sandboxes/{sandboxID}", Some(id)) => get(ctx, &id).await,
         ("DELETE", "/sandboxes/{sandboxID}", Some(id)) => kill(ctx, &id).await,
         ("POST", "/sandboxes/{sandboxID}/pause", Some(id)) => pause(ctx, &id).await,
         ("POST", "/sandboxes/{sandboxID}/connect", Some(id)) => {
@@ -627,7 +642,8 @@ async fn init_envd(ctx: &Ctx, ip: &str, token: Option<&str>, env: &BTreeMap<Stri
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
-    let mut init = json!({ "envVars": env });
+    // E2B's templates run commands as `user` in `/home/user` unless built otherwise.
+    let mut init = json!({ "envVars": env, "defaultUser": TEMPLATE_USER, "defaultWorkdir": TEMPLATE_WORKDIR });
     if let Some(t) = token {
         init["accessToken"] = json!(t);
     }
@@ -646,15 +662,16 @@ async fn init_envd(ctx: &Ctx, ip: &str, token: Option<&str>, env: &BTreeMap<Stri
     Ok(resp.headers().get("x-envd-version").and_then(|v| v.to_str().ok()).unwrap_or(ENVD_VERSION).to_string())
 }
 
-fn get(ctx: &Ctx, id: &str) -> (u16, Value) {
-    match ctx.sandbox(id) {
+async fn get(ctx: &Ctx, id: &str) -> (u16, Value) {
+    match ctx.live(id).await {
         Some(s) => (200, detail_json(&s)),
         None => not_found(id),
     }
 }
 
 async fn kill(ctx: &Ctx, id: &str) -> (u16, Value) {
-    let Some(s) = ctx.lock().sandboxes.remove(id) else { return not_found(id) };
+    let Some(s) = ctx.live(id).await else { return not_found(id) };
+    ctx.lock().sandboxes.remove(id);
     match docker(&["rm", "-f", "-v", &s.container]).await {
         Ok(_) => (204, Value::Null),
         Err(e) => error(500, format!("Error killing sandbox: {e}")),
@@ -662,7 +679,7 @@ async fn kill(ctx: &Ctx, id: &str) -> (u16, Value) {
 }
 
 async fn pause(ctx: &Ctx, id: &str) -> (u16, Value) {
-    let Some(s) = ctx.sandbox(id) else { return not_found(id) };
+    let Some(s) = ctx.live(id).await else { return not_found(id) };
     if s.state == SandboxState::Paused {
         return error(409, format!("Error pausing sandbox - sandbox '{id}' is already paused"));
     }
@@ -679,7 +696,7 @@ async fn connect(ctx: &Ctx, id: &str, timeout: i64) -> (u16, Value) {
     if timeout > MAX_TIMEOUT_HOURS * 3600 {
         return error(400, format!("Timeout cannot be greater than {MAX_TIMEOUT_HOURS} hours"));
     }
-    let Some(s) = ctx.sandbox(id) else { return not_found(id) };
+    let Some(s) = ctx.live(id).await else { return not_found(id) };
     let resumed = s.state == SandboxState::Paused;
     if resumed {
         if let Err(e) = docker(&["unpause", &s.container]).await {

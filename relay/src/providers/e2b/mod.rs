@@ -78,8 +78,8 @@ fn provider_error(sandbox: &SandboxRow, what: &str, e: ApiError) -> ProviderErro
     let id = sandbox.provider_ref.as_deref().unwrap_or("?");
     match e {
         ApiError::Status { status: 404, message } => ProviderError::Gone(format!(
-            "sandbox {:?}: E2B no longer has its sandbox {id} (killed outside hangar, or ended at its timeout; \
-             E2B said: {message}); destroy the sandbox",
+            "sandbox {:?} is gone: E2B no longer has its sandbox {id} (killed outside hangar, or ended at its \
+             timeout; E2B said: {message}); destroy the sandbox",
             sandbox.name
         )),
         e => service_error(what, e),
