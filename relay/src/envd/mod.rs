@@ -141,3 +141,23 @@ pub fn daemon_error(what: &str, s: Status) -> Error {
         _ => Error::Daemon(format!("{what}: the sandbox's daemon answered {}", s.message())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_https_daemon_is_reached_over_tls_with_its_routing_headers() {
+        let route = [("e2b-sandbox-id", "iabc"), ("e2b-sandbox-port", "49983")];
+        let envd = Envd::routed("https://49983-iabc.e2b.app", "token", &route).expect("a TLS client");
+        let mut auth = envd.auth.clone();
+        let req = tonic::service::Interceptor::call(&mut auth, Request::new(())).expect("intercepted");
+        let header = |k: &str| req.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+        assert_eq!(
+            (header("x-access-token"), header("e2b-sandbox-id"), header("e2b-sandbox-port")),
+            (Some("token".into()), Some("iabc".into()), Some("49983".into()))
+        );
+        assert!(matches!(Envd::routed("http://127.0.0.1:1", "t", &[("bad header", "x")]), Err(EnvdError::Route(_))));
+        assert!(matches!(Envd::routed("http://127.0.0.1:1", "t", &[("x", "a\nb")]), Err(EnvdError::Route(_))));
+    }
+}

@@ -247,3 +247,20 @@ fn chain(e: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e2b_messages_are_bounded_and_never_quote_the_key() {
+        let key: ApiKey = "e2b_secret0123".parse().expect("a key");
+        let api = Api::new("http://127.0.0.1:1", Some(key)).expect("a client");
+        let body = br#"{"code": 401, "message": "Invalid API key e2b_secret0123"}"#;
+        assert_eq!(api.message(StatusCode::UNAUTHORIZED, body), "Invalid API key [the API key]");
+        assert_eq!(api.message(StatusCode::BAD_GATEWAY, b""), "Bad Gateway");
+        let long = format!("{{\"code\": 500, \"message\": \"{}\"}}", "é".repeat(2000));
+        assert!(api.message(StatusCode::INTERNAL_SERVER_ERROR, long.as_bytes()).len() <= MAX_MESSAGE_BYTES);
+        assert!(Api::new("ftp://x", None).is_err());
+    }
+}
