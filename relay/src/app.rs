@@ -101,13 +101,17 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     // Docker is reached lazily: the relay starts without it, and says in its log whether it is there.
     let docker = providers::docker::DockerProvider::new();
     docker.connect_in_background();
+    // So is the cluster; its watch on sandbox pods reports vanished pods to `sandboxes::gone`.
+    let (gone, vanished) = sandboxes::gone::channel();
+    let kubernetes = providers::kubernetes::KubernetesProvider::new(config.kubernetes.clone(), gone);
+    kubernetes.watch_in_background();
     let streams = streams::Streams::new(config.limits.clone());
     let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential));
     let sandboxes = sandboxes::Sandboxes::new(
         store.clone(),
         streams.clone(),
         fleet.clone(),
-        vec![Box::new(local), Box::new(docker)],
+        vec![Box::new(local), Box::new(docker), Box::new(kubernetes)],
         config.allow_unisolated_sandboxes,
     );
     let harnesses = match &config.sessions.harnesses {
@@ -150,6 +154,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         tickets: auth::tickets::Tickets::new(config.ticket_lifetime()),
     });
     relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
+    tokio::spawn(sandboxes::gone::follow(relay.clone(), vanished));
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -66,6 +66,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub sessions: SessionSettings,
+
+    #[command(flatten)]
+    pub kubernetes: crate::providers::kubernetes::Settings,
 }
 
 /// How agent sessions run (docs/operations.md lists them).

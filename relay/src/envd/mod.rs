@@ -60,15 +60,21 @@ pub struct Envd {
 impl Envd {
     /// A lazily connecting client; calls fail fast if the daemon is gone.
     pub fn new(url: &str, token: &str) -> Result<Envd, EnvdError> {
-        let endpoint = Endpoint::from_shared(url.to_string())
-            .map_err(|_| EnvdError::Address(url.to_string()))?
-            .connect_timeout(Duration::from_secs(3))
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .initial_stream_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW);
         let token = MetadataValue::try_from(token).map_err(|_| EnvdError::Token)?;
-        Ok(Envd { channel: endpoint.connect_lazy(), auth: Auth { token } })
+        Ok(Envd { channel: endpoint(url)?.connect_lazy(), auth: Auth { token } })
+    }
+
+    /// The same, over connections `connector` makes (a tunnel to the daemon, such as the
+    /// Kubernetes API server's port-forward); `url` names the daemon for HTTP/2.
+    pub fn with_connector<C>(url: &str, token: &str, connector: C) -> Result<Envd, EnvdError>
+    where
+        C: tower::Service<http::Uri> + Send + 'static,
+        C::Response: hyper::rt::Read + hyper::rt::Write + Send + Unpin + 'static,
+        C::Future: Send,
+        Box<dyn std::error::Error + Send + Sync>: From<C::Error> + Send,
+    {
+        let token = MetadataValue::try_from(token).map_err(|_| EnvdError::Token)?;
+        Ok(Envd { channel: endpoint(url)?.connect_with_connector_lazy(connector), auth: Auth { token } })
     }
 
     pub fn process(&self) -> ProcessClient<Authed> {
@@ -94,6 +100,16 @@ impl Envd {
             Err(_) => Err(EnvdError::Unreachable("timed out".into())),
         }
     }
+}
+
+fn endpoint(url: &str) -> Result<Endpoint, EnvdError> {
+    Ok(Endpoint::from_shared(url.to_string())
+        .map_err(|_| EnvdError::Address(url.to_string()))?
+        .connect_timeout(Duration::from_secs(3))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW))
 }
 
 /// A daemon's refusal as the relay's error; `what` says what was being done. The daemon's

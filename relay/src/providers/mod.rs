@@ -1,11 +1,13 @@
-//! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback) and
-//! `docker` (a container from a local image, its hangar-envd reached at the container's IP).
-//! Kubernetes and remote envds (such as E2B's) are planned, not written; they would implement the
-//! same trait.
+//! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback),
+//! `docker` (a container from a local image, its hangar-envd reached at the container's IP) and
+//! `kubernetes` (a pod, its hangar-envd reached at the pod's IP or through the API server's
+//! port-forward). A provider that sees a sandbox's resource vanish reports it through
+//! `sandboxes::gone`.
 //!
 //! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
 //! what runs inside.
 pub mod docker;
+pub mod kubernetes;
 pub mod local;
 
 use std::{path::PathBuf, time::Duration};
