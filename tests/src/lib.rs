@@ -25,6 +25,8 @@
 //! - [`relay`]: the `hangar-relay` under test, its REST calls and SSE streams.
 //! - [`cli`]: the `hangar` command-line client, run as a person would (`Hangar`).
 //! - [`docker`]: containers for the tests that need Docker.
+//! - [`kube`]: a Kubernetes API server double (its pods run as Docker containers), for the
+//!   kubernetes provider's tests.
 
 pub mod cli;
 pub mod connect;
@@ -33,6 +35,7 @@ pub mod docker;
 pub mod events;
 pub mod files;
 pub mod host;
+pub mod kube;
 pub mod procfs;
 pub mod relay;
 pub mod requests;
