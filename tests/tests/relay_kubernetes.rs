@@ -348,3 +348,145 @@ async fn against_a_real_cluster() {
     assert_eq!(r.status, 400);
     assert_eq!(relay.call("DELETE", &format!("/api/sandboxes/{name}"), Some(ADMIN), None).await.status, 204);
 }
+
+/// Every manifest of deploy/kubernetes/ parses into its `k8s-openapi` type, with no field the
+/// type does not know (an unknown kind, a misspelt field or a wrong type fails).
+#[test]
+fn the_deploy_manifests_are_kubernetes_objects() {
+    use k8s_openapi::{
+        api::{
+            apps::v1::Deployment,
+            core::v1::{Namespace, PersistentVolumeClaim, Service, ServiceAccount},
+            networking::v1::NetworkPolicy,
+            rbac::v1::{Role, RoleBinding},
+        },
+        serde::de::DeserializeOwned,
+    };
+    fn typed<T: DeserializeOwned + k8s_openapi::serde::Serialize>(doc: &Value) -> Result<Value, String> {
+        let t: T = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
+        serde_json::to_value(&t).map_err(|e| e.to_string())
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
+    let mut kinds = Vec::new();
+    let mut files: Vec<_> =
+        std::fs::read_dir(&dir).expect("deploy/kubernetes").map(|e| e.expect("entry").path()).collect();
+    files.sort();
+    for path in files.iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
+        let text = std::fs::read_to_string(path).expect("manifest");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let back = match kind.as_str() {
+                "Namespace" => typed::<Namespace>(&doc),
+                "ServiceAccount" => typed::<ServiceAccount>(&doc),
+                "Role" => typed::<Role>(&doc),
+                "RoleBinding" => typed::<RoleBinding>(&doc),
+                "PersistentVolumeClaim" => typed::<PersistentVolumeClaim>(&doc),
+                "Deployment" => typed::<Deployment>(&doc),
+                "Service" => typed::<Service>(&doc),
+                "NetworkPolicy" => typed::<NetworkPolicy>(&doc),
+                other => Err(format!("unknown kind {other:?}")),
+            }
+            .unwrap_or_else(|e| panic!("{}: {kind}: {e}", path.display()));
+            let mut unknown = Vec::new();
+            hangar_e2e::kube::unknown_fields(&doc, &back, "", &mut unknown);
+            assert_eq!(unknown, Vec::<String>::new(), "{}: {kind}: fields its type does not have", path.display());
+            kinds.push(kind);
+        }
+    }
+    kinds.sort();
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        [
+            "Deployment",
+            "Namespace",
+            "NetworkPolicy",
+            "PersistentVolumeClaim",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount"
+        ]
+    );
+    // The Role is the narrowest the provider needs, and nothing more.
+    let rbac = std::fs::read_to_string(dir.join("rbac.yaml")).expect("rbac");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&rbac).expect("rbac yaml");
+    let rules: Vec<(String, String)> = docs[0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .flat_map(|r| {
+            let verbs: Vec<String> =
+                r["verbs"].as_array().expect("verbs").iter().map(|v| v.as_str().unwrap_or("").to_string()).collect();
+            r["resources"]
+                .as_array()
+                .expect("resources")
+                .iter()
+                .map(move |res| (res.as_str().unwrap_or("").to_string(), verbs.join(",")))
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("pods".into(), "get,list,watch,create,delete".into()),
+            ("pods/exec".into(), "create,get".into()),
+            ("pods/portforward".into(), "create,get".into()),
+            ("pods/log".into(), "get".into()),
+            ("events".into(), "list".into())
+        ]
+    );
+}
+
+/// `kubectl` (a second, independent client) reads what the double serves: `get pods -o wide`,
+/// `get pod -o yaml` and `describe pod` name the pod, its labels, image and IP.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_reads_the_doubles_pods() {
+    if !docker::available("kubectl_reads_the_doubles_pods") {
+        return;
+    }
+    let kubectl = ["/usr/bin/kubectl", "/usr/local/bin/kubectl"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let Some(kubectl) = kubectl else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "kubectl is required when CI=true (.ci/run installs it)");
+        eprintln!("SKIPPED kubectl_reads_the_doubles_pods: no kubectl");
+        return;
+    };
+    let mut containers = Containers::new();
+    let api = ApiServer::start().await;
+    let state = StateDir::new();
+    let relay = relay_on(&api, &state, "pod-ip", &[]);
+    let name = containers.name("kubectl");
+    let (status, sbx) = create(&relay, &name, json!({"image": ENVD_IMAGE})).await;
+    assert_eq!(status, 201, "{sbx}");
+    let pod = pod_of(sbx["id"].as_str().expect("id"));
+    let ip = api.pod(NS, &pod).and_then(|p| p.status?.pod_ip).expect("pod IP");
+    let dir = state.0.with_extension("kubectl");
+    let kubeconfig = api.kubeconfig(&dir, NS);
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(kubectl)
+            .args([
+                "--kubeconfig",
+                kubeconfig.to_str().expect("path"),
+                "--cache-dir",
+                dir.join("cache").to_str().expect("path"),
+            ])
+            .args(args)
+            .output()
+            .expect("running kubectl");
+        assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let wide = tokio::task::block_in_place(|| run(&["get", "pods", "-o", "wide"]));
+    assert!(wide.contains(&pod) && wide.contains(&ip) && wide.contains("Running"), "{wide}");
+    let yaml = tokio::task::block_in_place(|| run(&["get", "pod", &pod, "-o", "yaml"]));
+    for want in [&pod, &ip, ENVD_IMAGE, &format!("hangar.sandbox.name: {name}"), "allowPrivilegeEscalation: false"] {
+        assert!(yaml.contains(want), "{want}: {yaml}");
+    }
+    let described = tokio::task::block_in_place(|| run(&["describe", "pod", &pod]));
+    for want in [&pod, &ip, ENVD_IMAGE, &format!("hangar.sandbox.name={name}"), "Started"] {
+        assert!(described.contains(want), "{want}: {described}");
+    }
+    drop(relay);
+    // kubectl's discovery and reads are the double's to answer; nothing else was asked.
+    no_surprises(&api);
+}

@@ -244,7 +244,7 @@ fn selects(selector: &str, labels: &BTreeMap<String, String>) -> Option<bool> {
 
 /// The pod body's fields the `k8s-openapi` types do not know (or the value they change): what
 /// the API server's strict field validation would warn of.
-fn unknown_fields(sent: &Value, typed: &Value, at: &str, found: &mut Vec<String>) {
+pub fn unknown_fields(sent: &Value, typed: &Value, at: &str, found: &mut Vec<String>) {
     match (sent, typed) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in a {
