@@ -1,12 +1,13 @@
 //! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback),
 //! `docker` (a container from a local image, its hangar-envd reached at the container's IP) and
 //! `kubernetes` (a pod, its hangar-envd reached at the pod's IP or through the API server's
-//! port-forward). A provider that sees a sandbox's resource vanish reports it through
-//! `sandboxes::gone`.
+//! port-forward). A provider that sees a sandbox's resource vanish reports it through `gone`
+//! (to `sandboxes::gone`).
 //!
 //! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
 //! what runs inside.
 pub mod docker;
+pub mod gone;
 pub mod kubernetes;
 pub mod local;
 

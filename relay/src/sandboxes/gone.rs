@@ -1,47 +1,14 @@
 //! Sandboxes whose backing resource vanished outside hangar (a pod deleted or evicted, its node
 //! lost): the one entry point any provider reports them through, and what it does.
 //!
-//! A provider holds a `GoneSender` and says what it saw (`vanished`, or after a full listing,
+//! A provider holds a `GoneSender` (`providers::gone`) and says what it saw (`vanished`, or after a full listing,
 //! `present`); the relay's task (`follow`) makes each such sandbox `gone`: its state is stored,
 //! its streams end (`gone`), and its live turns end `crashed/sandbox_gone` (the run design
 //! record, section 5.3). A sandbox hangar itself is creating or destroying is left alone.
 use std::{collections::HashSet, sync::Arc};
 
-use tokio::sync::mpsc;
-
+pub use crate::providers::gone::{channel, GoneReceiver, GoneSender, Seen};
 use crate::{app::Relay, error::Result, events, store::SandboxState, store::TurnState};
-
-/// What a provider saw.
-#[derive(Debug)]
-pub enum Seen {
-    /// The sandbox's resource vanished, for the reason given (the provider's words, for people).
-    Vanished { sandbox_id: String, why: String },
-    /// A full listing of what backs a provider's sandboxes, taken at `listed_at` (epoch
-    /// seconds): its sandboxes created before then and not in `ids` vanished while nobody was
-    /// watching (the relay was down, or the watch broken).
-    Present { provider: &'static str, ids: HashSet<String>, listed_at: i64 },
-}
-
-/// A provider's side of the channel.
-#[derive(Clone)]
-pub struct GoneSender(mpsc::UnboundedSender<Seen>);
-
-impl GoneSender {
-    pub fn vanished(&self, sandbox_id: &str, why: &str) {
-        let _ = self.0.send(Seen::Vanished { sandbox_id: sandbox_id.to_string(), why: why.to_string() });
-    }
-
-    pub fn present(&self, provider: &'static str, ids: HashSet<String>, listed_at: i64) {
-        let _ = self.0.send(Seen::Present { provider, ids, listed_at });
-    }
-}
-
-pub type GoneReceiver = mpsc::UnboundedReceiver<Seen>;
-
-pub fn channel() -> (GoneSender, GoneReceiver) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (GoneSender(tx), rx)
-}
 
 /// The relay's task: makes every sandbox the providers report `gone`.
 pub async fn follow(relay: Arc<Relay>, mut seen: GoneReceiver) {

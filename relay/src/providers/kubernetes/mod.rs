@@ -47,7 +47,7 @@ use crate::{
     auth,
     envd::Envd,
     events,
-    sandboxes::gone::GoneSender,
+    providers::gone::GoneSender,
     store::{Isolation, SandboxRow},
     text::Tail,
 };
