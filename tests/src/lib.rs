@@ -27,7 +27,10 @@
 //! - [`docker`]: containers for the tests that need Docker.
 //! - [`kube`]: a Kubernetes API server double (its pods run as Docker containers), for the
 //!   kubernetes provider's tests.
+//! - [`platform`] and [`cases`]: where a relay test's sandboxes live (a provider, or its test
+//!   double), and the relay tests every platform runs where they apply.
 
+pub mod cases;
 pub mod cli;
 pub mod connect;
 pub mod daemon;
@@ -36,6 +39,7 @@ pub mod events;
 pub mod files;
 pub mod host;
 pub mod kube;
+pub mod platform;
 pub mod procfs;
 pub mod relay;
 pub mod requests;
