@@ -5,6 +5,12 @@
 //! tests fail under CI=true and are skipped, with a notice, otherwise (hangar_e2e::docker).
 //!
 //! `against_a_real_cluster` runs only with `--ignored` and `HANGAR_TEST_KUBECONFIG` set.
+//!
+//! The shared cases (`hangar_e2e::cases`) run on the double in both reach modes (modules
+//! `pod_ip` and `port_forward`), all but two: `pause_resume_and_destroy` (Kubernetes cannot
+//! pause a pod: `a_pod_with_the_daemon_...` checks the refusal) and
+//! `options_reach_commands_through_the_daemon_and_without_it` (its sandbox without a daemon has a
+//! `user`, which Kubernetes' exec cannot switch to: the provider refuses that as a bad option).
 use std::time::Duration;
 
 use hangar_e2e::{
@@ -17,6 +23,36 @@ use hangar_e2e::{
 use serde_json::{json, Value};
 
 const NS: &str = "sandboxes";
+
+macro_rules! kubernetes_cases {
+    ($platform:expr) => {
+        hangar_e2e::platform_cases!($platform;
+            a_sandbox_with_the_daemon_streams_through_it,
+            a_sandbox_without_the_daemon_falls_back_to_the_providers_exec,
+            a_removed_sandbox_is_reported_and_can_be_destroyed,
+            background_processes_without_the_daemon_are_detached_and_polled,
+            an_unattached_process_without_the_daemon_is_still_watched,
+            with_the_daemon_a_turn_is_followed_and_split_and_forgeries_change_nothing,
+            without_the_daemon_a_turn_is_polled_and_cancel_still_works,
+            a_destroyed_sandbox_cancels_its_turns_and_a_vanished_one_crashes_them,
+            a_job_creates_its_sandbox_runs_and_verifies_there_and_a_failing_verification_fails_the_next,
+        );
+    };
+}
+
+mod pod_ip {
+    fn platform(test: &str) -> Option<hangar_e2e::platform::Platform> {
+        hangar_e2e::platform::Platform::kubernetes(test, "pod-ip")
+    }
+    kubernetes_cases!(platform);
+}
+
+mod port_forward {
+    fn platform(test: &str) -> Option<hangar_e2e::platform::Platform> {
+        hangar_e2e::platform::Platform::kubernetes(test, "port-forward")
+    }
+    kubernetes_cases!(platform);
+}
 const REACHES: [&str; 2] = ["pod-ip", "port-forward"];
 
 /// A relay using the double in `reach` mode, with `env` added.

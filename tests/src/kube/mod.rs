@@ -63,20 +63,28 @@ struct Shared {
     unexpected: Arc<Mutex<Vec<String>>>,
 }
 
-/// The running double; it stops (and removes its pods' containers) when dropped.
+/// The running double, on a runtime of its own (so a test's blocking calls never stall it); it
+/// stops (and removes its pods' containers) when dropped.
 pub struct ApiServer {
     pub addr: SocketAddr,
     shared: Shared,
-    task: tokio::task::JoinHandle<()>,
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl ApiServer {
     pub async fn start() -> ApiServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the API server double");
-        let addr = listener.local_addr().expect("its address");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("the API server double's runtime");
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding the API server double");
+        std_listener.set_nonblocking(true).expect("nonblocking");
+        let addr = std_listener.local_addr().expect("its address");
         let shared = Shared::default();
         let s = shared.clone();
-        let task = tokio::spawn(async move {
+        runtime.spawn(async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else { return };
             loop {
                 let Ok((conn, _)) = listener.accept().await else { continue };
                 let s = s.clone();
@@ -92,7 +100,7 @@ impl ApiServer {
                 });
             }
         });
-        ApiServer { addr, shared, task }
+        ApiServer { addr, shared, runtime: Some(runtime) }
     }
 
     pub fn url(&self) -> String {
@@ -138,13 +146,17 @@ impl ApiServer {
 
     /// Deletes a pod as `kubectl delete pod` would (through the API).
     pub async fn delete_pod(&self, ns: &str, name: &str) -> bool {
-        delete(&self.shared.objects, ns, name).await.is_some()
+        let Some(rt) = &self.runtime else { return false };
+        let (objects, ns, name) = (self.shared.objects.clone(), ns.to_string(), name.to_string());
+        rt.spawn(async move { delete(&objects, &ns, &name).await.is_some() }).await.unwrap_or(false)
     }
 }
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
         for pod in self.pods() {
             let _ = std::process::Command::new("docker").args(["rm", "-f", "-v", &container_name(&pod)]).output();
         }

@@ -117,7 +117,7 @@ fn status(e: &kube::Error) -> Option<u16> {
 
 fn gone(sandbox: &SandboxRow, why: &str) -> ProviderError {
     ProviderError::Gone(format!(
-        "sandbox {:?}: its pod {} {why}; destroy the sandbox",
+        "sandbox {:?} is gone: its pod {} {why}; destroy the sandbox",
         sandbox.name,
         pod_name(&sandbox.id)
     ))
@@ -185,7 +185,12 @@ impl KubernetesProvider {
         let cluster = self.cluster().await?;
         match cluster.pods().get_opt(&pod_name(&sandbox.id)).await {
             Ok(Some(p)) => Ok(p),
-            Ok(None) => Err(gone(sandbox, "no longer exists (deleted outside hangar, evicted or its node lost)")),
+            Ok(None) => {
+                let why = "no longer exists (deleted outside hangar, evicted or its node lost)";
+                // Found before the watch said so: the sandbox is gone all the same.
+                self.gone.vanished(&sandbox.id, why);
+                Err(gone(sandbox, why))
+            }
             Err(e) => Err(api_error("reading the pod", e)),
         }
     }
