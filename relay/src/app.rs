@@ -103,6 +103,10 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     // Docker is reached lazily: the relay starts without it, and says in its log whether it is there.
     let docker = providers::docker::DockerProvider::new();
     docker.connect_in_background();
+    // So is the cluster; its watch on sandbox pods reports vanished pods to `sandboxes::gone`.
+    let (gone, vanished) = sandboxes::gone::channel();
+    let kubernetes = providers::kubernetes::KubernetesProvider::new(config.kubernetes.clone(), gone);
+    kubernetes.watch_in_background();
     // E2B is reached only when an e2b sandbox is used: without a key the relay starts all the same.
     let e2b = providers::e2b::E2bProvider::new(&config.e2b).map_err(StartError::E2b)?;
     let streams = streams::Streams::new(config.limits.clone());
@@ -111,7 +115,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         store.clone(),
         streams.clone(),
         fleet.clone(),
-        vec![Box::new(local), Box::new(docker), Box::new(e2b)],
+        vec![Box::new(local), Box::new(docker), Box::new(kubernetes), Box::new(e2b)],
         config.allow_unisolated_sandboxes,
     );
     let harnesses = match &config.sessions.harnesses {
@@ -154,6 +158,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         tickets: auth::tickets::Tickets::new(config.ticket_lifetime()),
     });
     relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
+    tokio::spawn(sandboxes::gone::follow(relay.clone(), vanished));
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -69,6 +69,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub e2b: E2bSettings,
+
+    #[command(flatten)]
+    pub kubernetes: crate::providers::kubernetes::Settings,
 }
 
 /// How the `e2b` provider reaches E2B (docs/e2b.md).

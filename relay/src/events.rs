@@ -533,3 +533,70 @@ impl FleetTrouble<'_> {
         tracing::warn!(target: TARGET, event = "fleet_trouble", what = self.what, error = self.error, "fleet trouble");
     }
 }
+
+pub struct KubernetesConnected<'a> {
+    pub version: &'a str,
+    pub namespace: &'a str,
+    pub reach: &'a str,
+}
+impl KubernetesConnected<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "kubernetes_connected", version = self.version, namespace = self.namespace,
+            reach = self.reach, "connected to the Kubernetes API server");
+    }
+}
+
+pub struct KubernetesUnavailable<'a> {
+    pub error: &'a str,
+}
+impl KubernetesUnavailable<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "kubernetes_unavailable", error = self.error,
+            "no Kubernetes cluster is reachable; kubernetes sandboxes fail until one is");
+    }
+}
+
+pub struct KubernetesWatchTrouble<'a> {
+    pub error: &'a str,
+}
+impl KubernetesWatchTrouble<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "kubernetes_watch_trouble", error = self.error,
+            "the watch on sandbox pods failed; it starts again");
+    }
+}
+
+pub struct PodStarted<'a> {
+    pub sandbox: &'a str,
+    pub pod: &'a str,
+    pub image: &'a str,
+    pub daemon: bool,
+}
+impl PodStarted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "pod_started", sandbox = self.sandbox, pod = self.pod, image = self.image,
+            daemon = self.daemon, "sandbox pod ready");
+    }
+}
+
+pub struct PodDeleted<'a> {
+    pub sandbox: &'a str,
+    pub pod: &'a str,
+}
+impl PodDeleted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "pod_deleted", sandbox = self.sandbox, pod = self.pod, "sandbox pod deleted");
+    }
+}
+
+pub struct SandboxGone<'a> {
+    pub sandbox: &'a str,
+    pub provider: &'a str,
+    pub why: &'a str,
+}
+impl SandboxGone<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "sandbox_gone", sandbox = self.sandbox, provider = self.provider,
+            why = self.why, "sandbox gone: what it ran on vanished outside hangar");
+    }
+}

@@ -26,6 +26,8 @@
 //! - [`cli`]: the `hangar` command-line client, run as a person would (`Hangar`).
 //! - [`docker`]: containers for the tests that need Docker.
 //! - [`e2b_api`]: a test double of E2B's REST API and edge, checked against E2B's published spec.
+//! - [`kube`]: a Kubernetes API server double (its pods run as Docker containers), for the
+//!   kubernetes provider's tests.
 //! - [`platform`] and [`cases`]: where a relay test's sandboxes live (a provider, or its test
 //!   double), and the relay tests every platform runs where they apply.
 
@@ -38,6 +40,7 @@ pub mod e2b_api;
 pub mod events;
 pub mod files;
 pub mod host;
+pub mod kube;
 pub mod platform;
 pub mod procfs;
 pub mod relay;

@@ -80,6 +80,41 @@ impl Platform {
         })
     }
 
+    /// The `kubernetes` provider against the API server double (`crate::kube`), its pods run as
+    /// containers of the two test images, the daemon reached by `reach` (`pod-ip` or
+    /// `port-forward`); `None` when the test must skip.
+    pub fn kubernetes(test: &str, reach: &str) -> Option<Platform> {
+        if !docker::available(test) {
+            return None;
+        }
+        let api = std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime")
+                    .block_on(crate::kube::ApiServer::start())
+            })
+            .join()
+            .expect("starting the API server double")
+        });
+        let dir = std::env::temp_dir().join(format!("hangar-kube-{}-{}", std::process::id(), api.addr.port()));
+        let kubeconfig = api.kubeconfig(&dir, "sandboxes");
+        let env = vec![
+            ("HANGAR_KUBERNETES_KUBECONFIG".to_string(), kubeconfig.to_string_lossy().into_owned()),
+            ("HANGAR_KUBERNETES_REACH".to_string(), reach.to_string()),
+            ("HANGAR_KUBERNETES_START_SECONDS".to_string(), "30".to_string()),
+        ];
+        Some(Platform::new(
+            if reach == "pod-ip" { "kubernetes (pod IP)" } else { "kubernetes (port-forward)" },
+            "kubernetes",
+            json!({"image": ENVD_IMAGE}),
+            Some(json!({"image": PLAIN_IMAGE, "daemon": false})),
+            env,
+            Some(Box::new(api)),
+        ))
+    }
+
     /// The kinds of sandbox the platform has: with a daemon, and without one where it can.
     pub fn daemons(&self) -> Vec<Daemon> {
         let mut d = vec![Daemon::With];

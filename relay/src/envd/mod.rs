@@ -39,6 +39,23 @@ pub struct Auth {
     route: Arc<[(MetadataKey<Ascii>, MetadataValue<Ascii>)]>,
 }
 
+impl Auth {
+    fn new(token: &str, route: &[(&'static str, &str)]) -> Result<Auth, EnvdError> {
+        let token = MetadataValue::try_from(token).map_err(|_| EnvdError::Token)?;
+        let route = route
+            .iter()
+            .map(|(k, v)| {
+                let bad = || EnvdError::Route(k.to_string());
+                Ok((
+                    MetadataKey::from_bytes(k.as_bytes()).map_err(|_| bad())?,
+                    MetadataValue::try_from(*v).map_err(|_| bad())?,
+                ))
+            })
+            .collect::<Result<Vec<_>, EnvdError>>()?;
+        Ok(Auth { token, route: route.into() })
+    }
+}
+
 impl tonic::service::Interceptor for Auth {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
         let metadata = req.metadata_mut();
@@ -78,30 +95,25 @@ impl Envd {
     /// A client whose every request also carries `route`'s headers, for a daemon behind an edge
     /// that routes by them. An `https://` URL is reached over TLS, checked against webpki's roots.
     pub fn routed(url: &str, token: &str, route: &[(&'static str, &str)]) -> Result<Envd, EnvdError> {
-        let mut endpoint = Endpoint::from_shared(url.to_string())
-            .map_err(|_| EnvdError::Address(url.to_string()))?
-            .connect_timeout(Duration::from_secs(3))
-            .http2_keep_alive_interval(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .initial_stream_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW);
+        let mut endpoint = endpoint(url)?;
         if url.starts_with("https://") {
             endpoint = endpoint
                 .tls_config(ClientTlsConfig::new().with_webpki_roots())
                 .map_err(|e| EnvdError::Tls(url.to_string(), e.to_string()))?;
         }
-        let token = MetadataValue::try_from(token).map_err(|_| EnvdError::Token)?;
-        let route = route
-            .iter()
-            .map(|(k, v)| {
-                let bad = || EnvdError::Route(k.to_string());
-                Ok((
-                    MetadataKey::from_bytes(k.as_bytes()).map_err(|_| bad())?,
-                    MetadataValue::try_from(*v).map_err(|_| bad())?,
-                ))
-            })
-            .collect::<Result<Vec<_>, EnvdError>>()?;
-        Ok(Envd { channel: endpoint.connect_lazy(), auth: Auth { token, route: route.into() } })
+        Ok(Envd { channel: endpoint.connect_lazy(), auth: Auth::new(token, route)? })
+    }
+
+    /// The same, over connections `connector` makes (a tunnel to the daemon, such as the
+    /// Kubernetes API server's port-forward); `url` names the daemon for HTTP/2.
+    pub fn with_connector<C>(url: &str, token: &str, connector: C) -> Result<Envd, EnvdError>
+    where
+        C: tower::Service<http::Uri> + Send + 'static,
+        C::Response: hyper::rt::Read + hyper::rt::Write + Send + Unpin + 'static,
+        C::Future: Send,
+        Box<dyn std::error::Error + Send + Sync>: From<C::Error> + Send,
+    {
+        Ok(Envd { channel: endpoint(url)?.connect_with_connector_lazy(connector), auth: Auth::new(token, &[])? })
     }
 
     pub fn process(&self) -> ProcessClient<Authed> {
@@ -127,6 +139,16 @@ impl Envd {
             Err(_) => Err(EnvdError::Unreachable("timed out".into())),
         }
     }
+}
+
+fn endpoint(url: &str) -> Result<Endpoint, EnvdError> {
+    Ok(Endpoint::from_shared(url.to_string())
+        .map_err(|_| EnvdError::Address(url.to_string()))?
+        .connect_timeout(Duration::from_secs(3))
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW))
 }
 
 /// A daemon's refusal as the relay's error; `what` says what was being done. The daemon's

@@ -347,6 +347,9 @@ fn unit(cx: &Ctx<'_>, sbx: &super::Sbx, sessions: &[&Ses], jobs: &[&Job], items:
     } else {
         let why = if sbx.state == SandboxState::Paused {
             Some(Why { title: "Paused".into(), text: None })
+        } else if sbx.state == SandboxState::Gone {
+            let text = "what it ran on vanished outside hangar; destroy it".to_string();
+            Some(Why { title: "Gone".into(), text: Some(text) })
         } else if let Some(j) = job {
             Some(Why { title: capitalised(j.state.as_str()), text: j.reason.clone() })
         } else {
@@ -371,7 +374,7 @@ fn unit(cx: &Ctx<'_>, sbx: &super::Sbx, sessions: &[&Ses], jobs: &[&Job], items:
     }
     let prompt = job.map(|j| j.prompt.as_str()).or_else(|| turn.map(|t| t.prompt.as_str())).unwrap_or_default();
     let now = now_over.or_else(|| this_turn.and_then(|l| l.now.clone()));
-    let settled = role == Role::Off && (sbx.state == SandboxState::Paused || job.is_some() || turn.is_some());
+    let settled = role == Role::Off && (sbx.state != SandboxState::Running || job.is_some() || turn.is_some());
     Some(Unit {
         id: sbx.id.clone(),
         tail: sbx.id.chars().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect(),

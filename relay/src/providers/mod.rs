@@ -1,11 +1,16 @@
 //! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback),
-//! `docker` (a container from a local image, its hangar-envd reached at the container's IP) and
-//! `e2b` (an E2B sandbox made through E2B's REST API, its own envd reached through E2B's edge).
+//! `docker` (a container from a local image, its hangar-envd reached at the container's IP),
+//! `e2b` (an E2B sandbox made through E2B's REST API, its own envd reached through E2B's edge) and
+//! `kubernetes` (a pod, its hangar-envd reached at the pod's IP or through the API server's
+//! port-forward). A provider that sees a sandbox's resource vanish reports it through `gone`
+//! (to `sandboxes::gone`).
 //!
 //! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
 //! what runs inside.
 pub mod docker;
 pub mod e2b;
+pub mod gone;
+pub mod kubernetes;
 pub mod local;
 
 use std::{path::PathBuf, time::Duration};

@@ -1,5 +1,7 @@
 //! Sandboxes: lookups by id or name, lifecycle through their provider (closing their streams on
-//! pause and destroy), their daemons, and the paths clients name in them.
+//! pause and destroy), their daemons, and the paths clients name in them. `gone`: the one entry
+//! point for a sandbox whose backing resource vanished outside hangar.
+pub mod gone;
 mod paths;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc, sync::Mutex, time::Duration};
@@ -38,6 +40,9 @@ pub struct Sandboxes {
     found: Mutex<HashMap<String, Envd>>,
     /// `--allow-unisolated-sandboxes`: any token may use a sandbox that isolates nothing.
     allow_unisolated: bool,
+    /// Sandboxes (by id) being destroyed or created: their resource vanishing is hangar's own
+    /// doing, not a sandbox gone.
+    settling: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Sandbox names become parts of URLs and resource names: keep them plain.
@@ -65,6 +70,7 @@ impl Sandboxes {
             starting: tokio::sync::Mutex::new(()),
             found: Mutex::new(HashMap::new()),
             allow_unisolated,
+            settling: Mutex::new(Default::default()),
         }
     }
 
@@ -119,6 +125,7 @@ impl Sandboxes {
         };
         {
             let _g = self.starting.lock().await;
+            let _settling = self.settling(&row.id);
             p.create(&mut row).await?;
         }
         if let Err(e) = self.store.insert_sandbox(&row) {
@@ -176,10 +183,14 @@ impl Sandboxes {
         self.provider(&row.provider).ok()?.host_root(row)
     }
 
-    /// Refuses work in a paused sandbox.
+    /// Refuses work in a paused sandbox, and in one that is gone.
     pub fn runnable(&self, row: &SandboxRow) -> Result<()> {
         match row.state {
             SandboxState::Paused => Err(Error::Paused { sandbox: row.name.clone() }),
+            SandboxState::Gone => Err(Error::Provider(crate::providers::ProviderError::Gone(format!(
+                "sandbox {:?} is gone: what it ran on vanished outside hangar; destroy it",
+                row.name
+            )))),
             SandboxState::Running => Ok(()),
         }
     }
@@ -279,6 +290,7 @@ impl Sandboxes {
     pub async fn destroy(&self, row: &SandboxRow) -> Result<()> {
         self.streams.close_sandbox(&row.id, Reason::Destroyed);
         self.forget(&row.id);
+        let _settling = self.settling(&row.id);
         self.provider(&row.provider)?.destroy(row).await?;
         self.store.delete_sandbox(&row.id)?;
         self.fleet.sandbox_gone(&row.id);
@@ -318,6 +330,50 @@ impl Sandboxes {
         let row = self.get(reference)?;
         self.check_isolation(&row, caller)?;
         Ok(row)
+    }
+}
+
+/// Holds a sandbox in `Sandboxes::settling` while it lives.
+struct Settling<'a> {
+    sandboxes: &'a Sandboxes,
+    id: String,
+}
+
+impl Sandboxes {
+    fn settling(&self, id: &str) -> Settling<'_> {
+        self.lock_settling().insert(id.to_string());
+        Settling { sandboxes: self, id: id.to_string() }
+    }
+
+    fn lock_settling(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.settling.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks a sandbox `gone` (its resource vanished outside hangar): its streams end (`gone`)
+    /// and the relay forgets its daemon. Returns the row when this changed it; `None` for a
+    /// sandbox unknown, being created or destroyed by hangar, or already gone.
+    fn mark_gone(&self, id: &str) -> Result<Option<SandboxRow>> {
+        if self.lock_settling().contains(id) {
+            return Ok(None);
+        }
+        // By id only: a sandbox's name may look like another's id.
+        let Some(mut row) = self.store.sandbox(id)?.filter(|r| r.id == id) else { return Ok(None) };
+        if row.state == SandboxState::Gone {
+            return Ok(None);
+        }
+        row.state = SandboxState::Gone;
+        row.daemon = false;
+        self.store.update_sandbox(&row)?;
+        self.streams.close_sandbox(&row.id, Reason::Gone);
+        self.forget(&row.id);
+        self.fleet.sandbox(&row);
+        Ok(Some(row))
+    }
+}
+
+impl Drop for Settling<'_> {
+    fn drop(&mut self) {
+        self.sandboxes.lock_settling().remove(&self.id);
     }
 }
 

@@ -83,6 +83,9 @@ pub struct TokenRow {
 pub enum SandboxState {
     Running,
     Paused,
+    /// What the sandbox was made of vanished outside hangar (its pod deleted or evicted, its
+    /// node lost): nothing runs in it any more; only destroying it is left.
+    Gone,
 }
 
 impl SandboxState {
@@ -90,6 +93,7 @@ impl SandboxState {
         match self {
             SandboxState::Running => "running",
             SandboxState::Paused => "paused",
+            SandboxState::Gone => "gone",
         }
     }
 
@@ -97,6 +101,7 @@ impl SandboxState {
         match s {
             "running" => Some(SandboxState::Running),
             "paused" => Some(SandboxState::Paused),
+            "gone" => Some(SandboxState::Gone),
             _ => None,
         }
     }

@@ -94,6 +94,8 @@ pub enum Reason {
     Shutdown,
     Destroyed,
     Paused,
+    /// Its sandbox vanished outside hangar (`SandboxState::Gone`).
+    Gone,
     Revoked,
     /// Open longer than `HANGAR_STREAM_MAX_HOURS`.
     Lifetime,
@@ -110,6 +112,7 @@ impl Reason {
             Reason::Shutdown => "shutdown",
             Reason::Destroyed => "destroyed",
             Reason::Paused => "paused",
+            Reason::Gone => "gone",
             Reason::Revoked => "revoked",
             Reason::Lifetime => "lifetime",
             Reason::MaxBytes => "max_bytes",

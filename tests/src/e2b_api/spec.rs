@@ -22,7 +22,7 @@ const SPEC_YAML: &str = include_str!("openapi.yml");
 /// The spec as JSON values.
 pub fn spec() -> &'static Value {
     static SPEC: OnceLock<Value> = OnceLock::new();
-    SPEC.get_or_init(|| serde_yaml::from_str(SPEC_YAML).expect("E2B's openapi.yml parses"))
+    SPEC.get_or_init(|| serde_saphyr::from_str(SPEC_YAML).expect("E2B's openapi.yml parses"))
 }
 
 /// One operation of the spec, found for a request.

@@ -20,7 +20,7 @@
 mod engine;
 mod exec;
 mod options;
-mod scripts;
+pub(super) mod scripts;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 

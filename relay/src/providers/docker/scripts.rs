@@ -1,4 +1,5 @@
-//! The shell scripts the provider runs in a container through the Engine's exec API. Each is the
+//! The shell scripts the provider runs in a container through the Engine's exec API (and the
+//! kubernetes provider in a pod through its `exec` subresource). Each is the
 //! program of `bash -c`, followed by a name for `$0` and its inputs as `$1`, `$2`, ...: no input
 //! (a client's command or path among them) is ever spliced into a script's text.
 
@@ -13,7 +14,7 @@
 /// The daemon's token is no business of the command's (the daemon does not pass it on either):
 /// the container's environment carries it (`options::ENV_TOKEN`) and an Engine exec inherits it,
 /// so the script drops it first.
-pub(super) const EXEC_SCRIPT: &str = r#"unset HANGAR_ENVD_ACCESS_TOKEN
+pub(crate) const EXEC_SCRIPT: &str = r#"unset HANGAR_ENVD_ACCESS_TOKEN
 base=${2:-$HOME}; d=${1:-$base}
 case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$base/$d ;; esac
 cd -- "$d" 2>/dev/null || { printf '%s\n' "$4" >&2; exit 1; }
@@ -26,7 +27,7 @@ exec bash -lc "$3""#;
 /// allowed to create it where it is. A directory the image already has is left as it is. A user
 /// name `u` becomes `u:` (chown's "the user and their login group"); an image's `uid:gid` is
 /// taken as it is.
-pub(super) const WORKDIR_SCRIPT: &str = r#"[ -d "$1" ] && exit 0
+pub(crate) const WORKDIR_SCRIPT: &str = r#"[ -d "$1" ] && exit 0
 mkdir -p -- "$1" || exit 1
 [ -z "$2" ] && exit 0
 case $2 in *:*) owner=$2 ;; *) owner=$2: ;; esac
@@ -38,7 +39,7 @@ chown -- "$owner" "$1""#;
 /// `options::ENV_EXEC_MARK` (`HANGAR_EXEC`) holds a mark made for that one exec, so
 /// `/proc/<pid>/environ` finds them all (all but a process that empties its own environment).
 /// The script itself does not carry the mark: it gets it as an argument.
-pub(super) const KILL_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
+pub(crate) const KILL_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
   while IFS= read -r -d '' kv; do
     if [[ $kv == "HANGAR_EXEC=$1" ]]; then kill -KILL "${d#/proc/}" 2>/dev/null; break; fi
   done 2>/dev/null < "$d/environ"

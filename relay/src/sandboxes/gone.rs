@@ -1,0 +1,43 @@
+//! Sandboxes whose backing resource vanished outside hangar (a pod deleted or evicted, its node
+//! lost): the one entry point any provider reports them through, and what it does.
+//!
+//! A provider holds a `GoneSender` (`providers::gone`) and says what it saw (`vanished`, or after a full listing,
+//! `present`); the relay's task (`follow`) makes each such sandbox `gone`: its state is stored,
+//! its streams end (`gone`), and its live turns end `crashed/sandbox_gone` (the run design
+//! record, section 5.3). A sandbox hangar itself is creating or destroying is left alone.
+use std::{collections::HashSet, sync::Arc};
+
+pub use crate::providers::gone::{channel, GoneReceiver, GoneSender, Seen};
+use crate::{app::Relay, error::Result, events, store::SandboxState, store::TurnState};
+
+/// The relay's task: makes every sandbox the providers report `gone`.
+pub async fn follow(relay: Arc<Relay>, mut seen: GoneReceiver) {
+    while let Some(s) = seen.recv().await {
+        let result = match s {
+            Seen::Vanished { sandbox_id, why } => vanished(&relay, &sandbox_id, &why),
+            Seen::Present { provider, ids, listed_at } => absent(&relay, provider, &ids, listed_at),
+        };
+        if let Err(e) = result {
+            events::CleanupFailed { what: "marking a vanished sandbox gone", error: &e.to_string() }.emit();
+        }
+    }
+}
+
+/// The entry point: the sandbox `sandbox_id` is gone, for `why`.
+pub fn vanished(relay: &Relay, sandbox_id: &str, why: &str) -> Result<()> {
+    let Some(row) = relay.sandboxes.mark_gone(sandbox_id)? else { return Ok(()) };
+    crate::sessions::end_in_sandbox(relay, &row, TurnState::Crashed, "sandbox_gone")?;
+    events::SandboxGone { sandbox: &row.name, provider: &row.provider, why }.emit();
+    events::SandboxChanged { name: &row.name, provider: &row.provider, change: "gone" }.emit();
+    Ok(())
+}
+
+fn absent(relay: &Relay, provider: &str, ids: &HashSet<String>, listed_at: i64) -> Result<()> {
+    let missing = relay.store.sandboxes()?.into_iter().filter(|r| {
+        r.provider == provider && r.state != SandboxState::Gone && r.created_at < listed_at && !ids.contains(&r.id)
+    });
+    for row in missing {
+        vanished(relay, &row.id, "its resource no longer exists (found missing when the provider listed them)")?;
+    }
+    Ok(())
+}
