@@ -617,6 +617,7 @@ mod tests {
             isolation: crate::store::Isolation::None,
             uid: None,
             daemon: true,
+            daemon_kind: None,
             created_at: 0,
             owner: None,
         }
