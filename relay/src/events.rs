@@ -507,3 +507,17 @@ impl FleetTrouble<'_> {
         tracing::warn!(target: TARGET, event = "fleet_trouble", what = self.what, error = self.error, "fleet trouble");
     }
 }
+
+/// The relay lost a followed process's output stream (a daemon without hangar's ring) and could
+/// not take it up again: its readers are told, and its output from then on is not kept.
+pub struct ProcessFollowBroken<'a> {
+    pub sandbox: &'a str,
+    pub pid: u32,
+    pub error: &'a str,
+}
+impl ProcessFollowBroken<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "process_follow_broken", sandbox = self.sandbox, pid = self.pid,
+            error = self.error, "lost a followed process's output stream");
+    }
+}
