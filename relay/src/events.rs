@@ -289,11 +289,13 @@ pub struct Recovered<'a> {
     pub orphans_killed: usize,
     pub revoked_killed: usize,
     pub adopted: usize,
+    /// Background processes the relay follows again itself (a daemon without hangar's ring).
+    pub followed: usize,
 }
 impl Recovered<'_> {
     pub fn emit(self) {
         tracing::info!(target: TARGET, event = "recovered", sandbox = self.sandbox, orphans_killed = self.orphans_killed,
-            revoked_killed = self.revoked_killed, adopted = self.adopted,
+            revoked_killed = self.revoked_killed, adopted = self.adopted, followed = self.followed,
             "found what an earlier run of the relay started");
     }
 }

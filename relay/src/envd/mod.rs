@@ -13,9 +13,14 @@ use std::{
 pub use crate::store::DaemonKind;
 use crate::error::Error;
 use hangar_proto::{
-    ext::{daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest},
+    ext::{
+        daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest,
+        SignalRequest,
+    },
     filesystem::filesystem_client::FilesystemClient,
-    process::{process_client::ProcessClient, ListRequest},
+    process::{
+        process_client::ProcessClient, process_selector, ListRequest, ProcessSelector, SendSignalRequest, Signal,
+    },
 };
 use tonic::{
     metadata::MetadataValue,
@@ -115,6 +120,24 @@ impl Envd {
     /// is taken for hangar-envd, whose refusals then say what failed).
     pub fn is_e2b(&self) -> bool {
         self.kind() == Some(DaemonKind::E2b)
+    }
+
+    /// SIGKILL to the process `pid`: with everything it started through hangar's `Signal` (its
+    /// tree), or through E2B's `SendSignal` on E2B's envd (which signals that process only). A
+    /// process already gone is no error.
+    pub async fn kill_pid(&self, pid: u32) -> Result<(), Status> {
+        let process = Some(ProcessSelector { selector: Some(process_selector::Selector::Pid(pid)) });
+        let sent = if self.is_e2b() {
+            let req = SendSignalRequest { process, signal: Signal::Sigkill as i32 };
+            self.process().send_signal(req).await.map(|_| ())
+        } else {
+            let req = SignalRequest { process, signal: libc::SIGKILL, escalate_after_ms: None };
+            self.processes().signal(req).await.map(|_| ())
+        };
+        match sent {
+            Err(s) if s.code() != Code::NotFound => Err(s),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the daemon answers (with this token) within `timeout`, and which it is: hangar's
