@@ -21,7 +21,8 @@ async fn grpc_serves_e2b_and_answers_hangars_as_unimplemented() {
 
     let info = within(STEP, "Info", envd.daemon().await.info(ext::InfoRequest {})).await;
     assert_eq!(info.expect_err("Daemon/Info is not served").code(), tonic::Code::Unimplemented);
-    let list = within(STEP, "hangar's List", envd.processes().await.list(ext::ListRequest { running_only: false })).await;
+    let list =
+        within(STEP, "hangar's List", envd.processes().await.list(ext::ListRequest { running_only: false })).await;
     assert_eq!(list.expect_err("Processes/List is not served").code(), tonic::Code::Unimplemented);
     let attach = ext::AttachRequest { process: by_pid(1), since: None };
     let attach = within(STEP, "Attach", envd.processes().await.attach(attach)).await;

@@ -10,8 +10,8 @@ use std::{
     time::Duration,
 };
 
-pub use crate::store::DaemonKind;
 use crate::error::Error;
+pub use crate::store::DaemonKind;
 use hangar_proto::{
     ext::{
         daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest,

@@ -8,8 +8,8 @@ use std::{
     time::Duration,
 };
 
-use hangar_agents::inbox::{self as protocol, Ask, Request, MAX_FILE_BYTES};
 use futures::StreamExt;
+use hangar_agents::inbox::{self as protocol, Ask, Request, MAX_FILE_BYTES};
 use hangar_proto::filesystem::WatchDirRequest;
 use serde_json::json;
 

@@ -317,7 +317,9 @@ async fn follow(envd: Envd, proc: Arc<Proc>, mut events: Events, sandbox: String
         loop {
             if tries >= RECONNECTS {
                 events::ProcessFollowBroken { sandbox: &sandbox, pid: proc.pid, error: &why }.emit();
-                proc.broke(format!("the relay lost the process's output stream ({why}) and could not take it up again"));
+                proc.broke(format!(
+                    "the relay lost the process's output stream ({why}) and could not take it up again"
+                ));
                 return;
             }
             tokio::time::sleep(Duration::from_secs(1 << tries.min(5))).await;
@@ -544,7 +546,9 @@ impl At<'_> {
         };
         if let Some(s) = since.filter(|s| *s > next) {
             let counted = if p.adopted { " (counted from when this relay adopted it)" } else { "" };
-            return Err(Error::invalid(format!("since {s} is past the {next} bytes process {id:?} has written{counted}")));
+            return Err(Error::invalid(format!(
+                "since {s} is past the {next} bytes process {id:?} has written{counted}"
+            )));
         }
         let mut changed = p.changed.subscribe();
         Ok(async_stream::stream! {

@@ -238,7 +238,9 @@ pub async fn start(
     let id = format!("p_{}", auth::random_hex(6));
     let view = match &b {
         Backend::Daemon { row, envd, started } => at(relay, caller, row, envd, started).start(id, command, cwd).await?,
-        Backend::Followed { row, envd, started } => on(relay, caller, row, envd, started).start(id, command, cwd).await?,
+        Backend::Followed { row, envd, started } => {
+            on(relay, caller, row, envd, started).start(id, command, cwd).await?
+        }
         Backend::Polled(row) => {
             polled::Polled { relay, sandbox: row, caller }.start(id, command, cwd.as_deref()).await?
         }

@@ -131,6 +131,10 @@ impl Sandboxes {
             }
             return Err(e.into());
         }
+        if row.daemon {
+            // Which daemon it is (recorded by `daemon`); one that stopped answering says so later.
+            let _ = self.daemon(&mut row).await;
+        }
         events::SandboxChanged { name, provider, change: "created" }.emit();
         self.fleet.sandbox(&row);
         Ok(row)
