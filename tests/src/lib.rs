@@ -25,7 +25,10 @@
 //! - [`relay`]: the `hangar-relay` under test, its REST calls and SSE streams.
 //! - [`cli`]: the `hangar` command-line client, run as a person would (`Hangar`).
 //! - [`docker`]: containers for the tests that need Docker.
+//! - [`platform`] and [`cases`]: where a relay test's sandboxes live (a provider, or its test
+//!   double), and the relay tests every platform runs where they apply.
 
+pub mod cases;
 pub mod cli;
 pub mod connect;
 pub mod daemon;
@@ -33,6 +36,7 @@ pub mod docker;
 pub mod events;
 pub mod files;
 pub mod host;
+pub mod platform;
 pub mod procfs;
 pub mod relay;
 pub mod requests;

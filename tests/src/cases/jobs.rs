@@ -1,16 +1,17 @@
-//! Jobs on Docker, end to end: a job creates its container sandbox from a spec (the envd image,
-//! as its non-root user, so the uid split holds), runs its session there, verifies, and records
-//! what it measured; a failing verification fails the next job in the same sandbox, and its
-//! person hears of it in the inbox. Without Docker these tests fail under CI=true and are
-//! skipped, with a notice, otherwise (see hangar_e2e::docker).
+//! Jobs on a platform, end to end: a job creates its sandbox from a spec (with the daemon, as
+//! the image's non-root user, so the uid split holds), runs its session there, verifies, and
+//! records what it measured; a failing verification fails the next job in the same sandbox, and
+//! its person hears of it in the inbox.
 use std::time::{Duration, Instant};
 
-use hangar_e2e::{
-    docker::{self, Containers, ENVD_IMAGE},
+use serde_json::{json, Value};
+
+use crate::{
+    docker::Containers,
+    platform::{Daemon, Platform},
     relay::{Relay, StateDir, ADMIN},
     sessions::{harness_file, profile},
 };
-use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -28,15 +29,8 @@ async fn until_ended(relay: &Relay, id: &str) -> Value {
     }
 }
 
-#[tokio::test]
-async fn a_job_creates_its_container_runs_and_verifies_there_and_a_failing_verification_fails_the_next() {
-    if !docker::available(
-        "a_job_creates_its_container_runs_and_verifies_there_and_a_failing_verification_fails_the_next",
-    ) {
-        return;
-    }
-    let mut containers = Containers::new();
-    let state = StateDir::new();
+pub async fn a_job_creates_its_sandbox_runs_and_verifies_there_and_a_failing_verification_fails_the_next(p: &Platform) {
+    let (mut containers, state) = (Containers::new(), StateDir::new());
     let result = r#"{"type":"result","subtype":"success","is_error":false,"num_turns":1,"result":"done"}"#;
     let worker =
         format!("cat >/dev/null; echo built > made-by-agent; echo '{result}'").replace('{', "{{").replace('}', "}}");
@@ -44,12 +38,10 @@ async fn a_job_creates_its_container_runs_and_verifies_there_and_a_failing_verif
         &state.0,
         &[profile("worker", &["bash".into(), "-c".into(), worker], None, "claude-stream-json", "none")],
     );
-    let relay = Relay::start(
-        &state.0,
-        &[("HANGAR_HARNESSES", file.to_str().expect("path")), ("HANGAR_SESSION_POLL_SECONDS", "0.3")],
-    );
+    let relay =
+        p.relay(&state, &[("HANGAR_HARNESSES", file.to_str().expect("path")), ("HANGAR_SESSION_POLL_SECONDS", "0.3")]);
 
-    let spec = json!({"provider": "docker", "options": {"image": ENVD_IMAGE, "user": "user"}});
+    let spec = json!({"provider": p.provider, "options": p.options(Daemon::With, json!({"user": "user"}))});
     let body = json!({"sandbox_spec": spec, "harness": "worker", "prompt": "build it", "cwd": "/tmp",
                       "verify": "test -s made-by-agent && id -u && echo verified"});
     let r = relay.call("POST", "/api/jobs", Some(ADMIN), Some(body)).await;
@@ -69,7 +61,7 @@ async fn a_job_creates_its_container_runs_and_verifies_there_and_a_failing_verif
     let s = relay.call("GET", &format!("/api/sessions/{session}"), Some(ADMIN), None).await.json();
     assert_eq!(s["split"], json!(true), "{s}");
     let sbx = relay.call("GET", &format!("/api/sandboxes/{sandbox}"), Some(ADMIN), None).await;
-    assert_eq!((sbx.status, sbx.json()["provider"].clone()), (200, json!("docker")), "{sbx:?}");
+    assert_eq!((sbx.status, sbx.json()["provider"].clone()), (200, json!(p.provider)), "{sbx:?}");
 
     // The same sandbox, a verification that fails.
     let body = json!({"sandbox": sandbox, "harness": "worker", "prompt": "again", "cwd": "/tmp",
