@@ -5,17 +5,45 @@
 //! `WatchDir`, finds its processes again by tag after a restart (saying the earlier output is
 //! lost), says what it cannot do, and runs a session's turn by polling. Without Docker these
 //! tests fail under CI=true and are skipped, with a notice, otherwise (see hangar_e2e::docker).
+//!
+//! Every shared case with a daemon runs here (`platform_cases!` below). The cases without a
+//! daemon do not: a sandbox without one has no daemon kind, so they would run the docker
+//! platform's very path again (`a_sandbox_without_the_daemon_falls_back_to_the_providers_exec`,
+//! `background_processes_without_the_daemon_are_detached_and_polled`,
+//! `an_unattached_process_without_the_daemon_is_still_watched`,
+//! `without_the_daemon_a_turn_is_polled_and_cancel_still_works`: relay_docker runs them).
 use std::time::Duration;
 
 use hangar_e2e::{
     docker::{self, container_of, docker_ok, sandbox_of, Containers, E2B_ENVD_IMAGE, ENVD_IMAGE},
+    platform::Platform,
+    platform_cases,
     relay::{Relay, StateDir, ADMIN},
-    sessions::{agent_events, all_events, assert_contiguous, fixture, golden, harness_file, profile, replay_argv},
+    sessions::{self, harness_file, profile},
     within, STEP,
 };
 use serde_json::{json, Value};
 
 const LIMIT: Duration = Duration::from_secs(30);
+
+/// The `docker` provider with the daemon on `hangar-test:e2b-envd`: every shared case that
+/// needs a daemon runs against E2B's protocol alone.
+fn e2b_envd(test: &str) -> Option<Platform> {
+    docker::available(test).then(|| {
+        Platform::new("docker with E2B's envd", "docker", json!({"image": E2B_ENVD_IMAGE}), None, Vec::new(), None)
+            .without_follow()
+    })
+}
+
+platform_cases!(e2b_envd;
+    a_sandbox_with_the_daemon_streams_through_it,
+    options_reach_commands_through_the_daemon_and_without_it,
+    pause_resume_and_destroy,
+    a_removed_sandbox_is_reported_and_can_be_destroyed,
+    with_the_daemon_a_turn_is_followed_and_split_and_forgeries_change_nothing,
+    a_destroyed_sandbox_cancels_its_turns_and_a_vanished_one_crashes_them,
+    a_job_creates_its_sandbox_runs_and_verifies_there_and_a_failing_verification_fails_the_next,
+);
 
 fn docker_relay(test: &str) -> Option<(Containers, StateDir, Relay)> {
     if !docker::available(test) {
@@ -269,23 +297,18 @@ async fn after_a_restart_processes_are_adopted_by_tag_and_the_earlier_output_is_
     assert!(relay.log().contains("followed=1"), "recovery followed the one running process: {}", relay.log());
 }
 
-/// A session's turn on E2B's envd: the supervisor starts through E2B's `Start` (as root, the uid
-/// split holds), its log is polled (E2B's envd cannot follow a file: `polled: true`), its end is
-/// read through `Connect`, and nothing is lost or repeated; a cancel ends a running turn.
+/// A cancel on E2B's envd, which has no group signal with escalation: the relay signals the
+/// supervisor by script, as root (a split supervisor is root's), and the turn ends cancelled.
+/// (A turn's run, polled, the uid split and forgeries: the shared case above.)
 #[tokio::test]
-async fn a_sessions_turn_runs_polled_and_is_cancelled() {
-    if !docker::available("a_sessions_turn_runs_polled_and_is_cancelled") {
+async fn a_running_turn_is_cancelled() {
+    if !docker::available("a_running_turn_is_cancelled") {
         return;
     }
-    const LONG: &str = "claude-long-turn.jsonl";
-    const IN_SANDBOX: &str = "/tmp/fixture.jsonl";
     let state = StateDir::new();
     let init = r#"{"type":"system","subtype":"init","session_id":"s","model":"m","cwd":"/"}"#;
     let sleeper = format!("cat >/dev/null; echo '{init}'; exec sleep 60").replace('{', "{{").replace('}', "}}");
-    let profiles = vec![
-        profile("replay", &replay_argv(IN_SANDBOX, 0.1), None, "claude-stream-json", "none"),
-        profile("sleeper", &["bash".into(), "-c".into(), sleeper], None, "claude-stream-json", "none"),
-    ];
+    let profiles = vec![profile("sleeper", &["bash".into(), "-c".into(), sleeper], None, "claude-stream-json", "none")];
     let file = harness_file(&state.0, &profiles);
     let relay = Relay::start(
         &state.0,
@@ -293,28 +316,17 @@ async fn a_sessions_turn_runs_polled_and_is_cancelled() {
     );
     let mut containers = Containers::new();
     let v = sandbox_of(&relay, &mut containers, "sessions", E2B_ENVD_IMAGE, Some("user")).await;
-    let (sbx, id) = (v["name"].as_str().expect("name").to_string(), v["id"].as_str().expect("id"));
-    let c = container_of(id);
-    docker_ok(&["cp", fixture(LONG).to_str().expect("path"), &format!("{c}:{IN_SANDBOX}")]);
-    docker_ok(&["exec", &c, "chmod", "644", IN_SANDBOX]);
-
-    let body = |name: &str, harness: &str| json!({"name": name, "sandbox": sbx, "harness": harness, "prompt": "go", "cwd": "/tmp"});
-    hangar_e2e::sessions::start(&relay, ADMIN, body("replay", "replay")).await;
-    let s = hangar_e2e::sessions::until_ended(&relay, ADMIN, "replay", LIMIT).await;
-    assert_eq!((s["state"].clone(), s["split"].clone()), (json!("succeeded"), json!(true)), "{s}");
-    assert_eq!(s["turns"][0]["polled"], json!(true), "E2B's envd cannot follow the log: {s}");
-    let events = all_events(&relay, ADMIN, "replay").await;
-    assert_contiguous(&events);
-    assert_eq!(agent_events(&events), golden(LONG), "polling loses and repeats nothing");
-
-    hangar_e2e::sessions::start(&relay, ADMIN, body("cancel", "sleeper")).await;
+    let sbx = v["name"].as_str().expect("name");
+    let body = json!({"name": "cancel", "sandbox": sbx, "harness": "sleeper", "prompt": "go", "cwd": "/tmp"});
+    sessions::start(&relay, ADMIN, body).await;
     within(LIMIT, "the turn runs", async {
-        while hangar_e2e::sessions::get(&relay, ADMIN, "cancel").await["state"] != json!("running") {
+        while sessions::get(&relay, ADMIN, "cancel").await["state"] != json!("running") {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     })
     .await;
     relay.call("POST", "/api/sessions/cancel/cancel", Some(ADMIN), None).await;
-    let s = hangar_e2e::sessions::until_ended(&relay, ADMIN, "cancel", LIMIT).await;
-    assert_eq!((s["state"].clone(), s["reason"].clone()), (json!("cancelled"), json!("cancel_agent")), "{s}");
+    let s = sessions::until_ended(&relay, ADMIN, "cancel", LIMIT).await;
+    assert_eq!((s["state"].clone(), s["split"].clone()), (json!("cancelled"), json!(true)), "{s}");
+    assert_eq!(s["reason"], json!("cancel_agent"), "{s}");
 }

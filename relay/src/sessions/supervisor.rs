@@ -514,11 +514,14 @@ async fn e2b_supervisor_end(envd: &Envd, tag: &str) -> Result<Option<SupervisorE
                 Some(process_event::Event::End(e)) => {
                     // E2B's end has no signal field: its status says "signal: killed".
                     let signal = (!e.exited).then_some(e.exit_code).filter(|_| e.status.starts_with("signal"));
-                    return Ok(Some(SupervisorEnd {
-                        line: String::from_utf8_lossy(&out).lines().last().map(str::to_string),
-                        exit_code: e.exit_code,
-                        signal,
-                    }));
+                    let line = String::from_utf8_lossy(&out).lines().last().map(str::to_string);
+                    // Connected after the supervisor printed its line (output before `Connect`
+                    // is not sent): its exit file, written first, says the rest.
+                    let whole = line.as_deref().is_some_and(|l| serde_json::from_str::<serde_json::Value>(l).is_ok());
+                    if signal.is_none() && !whole {
+                        return Ok(None);
+                    }
+                    return Ok(Some(SupervisorEnd { line, exit_code: e.exit_code, signal }));
                 }
                 _ => {}
             },
