@@ -402,7 +402,9 @@ impl At<'_> {
             if self.started.get(id).is_some_and(|pid| *pid != p.pid) {
                 continue;
             }
-            if self.registry.get(&self.sandbox.id, id).is_some_and(|f| f.running() || f.pid == p.pid) {
+            // Followed already; or no longer (its stream broke, say through a long pause) while
+            // the daemon still runs it: followed again.
+            if self.registry.get(&self.sandbox.id, id).is_some_and(|f| f.running()) {
                 continue;
             }
             adopt_one(self.envd, self.registry, self.sandbox, id, p).await;
@@ -459,7 +461,8 @@ impl At<'_> {
             Err(s) => return Err(daemon_error("starting the process", s)),
         };
         let proc = new_proc(tag, pid, command.to_string(), Some(started_at), false);
-        let (proc, _) = self.registry.insert(&self.sandbox.id, &id, proc);
+        // Its own start wins over a listing that found it first (and would have adopted it).
+        self.registry.lock().insert((self.sandbox.id.clone(), id.clone()), proc.clone());
         let events: Events = Box::pin(stream.map(|r| r.map(|m| m.event)));
         tokio::spawn(follow(self.envd.clone(), proc.clone(), events, self.sandbox.name.clone()));
         Ok(proc.view(&id, &self.sandbox.name))
