@@ -25,6 +25,8 @@ pub enum StartError {
     Harnesses { path: std::path::PathBuf, message: String },
     #[error("secrets: {0}")]
     Secrets(crate::error::Error),
+    #[error("the e2b provider's settings: {0}")]
+    E2b(String),
 }
 
 /// What every request shares.
@@ -101,13 +103,15 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     // Docker is reached lazily: the relay starts without it, and says in its log whether it is there.
     let docker = providers::docker::DockerProvider::new();
     docker.connect_in_background();
+    // E2B is reached only when an e2b sandbox is used: without a key the relay starts all the same.
+    let e2b = providers::e2b::E2bProvider::new(&config.e2b).map_err(StartError::E2b)?;
     let streams = streams::Streams::new(config.limits.clone());
     let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential));
     let sandboxes = sandboxes::Sandboxes::new(
         store.clone(),
         streams.clone(),
         fleet.clone(),
-        vec![Box::new(local), Box::new(docker)],
+        vec![Box::new(local), Box::new(docker), Box::new(e2b)],
         config.allow_unisolated_sandboxes,
     );
     let harnesses = match &config.sessions.harnesses {

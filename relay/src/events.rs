@@ -214,6 +214,32 @@ impl ContainerRemoved<'_> {
     }
 }
 
+pub struct E2bSandboxCreated<'a> {
+    pub sandbox: &'a str,
+    /// E2B's id of the sandbox.
+    pub e2b_sandbox: &'a str,
+    pub template: &'a str,
+}
+impl E2bSandboxCreated<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "e2b_sandbox_created", sandbox = self.sandbox,
+            e2b_sandbox = self.e2b_sandbox, template = self.template, "E2B sandbox created");
+    }
+}
+
+pub struct E2bSandboxKilled<'a> {
+    pub sandbox: &'a str,
+    pub e2b_sandbox: &'a str,
+    /// Whether E2B still had it (false: it had ended already).
+    pub existed: bool,
+}
+impl E2bSandboxKilled<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "e2b_sandbox_killed", sandbox = self.sandbox,
+            e2b_sandbox = self.e2b_sandbox, existed = self.existed, "E2B sandbox killed");
+    }
+}
+
 pub struct FallbackExecKilled<'a> {
     pub sandbox: &'a str,
     /// `timeout` or `client`.

@@ -610,6 +610,7 @@ mod tests {
             daemon_kind: None,
             created_at: 0,
             owner: None,
+            provider_ref: None,
         }
     }
 

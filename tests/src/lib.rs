@@ -25,6 +25,7 @@
 //! - [`relay`]: the `hangar-relay` under test, its REST calls and SSE streams.
 //! - [`cli`]: the `hangar` command-line client, run as a person would (`Hangar`).
 //! - [`docker`]: containers for the tests that need Docker.
+//! - [`e2b_api`]: a test double of E2B's REST API and edge, checked against E2B's published spec.
 //! - [`platform`] and [`cases`]: where a relay test's sandboxes live (a provider, or its test
 //!   double), and the relay tests every platform runs where they apply.
 
@@ -33,6 +34,7 @@ pub mod cli;
 pub mod connect;
 pub mod daemon;
 pub mod docker;
+pub mod e2b_api;
 pub mod events;
 pub mod files;
 pub mod host;

@@ -40,6 +40,9 @@ pub struct Platform {
     without_daemon: Option<Value>,
     /// What the relay needs in its environment to reach the platform.
     env: Vec<(String, String)>,
+    /// Options the platform's sandboxes have by construction and its provider does not take (an
+    /// E2B template's user): a case's option equal to one of these is left out.
+    fixed: Value,
     /// What keeps the platform's test double alive, dropped with the platform.
     _backend: Option<Box<dyn Any + Send + Sync>>,
     /// The daemon has no `Follow` (E2B's envd): a turn's log is polled (`without_follow`).
@@ -56,7 +59,22 @@ impl Platform {
         env: Vec<(String, String)>,
         backend: Option<Box<dyn Any + Send + Sync>>,
     ) -> Platform {
-        Platform { name, provider, with_daemon, without_daemon, env, _backend: backend, no_follow: false }
+        Platform {
+            name,
+            provider,
+            with_daemon,
+            without_daemon,
+            env,
+            fixed: json!({}),
+            _backend: backend,
+            no_follow: false,
+        }
+    }
+
+    /// The platform, whose sandboxes have `fixed`'s options by construction.
+    pub fn with_fixed(mut self, fixed: Value) -> Platform {
+        self.fixed = fixed;
+        self
     }
 
     /// The platform's daemon cannot follow a file (E2B's envd), so the relay polls turns' logs.
@@ -104,7 +122,7 @@ impl Platform {
         };
         let mut options = base.clone();
         if let (Some(o), Value::Object(extra)) = (options.as_object_mut(), extra) {
-            o.extend(extra);
+            o.extend(extra.into_iter().filter(|(k, v)| self.fixed.get(k) != Some(v)));
         }
         options
     }

@@ -1,4 +1,5 @@
-//! The relay's one client of a sandbox's daemon: gRPC over h2c with the sandbox's access token.
+//! The relay's one client of a sandbox's daemon: gRPC over h2c (or over TLS, for an `https://`
+//! daemon such as an E2B sandbox's) with the sandbox's access token.
 //!
 //! Invariant: everything that comes back is sandbox data, never a decision: output is passed on
 //! as text, and ownership is decided by the relay's MAC, not by anything envd says.
@@ -23,9 +24,9 @@ use hangar_proto::{
     },
 };
 use tonic::{
-    metadata::MetadataValue,
+    metadata::{Ascii, MetadataKey, MetadataValue},
     service::interceptor::InterceptedService,
-    transport::{Channel, Endpoint},
+    transport::{Channel, ClientTlsConfig, Endpoint},
     Code, Request, Status,
 };
 
@@ -35,18 +36,29 @@ pub enum EnvdError {
     Address(String),
     #[error("the daemon's access token is not a valid header value")]
     Token,
+    #[error("a routing header for the daemon is not valid: {0}")]
+    Route(String),
+    #[error("TLS for the daemon at {0:?}: {1}")]
+    Tls(String, String),
     #[error("the daemon did not answer: {0}")]
     Unreachable(String),
 }
 
 #[derive(Clone)]
 pub struct Auth {
-    token: MetadataValue<tonic::metadata::Ascii>,
+    token: MetadataValue<Ascii>,
+    /// Headers an edge in front of the daemon routes by (E2B's `E2b-Sandbox-Id` and
+    /// `E2b-Sandbox-Port`); none for a daemon reached directly.
+    route: Arc<[(MetadataKey<Ascii>, MetadataValue<Ascii>)]>,
 }
 
 impl tonic::service::Interceptor for Auth {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        req.metadata_mut().insert("x-access-token", self.token.clone());
+        let metadata = req.metadata_mut();
+        metadata.insert("x-access-token", self.token.clone());
+        for (k, v) in self.route.iter() {
+            metadata.insert(k.clone(), v.clone());
+        }
         Ok(req)
     }
 }
@@ -79,15 +91,40 @@ pub struct Envd {
 impl Envd {
     /// A lazily connecting client; calls fail fast if the daemon is gone.
     pub fn new(url: &str, token: &str) -> Result<Envd, EnvdError> {
-        let endpoint = Endpoint::from_shared(url.to_string())
+        Envd::routed(url, token, &[])
+    }
+
+    /// A client whose every request also carries `route`'s headers, for a daemon behind an edge
+    /// that routes by them. An `https://` URL is reached over TLS, checked against webpki's roots.
+    pub fn routed(url: &str, token: &str, route: &[(&'static str, &str)]) -> Result<Envd, EnvdError> {
+        let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|_| EnvdError::Address(url.to_string()))?
             .connect_timeout(Duration::from_secs(3))
             .http2_keep_alive_interval(Duration::from_secs(30))
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW);
+        if url.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(ClientTlsConfig::new().with_webpki_roots())
+                .map_err(|e| EnvdError::Tls(url.to_string(), e.to_string()))?;
+        }
         let token = MetadataValue::try_from(token).map_err(|_| EnvdError::Token)?;
-        Ok(Envd { channel: endpoint.connect_lazy(), auth: Auth { token }, kind: Arc::new(AtomicU8::new(KIND_UNKNOWN)) })
+        let route = route
+            .iter()
+            .map(|(k, v)| {
+                let bad = || EnvdError::Route(k.to_string());
+                Ok((
+                    MetadataKey::from_bytes(k.as_bytes()).map_err(|_| bad())?,
+                    MetadataValue::try_from(*v).map_err(|_| bad())?,
+                ))
+            })
+            .collect::<Result<Vec<_>, EnvdError>>()?;
+        Ok(Envd {
+            channel: endpoint.connect_lazy(),
+            auth: Auth { token, route: route.into() },
+            kind: Arc::new(AtomicU8::new(KIND_UNKNOWN)),
+        })
     }
 
     pub fn process(&self) -> ProcessClient<Authed> {
@@ -184,5 +221,25 @@ pub fn daemon_error(what: &str, s: Status) -> Error {
         Code::PermissionDenied => Error::Forbidden(m),
         Code::ResourceExhausted => Error::DaemonLimit(m),
         _ => Error::Daemon(format!("{what}: the sandbox's daemon answered {}", s.message())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_https_daemon_is_reached_over_tls_with_its_routing_headers() {
+        let route = [("e2b-sandbox-id", "iabc"), ("e2b-sandbox-port", "49983")];
+        let envd = Envd::routed("https://49983-iabc.e2b.app", "token", &route).expect("a TLS client");
+        let mut auth = envd.auth.clone();
+        let req = tonic::service::Interceptor::call(&mut auth, Request::new(())).expect("intercepted");
+        let header = |k: &str| req.metadata().get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+        assert_eq!(
+            (header("x-access-token"), header("e2b-sandbox-id"), header("e2b-sandbox-port")),
+            (Some("token".into()), Some("iabc".into()), Some("49983".into()))
+        );
+        assert!(matches!(Envd::routed("http://127.0.0.1:1", "t", &[("bad header", "x")]), Err(EnvdError::Route(_))));
+        assert!(matches!(Envd::routed("http://127.0.0.1:1", "t", &[("x", "a\nb")]), Err(EnvdError::Route(_))));
     }
 }

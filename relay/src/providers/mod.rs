@@ -1,11 +1,11 @@
-//! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback) and
-//! `docker` (a container from a local image, its hangar-envd reached at the container's IP).
-//! Kubernetes and remote envds (such as E2B's) are planned, not written; they would implement the
-//! same trait.
+//! Providers create and control sandboxes: `local` (a directory and a hangar-envd on loopback),
+//! `docker` (a container from a local image, its hangar-envd reached at the container's IP) and
+//! `e2b` (an E2B sandbox made through E2B's REST API, its own envd reached through E2B's edge).
 //!
 //! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
 //! what runs inside.
 pub mod docker;
+pub mod e2b;
 pub mod local;
 
 use std::{path::PathBuf, time::Duration};

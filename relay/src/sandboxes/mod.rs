@@ -116,6 +116,7 @@ impl Sandboxes {
             daemon_kind: None,
             created_at: store::now(),
             owner: owner.map(str::to_string),
+            provider_ref: None,
         };
         {
             let _g = self.starting.lock().await;

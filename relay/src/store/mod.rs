@@ -110,6 +110,8 @@ pub enum Isolation {
     Namespaces,
     /// A Docker container.
     Container,
+    /// A virtual machine of its own (an E2B sandbox: a Firecracker microVM on E2B's hosts).
+    Vm,
     /// Nothing: a local sandbox whose commands run as the relay's own user, on the host.
     None,
 }
@@ -119,6 +121,7 @@ impl Isolation {
         match self {
             Isolation::Namespaces => "namespaces",
             Isolation::Container => "container",
+            Isolation::Vm => "vm",
             Isolation::None => "none",
         }
     }
@@ -127,6 +130,7 @@ impl Isolation {
         match s {
             "namespaces" => Some(Isolation::Namespaces),
             "container" => Some(Isolation::Container),
+            "vm" => Some(Isolation::Vm),
             "none" => Some(Isolation::None),
             _ => None,
         }
@@ -194,6 +198,9 @@ pub struct SandboxRow {
     /// and for sandboxes made before owners were recorded. Who may use a sandbox does not depend
     /// on it.
     pub owner: Option<String>,
+    /// What the provider calls what backs the sandbox, when it chose the name (E2B's sandbox id).
+    #[serde(skip)]
+    pub provider_ref: Option<String>,
 }
 
 pub use crate::time::now_secs as now;
@@ -228,6 +235,7 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     isolation TEXT,
     uid INTEGER,
     owner TEXT,
+    provider_ref TEXT,
     daemon_kind TEXT
 );
 CREATE TABLE IF NOT EXISTS detached (
@@ -319,8 +327,8 @@ impl Store {
     pub fn insert_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
             "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at,
-                                    envd_pid_start, isolation, uid, owner, daemon_kind)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                                    envd_pid_start, isolation, uid, owner, provider_ref, daemon_kind)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             params![
                 s.id,
                 s.name,
@@ -337,6 +345,7 @@ impl Store {
                 s.isolation.as_str(),
                 s.uid,
                 s.owner,
+                s.provider_ref,
                 s.daemon_kind.map(DaemonKind::as_str)
             ],
         )?;
@@ -346,7 +355,8 @@ impl Store {
     pub fn update_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
             "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7,
-                                  envd_pid_start = ?8, isolation = ?9, uid = ?10, daemon_kind = ?11 WHERE id = ?1",
+                                  envd_pid_start = ?8, isolation = ?9, uid = ?10, provider_ref = ?11, daemon_kind = ?12
+                              WHERE id = ?1",
             params![
                 s.id,
                 s.state.as_str(),
@@ -358,6 +368,7 @@ impl Store {
                 s.envd_pid_start,
                 s.isolation.as_str(),
                 s.uid,
+                s.provider_ref,
                 s.daemon_kind.map(DaemonKind::as_str)
             ],
         )?;
@@ -516,12 +527,13 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         daemon_kind,
         created_at: r.get("created_at")?,
         owner: r.get("owner")?,
+        provider_ref: r.get("provider_ref")?,
     })
 }
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 9] = [
+    const ADDED: [(&str, &str, &str); 10] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
@@ -530,6 +542,7 @@ fn add_columns(conn: &Connection) -> Result<()> {
         ("jobs", "base_read", "INTEGER NOT NULL DEFAULT 0"),
         ("sessions", "approvals", "TEXT"),
         ("sandboxes", "owner", "TEXT"),
+        ("sandboxes", "provider_ref", "TEXT"),
         ("sandboxes", "daemon_kind", "TEXT"),
     ];
     for (table, column, kind) in ADDED {
