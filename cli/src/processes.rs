@@ -182,6 +182,7 @@ fn attach_event(ev: &SseEvent, json: bool) -> Result<Next, Error> {
                 cell(&g["to"])
             );
         }
+        "lost" if !json => note!("hangar: {}", s(&ev.json()?, "message")),
         "end" => {
             let (code, why) = exit_of("process", &ev.json()?);
             if let Some(w) = why {

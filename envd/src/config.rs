@@ -1,7 +1,7 @@
 //! The daemon's configuration: flags, each with an environment variable.
 use std::{net::IpAddr, path::PathBuf, time::Duration};
 
-use clap::Parser;
+use clap::{builder::FalseyValueParser, ArgAction, Parser};
 
 /// E2B's envd port; the e2b SDKs assume it.
 pub const DEFAULT_PORT: u16 = 49983;
@@ -71,6 +71,12 @@ pub struct Config {
     #[arg(long, env = "HANGAR_ENVD_WATCH_QUEUE_EVENTS", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub watch_queue_events: u32,
+
+    /// Serve only E2B's services (`process.Process`, `filesystem.Filesystem`, the plain routes):
+    /// every `hangar.envd.v1` service answers as on a server without it, as E2B's own envd does.
+    /// For testing clients (the relay) against E2B's protocol alone.
+    #[arg(long, env = "HANGAR_ENVD_E2B_ONLY", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
+    pub e2b_only: bool,
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {

@@ -315,11 +315,13 @@ pub struct Recovered<'a> {
     pub orphans_killed: usize,
     pub revoked_killed: usize,
     pub adopted: usize,
+    /// Background processes the relay follows again itself (a daemon without hangar's ring).
+    pub followed: usize,
 }
 impl Recovered<'_> {
     pub fn emit(self) {
         tracing::info!(target: TARGET, event = "recovered", sandbox = self.sandbox, orphans_killed = self.orphans_killed,
-            revoked_killed = self.revoked_killed, adopted = self.adopted,
+            revoked_killed = self.revoked_killed, adopted = self.adopted, followed = self.followed,
             "found what an earlier run of the relay started");
     }
 }
@@ -598,5 +600,19 @@ impl SandboxGone<'_> {
     pub fn emit(self) {
         tracing::warn!(target: TARGET, event = "sandbox_gone", sandbox = self.sandbox, provider = self.provider,
             why = self.why, "sandbox gone: what it ran on vanished outside hangar");
+    }
+}
+
+/// The relay lost a followed process's output stream (a daemon without hangar's ring) and could
+/// not take it up again: its readers are told, and its output from then on is not kept.
+pub struct ProcessFollowBroken<'a> {
+    pub sandbox: &'a str,
+    pub pid: u32,
+    pub error: &'a str,
+}
+impl ProcessFollowBroken<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "process_follow_broken", sandbox = self.sandbox, pid = self.pid,
+            error = self.error, "lost a followed process's output stream");
     }
 }

@@ -10,10 +10,7 @@ use std::{
 };
 
 use futures::{Stream, StreamExt};
-use hangar_proto::{
-    ext::SignalRequest,
-    process::{process_event, process_selector, ProcessConfig, ProcessSelector, StartRequest, StartResponse},
-};
+use hangar_proto::process::{process_event, ProcessConfig, StartRequest, StartResponse};
 
 use crate::{
     app::Relay,
@@ -306,15 +303,8 @@ impl Drop for KillOnDrop {
         if let (true, false, Some(pid)) = (self.armed, self.spare.load(Ordering::SeqCst), self.pid) {
             let envd = self.envd.clone();
             tokio::spawn(async move {
-                let req = SignalRequest {
-                    process: Some(ProcessSelector { selector: Some(process_selector::Selector::Pid(pid)) }),
-                    signal: libc::SIGKILL,
-                    escalate_after_ms: None,
-                };
-                if let Err(s) = envd.processes().signal(req).await {
-                    if s.code() != tonic::Code::NotFound {
-                        events::CleanupFailed { what: "killing a streamed command", error: s.message() }.emit();
-                    }
+                if let Err(s) = envd.kill_pid(pid).await {
+                    events::CleanupFailed { what: "killing a streamed command", error: s.message() }.emit();
                 }
             });
         }
@@ -617,6 +607,7 @@ mod tests {
             isolation: crate::store::Isolation::None,
             uid: None,
             daemon: true,
+            daemon_kind: None,
             created_at: 0,
             owner: None,
             provider_ref: None,

@@ -7,10 +7,10 @@
 //! while the relay was down started is killed.
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use hangar_proto::{
-    ext::{AttachRequest, ListRequest, SignalRequest},
-    process::{process_selector, ProcessSelector},
+    ext::{AttachRequest, ListRequest},
+    process::{process_selector, ConnectRequest, ProcessSelector},
 };
 
 use crate::{
@@ -32,6 +32,8 @@ pub struct Recovered {
     pub revoked_killed: usize,
     /// Unstreamed (and spared streamed) commands left to run, counted against their tokens.
     pub adopted: usize,
+    /// Background processes followed again by the relay (a daemon without hangar's ring).
+    pub followed: usize,
 }
 
 /// Looks at every running sandbox once, at start.
@@ -57,6 +59,7 @@ pub async fn recover(relay: Arc<Relay>) {
                 orphans_killed: r.orphans_killed,
                 revoked_killed: r.revoked_killed,
                 adopted: r.adopted,
+                followed: r.followed,
             }
             .emit(),
             Err(e) => events::RecoveryFailed { sandbox: &row.name, error: &e.to_string() }.emit(),
@@ -64,18 +67,8 @@ pub async fn recover(relay: Arc<Relay>) {
     }
 }
 
-fn by_pid(pid: u32) -> Option<ProcessSelector> {
-    Some(ProcessSelector { selector: Some(process_selector::Selector::Pid(pid)) })
-}
-
 async fn kill(envd: &Envd, pid: u32) -> Result<(), tonic::Status> {
-    let req = SignalRequest { process: by_pid(pid), signal: libc::SIGKILL, escalate_after_ms: None };
-    match envd.processes().signal(req).await {
-        Ok(_) => Ok(()),
-        // Ended meanwhile.
-        Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
-        Err(s) => Err(s),
-    }
+    envd.kill_pid(pid).await
 }
 
 async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -> crate::error::Result<Recovered> {
@@ -88,17 +81,11 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
         }
         return Ok(done);
     };
-    let list = envd
-        .processes()
-        .list(ListRequest { running_only: true })
-        .await
-        .map_err(|s| crate::envd::daemon_error("listing processes", s))?
-        .into_inner()
-        .processes;
+    let list = running(&envd).await?;
     let spared = relay.store.spared_execs(&row.id)?;
     let mut running_tags = Vec::new();
-    for p in &list {
-        let Some(tag) = p.tag.as_deref() else { continue };
+    for (pid, tag) in &list {
+        let Some(tag) = tag.as_deref() else { continue };
         running_tags.push(tag.to_string());
         let Some(exec::ExecTag { token, mode, run }) = exec::parse_tag(&relay.key, row, tag) else { continue };
         // This run's own commands (started while recovery runs) are not an earlier run's.
@@ -106,10 +93,10 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
             continue;
         }
         if revoked.contains(&token) {
-            kill(&envd, p.pid).await.map_err(|s| crate::envd::daemon_error("killing a command", s))?;
+            kill(&envd, *pid).await.map_err(|s| crate::envd::daemon_error("killing a command", s))?;
             done.revoked_killed += 1;
         } else if mode == Mode::Streamed && !spared.iter().any(|t| t == tag) {
-            kill(&envd, p.pid).await.map_err(|s| crate::envd::daemon_error("killing a command", s))?;
+            kill(&envd, *pid).await.map_err(|s| crate::envd::daemon_error("killing a command", s))?;
             done.orphans_killed += 1;
         } else {
             // Counts against its token until it ends: its end is read from the daemon.
@@ -118,24 +105,52 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
             let tag = tag.to_string();
             tokio::spawn(async move {
                 let _slot = slot;
-                let req = AttachRequest {
-                    process: Some(ProcessSelector { selector: Some(process_selector::Selector::Tag(tag)) }),
-                    since: None,
-                };
                 // Read to its end: the stream ends with the process (or the daemon).
-                if let Ok(s) = envd.processes().attach(req).await {
-                    let mut s = s.into_inner();
-                    while let Some(Ok(_)) = s.next().await {}
+                if let Ok(mut s) = until_end(&envd, tag).await {
+                    while let Some(Ok(())) = s.next().await {}
                 }
             });
             done.adopted += 1;
         }
     }
     relay.store.forget_spared_execs(&row.id, &running_tags)?;
-    // Background processes: a revoked token's are killed; the rest are adopted when listed.
+    // Background processes: a revoked token's are killed; the rest are adopted when listed (on
+    // hangar-envd, whose ring kept their output), or followed again now (on E2B's envd, where
+    // what they print while nobody follows them is lost).
     for token in revoked {
         let who = Caller::of_token(token);
         done.revoked_killed += processes::kill_all(relay, &who, row).await?;
     }
+    if envd.is_e2b() {
+        let live: Vec<String> =
+            relay.store.tokens()?.into_iter().filter(|t| t.revoked_at.is_none()).map(|t| t.id).collect();
+        done.followed = processes::recover_followed(relay, row, &envd, &live).await?;
+    }
     Ok(done)
+}
+
+/// The running processes with their tags, from hangar's `List` or E2B's.
+async fn running(envd: &Envd) -> crate::error::Result<Vec<(u32, Option<String>)>> {
+    let failed = |s| crate::envd::daemon_error("listing processes", s);
+    Ok(if envd.is_e2b() {
+        let list = envd.process().list(hangar_proto::process::ListRequest {}).await.map_err(failed)?;
+        list.into_inner().processes.into_iter().map(|p| (p.pid, p.tag)).collect()
+    } else {
+        let list = envd.processes().list(ListRequest { running_only: true }).await.map_err(failed)?;
+        list.into_inner().processes.into_iter().map(|p| (p.pid, p.tag)).collect()
+    })
+}
+
+/// The events of the process tagged `tag` until its end: hangar's `Attach`, or E2B's `Connect`.
+async fn until_end(
+    envd: &Envd,
+    tag: String,
+) -> Result<std::pin::Pin<Box<dyn Stream<Item = Result<(), tonic::Status>> + Send>>, tonic::Status> {
+    let process = Some(ProcessSelector { selector: Some(process_selector::Selector::Tag(tag)) });
+    Ok(if envd.is_e2b() {
+        Box::pin(envd.process().connect(ConnectRequest { process }).await?.into_inner().map(|r| r.map(|_| ())))
+    } else {
+        let req = AttachRequest { process, since: None };
+        Box::pin(envd.processes().attach(req).await?.into_inner().map(|r| r.map(|_| ())))
+    })
 }

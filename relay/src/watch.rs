@@ -1,18 +1,21 @@
 //! Directory watches through the sandbox's daemon (envd's WatchDir, inotify), admitted against
 //! the stream limits and closed like every stream. The REST SSE route and the MCP watch
-//! resources both read these.
+//! resources both read these. On a daemon without hangar's extensions (E2B's envd) the watch is
+//! E2B's `filesystem.Filesystem/WatchDir`: the relay numbers its events, and a loss (which E2B's
+//! stream says by ending with `data_loss`) becomes an `overflow` after which the relay watches
+//! again, so the client sees the same items either way.
 use std::collections::VecDeque;
 
 use futures::Stream;
 use hangar_proto::{
     ext::{watch_event, WatchResponse},
-    filesystem::WatchDirRequest,
+    filesystem::{watch_dir_response, EventType, WatchDirRequest, WatchDirResponse},
 };
 
 use crate::{
     app::Relay,
     auth::Caller,
-    envd::daemon_error,
+    envd::{daemon_error, Envd},
     error::Result,
     streams::{
         self,
@@ -49,10 +52,15 @@ pub async fn watch(
     let envd = relay.sandboxes.require_daemon(&mut row, "watching a directory").await?;
     let mut admitted = relay.streams.open(caller, &row.id, Kind::Watch, front)?;
     let req = WatchDirRequest { path, recursive, include_entry: false, allow_network_mounts: false };
-    let watch = envd.files().watch_dir(req).await.map_err(|s| daemon_error("watching", s))?.into_inner();
+    let changes: std::pin::Pin<Box<dyn Stream<Item = WatchItem> + Send>> = if envd.is_e2b() {
+        let watch = envd.filesystem().watch_dir(req.clone()).await.map_err(|s| daemon_error("watching", s))?;
+        Box::pin(e2b_changes(envd, req, watch.into_inner()))
+    } else {
+        Box::pin(changes(envd.files().watch_dir(req).await.map_err(|s| daemon_error("watching", s))?.into_inner()))
+    };
     // Drained as the daemon sends it, whatever the client's pace: a client that stops reading
     // must not hold the sandbox's shared connection (streams::buffer).
-    let items = Buffer::spawn(changes(watch), ShedNewest, relay.limits.buffer_bytes, Full::Shed);
+    let items = Buffer::spawn(changes, ShedNewest, relay.limits.buffer_bytes, Full::Shed);
     Ok(async_stream::stream! {
         loop {
             // A close first: a destroyed sandbox's daemon stream breaks too, and why is the destroy.
@@ -110,16 +118,60 @@ fn changes(mut watch: tonic::Streaming<WatchResponse>) -> impl Stream<Item = Wat
             let Some(ev) = ev else { continue };
             let seq = ev.seq;
             match ev.event {
-                Some(watch_event::Event::Filesystem(f)) => {
-                    let kind = hangar_proto::filesystem::EventType::try_from(f.r#type)
-                        .map(|t| t.as_str_name().trim_start_matches("EVENT_TYPE_").to_ascii_lowercase())
-                        .unwrap_or_else(|_| "unknown".into());
-                    // `ts` is when the relay heard of it, whenever its client reads it.
-                    let data = serde_json::json!({ "seq": seq, "ts": time::now(), "name": f.name, "type": kind });
-                    yield WatchItem::Change { seq, data };
-                }
+                Some(watch_event::Event::Filesystem(f)) => yield change(seq, f.name, f.r#type),
                 Some(watch_event::Event::Overflow(o)) => yield WatchItem::Overflow { seq, dropped: o.dropped },
                 _ => continue,
+            }
+        }
+    }
+}
+
+/// A change as the client sees it; `ts` is when the relay heard of it, whenever its client reads it.
+fn change(seq: u64, name: String, kind: i32) -> WatchItem {
+    let kind = EventType::try_from(kind)
+        .map(|t| t.as_str_name().trim_start_matches("EVENT_TYPE_").to_ascii_lowercase())
+        .unwrap_or_else(|_| "unknown".into());
+    WatchItem::Change { seq, data: serde_json::json!({ "seq": seq, "ts": time::now(), "name": name, "type": kind }) }
+}
+
+/// E2B's watch events as items, numbered by the relay from 1 as hangar-envd numbers its own. A
+/// stream that ends with `data_loss` lost events: an `overflow` (how many is not said: 0) says
+/// so, and the relay watches again; the client rescans. It ends with a close as `changes` does.
+fn e2b_changes(
+    envd: Envd,
+    req: WatchDirRequest,
+    mut watch: tonic::Streaming<WatchDirResponse>,
+) -> impl Stream<Item = WatchItem> + Send + 'static {
+    async_stream::stream! {
+        let mut seq = 0;
+        loop {
+            let ev = match watch.message().await {
+                Ok(Some(m)) => m.event,
+                Ok(None) => {
+                    yield WatchItem::Closed { reason: Reason::Done, message: None };
+                    return;
+                }
+                Err(s) if s.code() == tonic::Code::DataLoss => {
+                    yield WatchItem::Overflow { seq, dropped: 0 };
+                    match envd.filesystem().watch_dir(req.clone()).await {
+                        Ok(w) => {
+                            watch = w.into_inner();
+                            continue;
+                        }
+                        Err(s) => {
+                            yield WatchItem::Closed { reason: Reason::Error, message: Some(s.message().to_string()) };
+                            return;
+                        }
+                    }
+                }
+                Err(s) => {
+                    yield WatchItem::Closed { reason: Reason::Error, message: Some(s.message().to_string()) };
+                    return;
+                }
+            };
+            if let Some(watch_dir_response::Event::Filesystem(f)) = ev {
+                seq += 1;
+                yield change(seq, f.name, f.r#type);
             }
         }
     }

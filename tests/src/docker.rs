@@ -21,6 +21,8 @@ use crate::envd_bin;
 
 pub const ENVD_IMAGE: &str = "hangar-test:envd";
 pub const PLAIN_IMAGE: &str = "hangar-test:plain";
+/// `hangar-test:envd` with its daemon run `--e2b-only`: E2B's protocol alone.
+pub const E2B_ENVD_IMAGE: &str = "hangar-test:e2b-envd";
 
 fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")

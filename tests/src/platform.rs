@@ -45,6 +45,8 @@ pub struct Platform {
     fixed: Value,
     /// What keeps the platform's test double alive, dropped with the platform.
     _backend: Option<Box<dyn Any + Send + Sync>>,
+    /// The daemon has no `Follow` (E2B's envd): a turn's log is polled (`without_follow`).
+    no_follow: bool,
 }
 
 impl Platform {
@@ -57,13 +59,34 @@ impl Platform {
         env: Vec<(String, String)>,
         backend: Option<Box<dyn Any + Send + Sync>>,
     ) -> Platform {
-        Platform { name, provider, with_daemon, without_daemon, env, fixed: json!({}), _backend: backend }
+        Platform {
+            name,
+            provider,
+            with_daemon,
+            without_daemon,
+            env,
+            fixed: json!({}),
+            _backend: backend,
+            no_follow: false,
+        }
     }
 
     /// The platform, whose sandboxes have `fixed`'s options by construction.
     pub fn with_fixed(mut self, fixed: Value) -> Platform {
         self.fixed = fixed;
         self
+    }
+
+    /// The platform's daemon cannot follow a file (E2B's envd), so the relay polls turns' logs.
+    pub fn without_follow(mut self) -> Platform {
+        self.no_follow = true;
+        self
+    }
+
+    /// Whether the daemon follows a turn's log (hangar-envd's `Follow`) rather than the relay
+    /// polling it.
+    pub fn daemon_follows_files(&self) -> bool {
+        !self.no_follow
     }
 
     /// The `docker` provider on the two test images, or `None` when the test must skip.

@@ -54,36 +54,60 @@ fn is_plain_route(path: &str) -> bool {
     PLAIN_ROUTES.contains(&path)
 }
 
+/// Which services the port serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Services {
+    /// E2B's and hangar's.
+    All,
+    /// E2B's alone (`--e2b-only`): hangar's paths are unknown, so each answers as on any server
+    /// without them (gRPC `unimplemented`, Connect `unimplemented` "no method"), and reflection
+    /// lists only E2B's services. What a client sees of E2B's own envd.
+    E2bOnly,
+}
+
+/// E2B's services, by their full names (what reflection lists under `--e2b-only`).
+const E2B_SERVICES: [&str; 2] = ["process.Process", "filesystem.Filesystem"];
+
 /// Builds the application for `core`.
-pub fn app(core: Arc<Core>, token: Arc<AccessToken>) -> Router {
+pub fn app(core: Arc<Core>, token: Arc<AccessToken>, services: Services) -> Router {
     let max = core.max_message_bytes as usize;
     let process = Arc::new(ProcessService::new(core.clone()));
     let processes = Arc::new(ProcessesService::new(core.clone()));
     let daemon = Arc::new(DaemonService::new(core.clone()));
     let filesystem = Arc::new(FilesystemService::new(core.clone()));
     let files = Arc::new(FilesService::new(core.clone()));
+    let hangar = services == Services::All;
 
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET)
-        .build_v1();
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET)
-        .build_v1alpha();
+    let mut reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET);
+    let mut reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET);
+    if !hangar {
+        for name in E2B_SERVICES {
+            reflection_v1 = reflection_v1.with_service_name(name);
+            reflection_v1alpha = reflection_v1alpha.with_service_name(name);
+        }
+    }
     let mut routes =
         tonic::service::Routes::new(ProcessServer::from_arc(process.clone()).max_decoding_message_size(max))
+            .add_service(FilesystemServer::from_arc(filesystem.clone()).max_decoding_message_size(max));
+    if hangar {
+        routes = routes
             .add_service(ProcessesServer::from_arc(processes.clone()).max_decoding_message_size(max))
             .add_service(DaemonServer::from_arc(daemon.clone()).max_decoding_message_size(max))
-            .add_service(FilesystemServer::from_arc(filesystem.clone()).max_decoding_message_size(max))
             .add_service(FilesServer::from_arc(files.clone()).max_decoding_message_size(max));
-    if let Ok(r) = reflection_v1 {
+    }
+    if let Ok(r) = reflection_v1.build_v1() {
         routes = routes.add_service(r);
     }
-    if let Ok(r) = reflection_v1alpha {
+    if let Ok(r) = reflection_v1alpha.build_v1alpha() {
         routes = routes.add_service(r);
     }
     let grpc = routes.prepare().into_axum_router().layer(middleware::map_response(oversize_is_resource_exhausted));
 
-    let connect = connect_routes(ConnectRouter::new(max), Services { process, processes, daemon, filesystem, files });
+    let connect = ConnectRouter::new(max);
+    let connect = e2b_routes(connect, &process, &filesystem);
+    let connect = if hangar { hangar_routes(connect, Handlers { processes, daemon, files }) } else { connect };
     let wire = Arc::new(Wire { token, settings: core.settings.clone(), system: System::default(), grpc, connect });
 
     Router::new()
@@ -107,21 +131,15 @@ macro_rules! route {
     }};
 }
 
-struct Services {
-    process: Arc<ProcessService>,
+/// hangar's own services' handlers.
+struct Handlers {
     processes: Arc<ProcessesService>,
     daemon: Arc<DaemonService>,
-    filesystem: Arc<FilesystemService>,
     files: Arc<FilesService>,
 }
 
-fn connect_routes(r: ConnectRouter, s: Services) -> ConnectRouter {
-    use hangar_proto::{
-        ext::{daemon_server::Daemon, files_server::Files, processes_server::Processes},
-        filesystem::filesystem_server::Filesystem,
-        process::process_server::Process,
-    };
-    let Services { process: p, processes: x, daemon: d, filesystem: f, files: h } = s;
+fn e2b_routes(r: ConnectRouter, p: &Arc<ProcessService>, f: &Arc<FilesystemService>) -> ConnectRouter {
+    use hangar_proto::{filesystem::filesystem_server::Filesystem, process::process_server::Process};
     let r = route!(r, unary, "/process.Process/List", p, Process, list);
     let r = route!(r, server_stream, "/process.Process/Connect", p, Process, connect);
     let r = route!(r, server_stream, "/process.Process/Start", p, Process, start);
@@ -138,7 +156,12 @@ fn connect_routes(r: ConnectRouter, s: Services) -> ConnectRouter {
     let r = route!(r, server_stream, "/filesystem.Filesystem/WatchDir", f, Filesystem, watch_dir);
     let r = route!(r, unary, "/filesystem.Filesystem/CreateWatcher", f, Filesystem, create_watcher);
     let r = route!(r, unary, "/filesystem.Filesystem/GetWatcherEvents", f, Filesystem, get_watcher_events);
-    let r = route!(r, unary, "/filesystem.Filesystem/RemoveWatcher", f, Filesystem, remove_watcher);
+    route!(r, unary, "/filesystem.Filesystem/RemoveWatcher", f, Filesystem, remove_watcher)
+}
+
+fn hangar_routes(r: ConnectRouter, s: Handlers) -> ConnectRouter {
+    use hangar_proto::ext::{daemon_server::Daemon, files_server::Files, processes_server::Processes};
+    let Handlers { processes: x, daemon: d, files: h } = s;
     let r = route!(r, server_stream, "/hangar.envd.v1.Processes/Attach", x, Processes, attach);
     let r = route!(r, unary, "/hangar.envd.v1.Processes/Signal", x, Processes, signal);
     let r = route!(r, unary, "/hangar.envd.v1.Processes/List", x, Processes, list);

@@ -3,12 +3,25 @@
 //!
 //! Invariant: everything that comes back is sandbox data, never a decision: output is passed on
 //! as text, and ownership is decided by the relay's MAC, not by anything envd says.
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        atomic::{AtomicU8, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
 
 use crate::error::Error;
+pub use crate::store::DaemonKind;
 use hangar_proto::{
-    ext::{daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest},
-    process::process_client::ProcessClient,
+    ext::{
+        daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest,
+        SignalRequest,
+    },
+    filesystem::filesystem_client::FilesystemClient,
+    process::{
+        process_client::ProcessClient, process_selector, ListRequest, ProcessSelector, SendSignalRequest, Signal,
+    },
 };
 use tonic::{
     metadata::{Ascii, MetadataKey, MetadataValue},
@@ -80,10 +93,16 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 /// stream can only ever stop itself.
 const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 
+const KIND_UNKNOWN: u8 = 0;
+const KIND_HANGAR: u8 = 1;
+const KIND_E2B: u8 = 2;
+
 #[derive(Clone)]
 pub struct Envd {
     channel: Channel,
     auth: Auth,
+    /// What `alive` found, shared by every clone on this connection.
+    kind: Arc<AtomicU8>,
 }
 
 impl Envd {
@@ -101,7 +120,7 @@ impl Envd {
                 .tls_config(ClientTlsConfig::new().with_webpki_roots())
                 .map_err(|e| EnvdError::Tls(url.to_string(), e.to_string()))?;
         }
-        Ok(Envd { channel: endpoint.connect_lazy(), auth: Auth::new(token, route)? })
+        Ok(Envd::on(endpoint.connect_lazy(), Auth::new(token, route)?))
     }
 
     /// The same, over connections `connector` makes (a tunnel to the daemon, such as the
@@ -113,7 +132,11 @@ impl Envd {
         C::Future: Send,
         Box<dyn std::error::Error + Send + Sync>: From<C::Error> + Send,
     {
-        Ok(Envd { channel: endpoint(url)?.connect_with_connector_lazy(connector), auth: Auth::new(token, &[])? })
+        Ok(Envd::on(endpoint(url)?.connect_with_connector_lazy(connector), Auth::new(token, &[])?))
+    }
+
+    fn on(channel: Channel, auth: Auth) -> Envd {
+        Envd { channel, auth, kind: Arc::new(AtomicU8::new(KIND_UNKNOWN)) }
     }
 
     pub fn process(&self) -> ProcessClient<Authed> {
@@ -128,13 +151,72 @@ impl Envd {
         FilesClient::with_interceptor(self.channel.clone(), self.auth.clone())
     }
 
-    /// Whether the daemon answers (with this token) within `timeout`.
-    pub async fn alive(&self, timeout: Duration) -> Result<(), EnvdError> {
-        let mut client = DaemonClient::with_interceptor(self.channel.clone(), self.auth.clone());
-        let mut req = Request::new(InfoRequest {});
-        req.set_timeout(timeout);
-        match tokio::time::timeout(timeout, client.info(req)).await {
-            Ok(Ok(_)) => Ok(()),
+    /// E2B's `filesystem.Filesystem` (its `WatchDir` is what a daemon without hangar's watches has).
+    pub fn filesystem(&self) -> FilesystemClient<Authed> {
+        FilesystemClient::with_interceptor(self.channel.clone(), self.auth.clone())
+    }
+
+    /// Which daemon answered `alive` last; `None` before it was asked.
+    pub fn kind(&self) -> Option<DaemonKind> {
+        match self.kind.load(Ordering::Relaxed) {
+            KIND_HANGAR => Some(DaemonKind::Hangar),
+            KIND_E2B => Some(DaemonKind::E2b),
+            _ => None,
+        }
+    }
+
+    /// Whether this daemon has hangar's extensions (as `alive` last found; a daemon never asked
+    /// is taken for hangar-envd, whose refusals then say what failed).
+    pub fn is_e2b(&self) -> bool {
+        self.kind() == Some(DaemonKind::E2b)
+    }
+
+    /// SIGKILL to the process `pid`: with everything it started through hangar's `Signal` (its
+    /// tree), or through E2B's `SendSignal` on E2B's envd (which signals that process only). A
+    /// process already gone is no error.
+    pub async fn kill_pid(&self, pid: u32) -> Result<(), Status> {
+        let process = Some(ProcessSelector { selector: Some(process_selector::Selector::Pid(pid)) });
+        let sent = if self.is_e2b() {
+            let req = SendSignalRequest { process, signal: Signal::Sigkill as i32 };
+            self.process().send_signal(req).await.map(|_| ())
+        } else {
+            let req = SignalRequest { process, signal: libc::SIGKILL, escalate_after_ms: None };
+            self.processes().signal(req).await.map(|_| ())
+        };
+        match sent {
+            Err(s) if s.code() != Code::NotFound => Err(s),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the daemon answers (with this token) within `timeout`, and which it is: hangar's
+    /// `Daemon/Info` answers, or it is `unimplemented` (E2B's envd, which a gRPC client sees as
+    /// such also when the server answers HTTP 404) and E2B's `process.Process/List` answers.
+    /// Once known, one call checks it again: the kind of daemon at an address does not change
+    /// while its connection lasts.
+    pub async fn alive(&self, timeout: Duration) -> Result<DaemonKind, EnvdError> {
+        let answered = tokio::time::timeout(timeout, async {
+            if self.kind() != Some(DaemonKind::E2b) {
+                let mut client = DaemonClient::with_interceptor(self.channel.clone(), self.auth.clone());
+                let mut req = Request::new(InfoRequest {});
+                req.set_timeout(timeout);
+                match client.info(req).await {
+                    Ok(_) => return Ok(DaemonKind::Hangar),
+                    Err(s) if s.code() == Code::Unimplemented && self.kind().is_none() => {}
+                    Err(s) => return Err(s),
+                }
+            }
+            let mut req = Request::new(ListRequest {});
+            req.set_timeout(timeout);
+            self.process().list(req).await.map(|_| DaemonKind::E2b)
+        })
+        .await;
+        match answered {
+            Ok(Ok(kind)) => {
+                let code = if kind == DaemonKind::Hangar { KIND_HANGAR } else { KIND_E2B };
+                self.kind.store(code, Ordering::Relaxed);
+                Ok(kind)
+            }
             Ok(Err(s)) => Err(EnvdError::Unreachable(s.message().to_string())),
             Err(_) => Err(EnvdError::Unreachable("timed out".into())),
         }

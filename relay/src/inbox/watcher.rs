@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use futures::StreamExt;
 use hangar_agents::inbox::{self as protocol, Ask, Request, MAX_FILE_BYTES};
 use hangar_proto::filesystem::WatchDirRequest;
 use serde_json::json;
@@ -25,6 +26,9 @@ use crate::{
     store::{ItemKind, SessionRow, TurnRow},
     text::sh_quote,
 };
+
+/// A daemon's watch of the inbox directory: each item is a change (or its stream's failure).
+type Changes = std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<(), tonic::Status>> + Send>>;
 
 /// How often a watcher with a daemon looks again anyway (whether its sandbox still has live
 /// turns; a change the watch missed).
@@ -95,7 +99,7 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
     let shell = Shell::open(relay, row).await?;
     let place = shell.place().await?;
     scan(relay, &shell, &place, seen).await?;
-    let mut changes = match &shell.envd {
+    let mut changes: Option<Changes> = match &shell.envd {
         // The agent's commands write in the same sandbox through the same mount: inotify sees
         // their writes even on a FUSE or network filesystem.
         Some(envd) => {
@@ -105,13 +109,14 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
                 include_entry: false,
                 allow_network_mounts: true,
             };
-            Some(
-                envd.files()
-                    .watch_dir(req)
-                    .await
-                    .map_err(|s| daemon_error("watching the agent's inbox", s))?
-                    .into_inner(),
-            )
+            let failed = |s| daemon_error("watching the agent's inbox", s);
+            // E2B's envd has no hangar watch: its own `WatchDir` says as much (a change), and
+            // its `data_loss` ends the stream, which starts the watcher again (and a rescan).
+            Some(if envd.is_e2b() {
+                Box::pin(envd.filesystem().watch_dir(req).await.map_err(failed)?.into_inner().map(|m| m.map(|_| ())))
+            } else {
+                Box::pin(envd.files().watch_dir(req).await.map_err(failed)?.into_inner().map(|m| m.map(|_| ())))
+            })
         }
         None => None,
     };
@@ -120,10 +125,10 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
     loop {
         let changed = match changes.as_mut() {
             Some(stream) => tokio::select! {
-                m = stream.message() => match m {
-                    Ok(Some(_)) => true,
-                    Ok(None) => return Err(Error::daemon("the daemon ended the inbox watch")),
-                    Err(s) => return Err(daemon_error("watching the agent's inbox", s)),
+                m = stream.next() => match m {
+                    Some(Ok(())) => true,
+                    None => return Err(Error::daemon("the daemon ended the inbox watch")),
+                    Some(Err(s)) => return Err(daemon_error("watching the agent's inbox", s)),
                 },
                 _ = tokio::time::sleep(RECHECK) => false,
             },
@@ -139,7 +144,7 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
             // A burst of writes (a temporary file, then its rename) is one listing.
             tokio::time::sleep(Duration::from_millis(20)).await;
             if let Some(stream) = changes.as_mut() {
-                while let Ok(Ok(Some(_))) = tokio::time::timeout(Duration::ZERO, stream.message()).await {}
+                while let Ok(Some(Ok(()))) = tokio::time::timeout(Duration::ZERO, stream.next()).await {}
             }
         }
         scan(relay, &shell, &place, seen).await?;

@@ -37,7 +37,7 @@ pub fn tag(key: &MacKey, caller: &Caller, sandbox: &SandboxRow, id: &str) -> Str
 }
 
 /// The id in `tag` if the tag is the caller's in this sandbox.
-fn owned_id<'t>(key: &MacKey, caller: &Caller, sandbox: &SandboxRow, tag: &'t str) -> Option<&'t str> {
+pub(super) fn owned_id<'t>(key: &MacKey, caller: &Caller, sandbox: &SandboxRow, tag: &'t str) -> Option<&'t str> {
     let (id, mac) = tag.strip_prefix(TAG_PREFIX)?.split_once(':')?;
     (valid_id(id) && key.verify(&[&caller.token_id, &sandbox.id, id], mac)).then_some(id)
 }
@@ -105,6 +105,7 @@ impl At<'_> {
             output_bytes: p.output_bytes,
             adopted,
             polled: false,
+            earlier_output: None,
         }
     }
 
@@ -186,6 +187,7 @@ impl At<'_> {
             output_bytes: 0,
             adopted: false,
             polled: false,
+            earlier_output: None,
         })
     }
 

@@ -3,10 +3,13 @@
 //! limit, ownership checks and stream admission, and returns one output type both render.
 //!
 //! - `daemon`: through the sandbox's daemon; ownership is a MAC'd envd tag.
+//! - `followed`: through a daemon without hangar's extensions (E2B's envd): the relay follows
+//!   each process itself and keeps its ring; ownership is the same MAC'd tag.
 //! - `polled`: without a daemon, detached through the provider's exec and polled; ownership is
 //!   the relay's own row.
 //! - `output`: the items a read yields and the one fold into `since / output / lost / next`.
 mod daemon;
+mod followed;
 mod output;
 mod polled;
 
@@ -91,6 +94,10 @@ pub struct ProcessView {
     /// Run without a daemon: detached, its output in a file the relay polls (no input).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub polled: bool,
+    /// `"lost"`: adopted after a relay restart on a daemon without hangar's ring (E2B's envd),
+    /// so what it wrote before is gone and its offsets count from the adoption.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earlier_output: Option<&'static str>,
 }
 
 type Owner = (String, String);
@@ -103,6 +110,8 @@ pub struct Processes {
     /// One lock per (token, sandbox): counting the running processes and starting one more
     /// happen under it, so concurrent starts never pass the per-token limit together.
     starting: Mutex<HashMap<Owner, Arc<tokio::sync::Mutex<()>>>>,
+    /// The processes the relay follows itself, on daemons without hangar's extensions.
+    followed: followed::Registry,
 }
 
 impl Processes {
@@ -130,13 +139,19 @@ enum Backend {
         envd: Envd,
         started: HashMap<String, u32>,
     },
+    /// A daemon without hangar's extensions (E2B's envd): the relay follows each process.
+    Followed {
+        row: SandboxRow,
+        envd: Envd,
+        started: HashMap<String, u32>,
+    },
     Polled(SandboxRow),
 }
 
 impl Backend {
     fn row(&self) -> &SandboxRow {
         match self {
-            Backend::Daemon { row, .. } | Backend::Polled(row) => row,
+            Backend::Daemon { row, .. } | Backend::Followed { row, .. } | Backend::Polled(row) => row,
         }
     }
 }
@@ -148,6 +163,10 @@ async fn backend(relay: &Relay, caller: &Caller, reference: &str) -> Result<Back
 
 async fn backend_of(relay: &Relay, mut row: SandboxRow) -> Result<Backend> {
     Ok(match relay.sandboxes.daemon(&mut row).await? {
+        Some(envd) if envd.is_e2b() => {
+            let started = relay.store.started_pids(&row.id)?;
+            Backend::Followed { row, envd, started }
+        }
         Some(envd) => {
             let started = relay.store.started_pids(&row.id)?;
             Backend::Daemon { row, envd, started }
@@ -166,12 +185,30 @@ fn at<'a>(
     daemon::At { envd, key: &relay.key, caller, sandbox: row, started }
 }
 
+fn on<'a>(
+    relay: &'a Relay,
+    caller: &'a Caller,
+    row: &'a SandboxRow,
+    envd: &'a Envd,
+    started: &'a HashMap<String, u32>,
+) -> followed::At<'a> {
+    followed::At { envd, key: &relay.key, caller, sandbox: row, started, registry: &relay.processes.followed }
+}
+
+/// At a relay's start: follows again the running background processes `tokens` started in a
+/// sandbox whose daemon is E2B's (their tags' MACs checked); how many.
+pub async fn recover_followed(relay: &Relay, row: &SandboxRow, envd: &Envd, tokens: &[String]) -> Result<usize> {
+    let started = relay.store.started_pids(&row.id)?;
+    followed::recover(envd, &relay.key, &relay.processes.followed, row, &started, tokens).await
+}
+
 /// The caller's processes in the sandbox, running and recently exited.
 async fn list_in(relay: &Relay, caller: &Caller, b: &Backend) -> Result<Vec<ProcessView>> {
     match b {
         Backend::Daemon { row, envd, started } => {
             at(relay, caller, row, envd, started).list(|id| relay.processes.adopted(&row.id, id)).await
         }
+        Backend::Followed { row, envd, started } => on(relay, caller, row, envd, started).list().await,
         Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.list().await,
     }
 }
@@ -201,6 +238,9 @@ pub async fn start(
     let id = format!("p_{}", auth::random_hex(6));
     let view = match &b {
         Backend::Daemon { row, envd, started } => at(relay, caller, row, envd, started).start(id, command, cwd).await?,
+        Backend::Followed { row, envd, started } => {
+            on(relay, caller, row, envd, started).start(id, command, cwd).await?
+        }
         Backend::Polled(row) => {
             polled::Polled { relay, sandbox: row, caller }.start(id, command, cwd.as_deref()).await?
         }
@@ -222,6 +262,7 @@ async fn get_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result
         Backend::Daemon { row, envd, started } => {
             at(relay, caller, row, envd, started).get(id, relay.processes.adopted(&row.id, id)).await
         }
+        Backend::Followed { row, envd, started } => on(relay, caller, row, envd, started).get(id).await,
         Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.get(id).await,
     }
 }
@@ -240,6 +281,7 @@ pub async fn input(relay: &Relay, caller: &Caller, reference: &str, id: &str, da
     }
     match backend(relay, caller, reference).await? {
         Backend::Daemon { row, envd, started } => at(relay, caller, &row, &envd, &started).input(id, data, eof).await,
+        Backend::Followed { row, envd, started } => on(relay, caller, &row, &envd, &started).input(id, data, eof).await,
         Backend::Polled(row) => {
             // Ownership first: another token's id is not found.
             polled::Polled { relay, sandbox: &row, caller }.get(id).await?;
@@ -257,6 +299,7 @@ pub async fn kill(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> 
 async fn kill_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<()> {
     match b {
         Backend::Daemon { row, envd, started } => at(relay, caller, row, envd, started).kill(id).await,
+        Backend::Followed { row, envd, started } => on(relay, caller, row, envd, started).kill(id).await,
         Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.kill(id).await,
     }
 }
@@ -293,6 +336,11 @@ async fn follow(
             // must not hold the sandbox's shared connection (streams::buffer).
             let items = Buffer::spawn(items, ShedOldest::new(since), relay.limits.buffer_bytes, Full::Shed);
             (row.id, Box::pin(items.into_stream()))
+        }
+        // Read from the relay's own ring: a reader behind it gets a gap, and holds no connection.
+        Backend::Followed { row, envd, started } => {
+            let items = on(relay, caller, &row, &envd, &started).attach(id, since, encoding).await?;
+            (row.id, Box::pin(items))
         }
         Backend::Polled(row) => {
             polled::Polled { relay, sandbox: &row, caller }.get(id).await?;

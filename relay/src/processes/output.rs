@@ -30,6 +30,10 @@ pub enum Output {
     Data { data: String, stream: OutputStream, next: u64 },
     /// Bytes `from..to` are no longer kept: they are lost to this reader.
     Gap { from: u64, to: u64 },
+    /// Output before offset `at` is lost and how much is not known: the relay followed the
+    /// process on a daemon without hangar's ring (E2B's envd) and was not reading it then (it
+    /// adopted the process after a restart, or took up a broken stream again). `message` says so.
+    Lost { at: u64, message: String },
     /// The process ended; `total` is the offset after its last byte.
     End { exit_code: i32, status: String, total: u64 },
     /// The read ended early: the relay closed it (revocation, pause, destroy, shutdown, its
@@ -64,6 +68,7 @@ impl ShedOldest {
             Output::Start { oldest, .. } => Some(self.since.unwrap_or(*oldest)),
             Output::Data { next, .. } => Some(*next),
             Output::Gap { to, .. } => Some(*to),
+            Output::Lost { at, .. } => Some(*at),
             Output::End { total, .. } => Some(*total),
             Output::Closed { .. } => None,
         }
@@ -196,6 +201,8 @@ impl Fold {
                 c.lost += to - from;
                 c.next = to;
             }
+            // Said by the process's `earlier_output`; no byte count to add.
+            Output::Lost { .. } => {}
             Output::End { exit_code, total, .. } => {
                 c.exit_code = Some(exit_code);
                 c.next = total;

@@ -106,6 +106,7 @@ impl Polled<'_> {
             output_bytes: p.size,
             adopted: false,
             polled: true,
+            earlier_output: None,
         }
     }
 

@@ -119,6 +119,7 @@ impl Sandboxes {
             isolation: Isolation::None,
             uid: None,
             daemon: false,
+            daemon_kind: None,
             created_at: store::now(),
             owner: owner.map(str::to_string),
             provider_ref: None,
@@ -137,6 +138,10 @@ impl Sandboxes {
                 .emit();
             }
             return Err(e.into());
+        }
+        if row.daemon {
+            // Which daemon it is (recorded by `daemon`); one that stopped answering says so later.
+            let _ = self.daemon(&mut row).await;
         }
         events::SandboxChanged { name, provider, change: "created" }.emit();
         self.fleet.sandbox(&row);
@@ -215,7 +220,17 @@ impl Sandboxes {
             *row = fresh;
         }
         let before = row.clone();
-        let result = p.daemon(row).await;
+        let mut result = p.daemon(row).await;
+        if let Ok(Some(envd)) = &result {
+            // Which daemon it is decides every path that uses hangar's extensions.
+            match envd.kind() {
+                Some(kind) => row.daemon_kind = Some(kind),
+                None => match envd.alive(KNOWN_DAEMON_CHECK * 3).await {
+                    Ok(kind) => row.daemon_kind = Some(kind),
+                    Err(e) => result = Err(crate::providers::ProviderError::DaemonStart(e.to_string())),
+                },
+            }
+        }
         if result.is_err() {
             row.daemon = false;
         }

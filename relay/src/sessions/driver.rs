@@ -320,7 +320,9 @@ impl Watch<'_> {
 
     /// Follows the log through the daemon (polling when it cannot) until the supervisor ends.
     async fn daemon(&self, envd: &Envd, ingest: &mut Ingest, stop: &mut Stop) -> Result<End> {
-        let mut stream = self.relay.streams.open_own(&self.shell.row.id, Kind::TurnLog).ok();
+        // A daemon without `Follow` (E2B's envd) is polled: no stream to count.
+        let mut stream =
+            if envd.is_e2b() { None } else { self.relay.streams.open_own(&self.shell.row.id, Kind::TurnLog).ok() };
         let result = {
             let end = self.shell.supervisor_end(envd, self.tag);
             let follow = self.follow_then_poll(envd, ingest, stream.as_mut());
@@ -345,8 +347,11 @@ impl Watch<'_> {
 /// exits with it); the line it printed names the signal. A supervisor killed by a signal wrote
 /// no line: it died.
 fn ended(e: SupervisorEnd) -> End {
-    if e.signal.is_some() {
-        return End::Died(format!("the supervisor was killed by signal {}", e.signal.unwrap_or_default()));
+    match e.signal {
+        Some(s) if s > 0 => return End::Died(format!("the supervisor was killed by signal {s}")),
+        // E2B's envd says a signal ended it, not which.
+        Some(_) => return End::Died("the supervisor was killed by a signal".into()),
+        None => {}
     }
     let line: Option<serde_json::Value> = e.line.as_deref().and_then(|l| serde_json::from_str(l).ok());
     let signal = line
@@ -362,6 +367,8 @@ fn ended(e: SupervisorEnd) -> End {
 /// Why following stopped.
 enum FollowEnd {
     Disabled,
+    /// The daemon has no `Follow` (E2B's envd).
+    NoFollow,
     Full,
     Truncated,
     Replaced,
@@ -375,6 +382,7 @@ impl FollowEnd {
     fn describe(&self) -> String {
         match self {
             FollowEnd::Disabled => "HANGAR_STREAM_TURN_LOGS is false".into(),
+            FollowEnd::NoFollow => "the sandbox's daemon (E2B's envd) cannot follow a file".into(),
             FollowEnd::Full => "HANGAR_STREAM_MAX_TOTAL streams are open".into(),
             FollowEnd::Truncated => "the log was truncated".into(),
             FollowEnd::Replaced => "the log was replaced".into(),
@@ -391,6 +399,7 @@ impl Watch<'_> {
         let (relay, turn) = (self.relay, self.turn);
         let why = match stream {
             _ if !relay.sessions.settings.follow_logs => FollowEnd::Disabled,
+            _ if envd.is_e2b() => FollowEnd::NoFollow,
             None => FollowEnd::Full,
             Some(stream) => follow(relay, envd, self.place, turn, ingest, stream).await?,
         };

@@ -432,6 +432,9 @@ impl<'a> Shell<'a> {
     /// Waits for the supervisor tagged `tag` to end (through the daemon); its exit line, or
     /// `None` when the daemon no longer knows it.
     pub async fn supervisor_end(&self, envd: &Envd, tag: &str) -> Result<Option<SupervisorEnd>> {
+        if envd.is_e2b() {
+            return e2b_supervisor_end(envd, tag).await;
+        }
         let req = AttachRequest { process: by_tag(tag), since: Some(0) };
         let mut stream = match envd.processes().attach(req).await {
             Ok(s) => s.into_inner(),
@@ -460,8 +463,9 @@ impl<'a> Shell<'a> {
     }
 
     /// SIGTERM to the supervisor's process group (the harness is in it), SIGKILL after `grace`.
+    /// E2B's envd has no group signal or escalation: its sandboxes take the script's way below.
     pub async fn signal(&self, place_dir: &str, turn: &str, tag: &str, pid: i64, grace: Duration) -> Result<()> {
-        if let Some(envd) = &self.envd {
+        if let Some(envd) = self.envd.as_ref().filter(|e| !e.is_e2b()) {
             let req = SignalRequest {
                 process: by_tag(tag),
                 signal: libc::SIGTERM,
@@ -473,8 +477,8 @@ impl<'a> Shell<'a> {
                 Err(s) => Err(daemon_error("signalling the turn", s)),
             };
         }
-        // Without a daemon: the pid is the relay's own record, the start time in the pid file
-        // guards against its reuse.
+        // Without a daemon (or with E2B's): the pid is the relay's own record, the start time in
+        // the pid file guards against its reuse.
         let script = format!(
             "p={pid}; f={d}/{turn}.pid; s=$(head -n1 \"$f\" | cut -d' ' -f2); \
              now=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f20); \
@@ -483,7 +487,47 @@ impl<'a> Shell<'a> {
             d = sh_quote(place_dir),
             g = grace.as_secs().max(1),
         );
-        self.run(false, &script, SCRIPT_TIMEOUT).await.map(|_| ())
+        // As root through E2B's envd: a split supervisor is root's.
+        self.run(self.envd.is_some(), &script, SCRIPT_TIMEOUT).await.map(|_| ())
+    }
+}
+
+/// `supervisor_end` on E2B's envd: its `Connect` by tag gives the output from now on (the exit
+/// line is the supervisor's last) and the end; a supervisor it no longer lists is `None`, and
+/// the turn's exit file says the rest.
+async fn e2b_supervisor_end(envd: &Envd, tag: &str) -> Result<Option<SupervisorEnd>> {
+    let req = hangar_proto::process::ConnectRequest { process: by_tag(tag) };
+    let mut stream = match envd.process().connect(req).await {
+        Ok(s) => s.into_inner(),
+        Err(s) if s.code() == Code::NotFound => return Ok(None),
+        Err(s) => return Err(daemon_error("connecting to the supervisor", s)),
+    };
+    let mut out = Vec::new();
+    loop {
+        match stream.message().await {
+            Ok(Some(m)) => match m.event.and_then(|e| e.event) {
+                Some(process_event::Event::Data(d)) => {
+                    if let Some(hangar_proto::process::process_event::data_event::Output::Stdout(b)) = d.output {
+                        keep_last(&mut out, &b)
+                    }
+                }
+                Some(process_event::Event::End(e)) => {
+                    // E2B's end has no signal field: its status says "signal: killed".
+                    let signal = (!e.exited).then_some(e.exit_code).filter(|_| e.status.starts_with("signal"));
+                    let line = String::from_utf8_lossy(&out).lines().last().map(str::to_string);
+                    // Connected after the supervisor printed its line (output before `Connect`
+                    // is not sent): its exit file, written first, says the rest.
+                    let whole = line.as_deref().is_some_and(|l| serde_json::from_str::<serde_json::Value>(l).is_ok());
+                    if signal.is_none() && !whole {
+                        return Ok(None);
+                    }
+                    return Ok(Some(SupervisorEnd { line, exit_code: e.exit_code, signal }));
+                }
+                _ => {}
+            },
+            Ok(None) => return Err(Error::daemon("the daemon ended the supervisor's stream")),
+            Err(s) => return Err(daemon_error("following the supervisor", s)),
+        }
     }
 }
 

@@ -142,6 +142,35 @@ impl Isolation {
     }
 }
 
+/// Which daemon a sandbox runs, told apart by whether hangar's `Daemon/Info` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DaemonKind {
+    /// hangar-envd: E2B's services and hangar's extensions (rings with offsets, `Attach`,
+    /// `Signal` to a tree, exited processes listed, `Follow`, watches with sequence numbers).
+    Hangar,
+    /// E2B's own envd (or hangar-envd `--e2b-only`): E2B's services alone. The relay follows
+    /// background processes itself (`processes/followed.rs`) and says what it cannot do.
+    E2b,
+}
+
+impl DaemonKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DaemonKind::Hangar => "hangar",
+            DaemonKind::E2b => "e2b",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<DaemonKind> {
+        match s {
+            "hangar" => Some(DaemonKind::Hangar),
+            "e2b" => Some(DaemonKind::E2b),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SandboxRow {
     pub id: String,
@@ -167,6 +196,8 @@ pub struct SandboxRow {
     pub uid: Option<u32>,
     /// Whether the sandbox's daemon answered when last asked.
     pub daemon: bool,
+    /// Which daemon answered when last asked (`None` before one did).
+    pub daemon_kind: Option<DaemonKind>,
     pub created_at: i64,
     /// The person who created it (a caller's person, or a job's). `None` for the default sandbox
     /// and for sandboxes made before owners were recorded. Who may use a sandbox does not depend
@@ -209,7 +240,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     isolation TEXT,
     uid INTEGER,
     owner TEXT,
-    provider_ref TEXT
+    provider_ref TEXT,
+    daemon_kind TEXT
 );
 CREATE TABLE IF NOT EXISTS detached (
     id TEXT PRIMARY KEY,
@@ -300,8 +332,8 @@ impl Store {
     pub fn insert_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
             "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at,
-                                    envd_pid_start, isolation, uid, owner, provider_ref)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                                    envd_pid_start, isolation, uid, owner, provider_ref, daemon_kind)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             params![
                 s.id,
                 s.name,
@@ -318,7 +350,8 @@ impl Store {
                 s.isolation.as_str(),
                 s.uid,
                 s.owner,
-                s.provider_ref
+                s.provider_ref,
+                s.daemon_kind.map(DaemonKind::as_str)
             ],
         )?;
         Ok(())
@@ -327,7 +360,8 @@ impl Store {
     pub fn update_sandbox(&self, s: &SandboxRow) -> Result<()> {
         self.conn().execute(
             "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7,
-                                  envd_pid_start = ?8, isolation = ?9, uid = ?10, provider_ref = ?11 WHERE id = ?1",
+                                  envd_pid_start = ?8, isolation = ?9, uid = ?10, provider_ref = ?11, daemon_kind = ?12
+                              WHERE id = ?1",
             params![
                 s.id,
                 s.state.as_str(),
@@ -339,7 +373,8 @@ impl Store {
                 s.envd_pid_start,
                 s.isolation.as_str(),
                 s.uid,
-                s.provider_ref
+                s.provider_ref,
+                s.daemon_kind.map(DaemonKind::as_str)
             ],
         )?;
         Ok(())
@@ -473,6 +508,13 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         None if provider == "docker" => Isolation::Container,
         None => Isolation::None,
     };
+    let daemon_kind = match r.get::<_, Option<String>>("daemon_kind")? {
+        Some(text) => match DaemonKind::parse(&text) {
+            Some(k) => Some(k),
+            None => return Err(unknown("sandbox", id, "daemon_kind", text)),
+        },
+        None => None,
+    };
     Ok(SandboxRow {
         id,
         name: r.get("name")?,
@@ -487,6 +529,7 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         isolation,
         uid: r.get("uid")?,
         daemon: r.get("daemon")?,
+        daemon_kind,
         created_at: r.get("created_at")?,
         owner: r.get("owner")?,
         provider_ref: r.get("provider_ref")?,
@@ -495,7 +538,7 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 9] = [
+    const ADDED: [(&str, &str, &str); 10] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
@@ -505,6 +548,7 @@ fn add_columns(conn: &Connection) -> Result<()> {
         ("sessions", "approvals", "TEXT"),
         ("sandboxes", "owner", "TEXT"),
         ("sandboxes", "provider_ref", "TEXT"),
+        ("sandboxes", "daemon_kind", "TEXT"),
     ];
     for (table, column, kind) in ADDED {
         let have: Vec<String> = conn

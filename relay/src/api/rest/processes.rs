@@ -93,6 +93,10 @@ fn event(item: &Output, encoding: Encoding) -> Option<Event> {
             .event("gap")
             .id(to.to_string())
             .json_data(serde_json::json!({ "from": from, "to": to, "lost": to - from })),
+        Output::Lost { at, message } => Event::default()
+            .event("lost")
+            .id(at.to_string())
+            .json_data(serde_json::json!({ "at": at, "message": message })),
         Output::End { exit_code, status, total } => Event::default().event("end").id(total.to_string()).json_data(
             serde_json::json!({ "exit_code": exit_code, "status": status, "total": total, "reason": "done" }),
         ),

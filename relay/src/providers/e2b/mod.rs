@@ -109,7 +109,7 @@ async fn wait_envd(envd: &Envd, limit: Duration) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         match envd.alive(HEALTH_TIMEOUT).await {
-            Ok(()) => return Ok(()),
+            Ok(_) => return Ok(()),
             Err(e) if tokio::time::Instant::now() >= deadline => return Err(e.to_string()),
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }

@@ -137,6 +137,7 @@ async fn attach(
             "since": c.since,
             "next": c.next,
             "lost": c.lost,
+            "earlier_output": view.earlier_output,
             "closed": c.closed.map(Reason::as_str),
         }),
         &["output"],
