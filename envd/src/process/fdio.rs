@@ -4,6 +4,7 @@ use std::{
     os::fd::{AsRawFd, OwnedFd},
 };
 
+use bytes::{BufMut as _, BytesMut};
 use tokio::io::unix::AsyncFd;
 
 pub struct AsyncFdIo {
@@ -22,14 +23,21 @@ impl AsyncFdIo {
         self.fd.get_ref().as_raw_fd()
     }
 
-    /// Reads once; `Ok(0)` at end of file. A PTY master answers EIO once every slave is closed,
-    /// which is its end of file.
-    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Reads once into `buf`'s spare capacity (at least one byte of it), growing its length by
+    /// what was read: the bytes land where they will be kept, and pages a short read does not
+    /// reach are never touched. `Ok(0)` at end of file; a PTY master answers EIO once every
+    /// slave is closed, which is its end of file.
+    pub async fn read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        if buf.capacity() == buf.len() {
+            buf.reserve(1);
+        }
         loop {
             let mut guard = self.fd.readable().await?;
+            let spare = buf.spare_capacity_mut();
             let res = guard.try_io(|inner| {
-                // SAFETY: buf is valid for buf.len() bytes; the fd is owned by inner.
-                let n = unsafe { libc::read(inner.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                // SAFETY: `spare` is valid for writes of spare.len() bytes; read(2) writes at most
+                // that many and we never read them before it initialized them.
+                let n = unsafe { libc::read(inner.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
                 if n < 0 {
                     Err(io::Error::last_os_error())
                 } else {
@@ -37,7 +45,11 @@ impl AsyncFdIo {
                 }
             });
             match res {
-                Ok(Ok(n)) => return Ok(n),
+                Ok(Ok(n)) => {
+                    // SAFETY: read(2) initialized the first `n` bytes of the spare capacity.
+                    unsafe { buf.advance_mut(n) };
+                    return Ok(n);
+                }
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(Err(e)) => return Err(e),

@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use nix::{errno::Errno, sys::signal::Signal};
 
 pub use exit::ExitInfo;
@@ -468,14 +468,24 @@ impl Table {
     }
 }
 
-/// Copies one output of a process into its log until end of file, pausing (and so not reading
+/// Moves one output of a process into its log until end of file, pausing (and so not reading
 /// the pipe) while the primary subscriber is a ring behind.
+///
+/// Reads land in the memory the ring keeps: each read fills the unused end of the current block,
+/// and what it read is split off the block and handed to the log as is. So no byte is copied on
+/// the way in, and a quiet process holds no read buffer of its own beyond its block's unused end
+/// (which a short read never touches). A new block is taken when the current one has less than a
+/// quarter of a read left, so reads stay large.
 async fn pump_output(io: AsyncFdIo, kind: StreamKind, log: Arc<OutputLog>, pid: u32) {
-    let mut buf = vec![0u8; log.read_chunk()];
+    let chunk = log.read_chunk();
+    let mut block = BytesMut::new();
     loop {
-        match io.read(&mut buf).await {
+        if block.capacity() - block.len() < chunk.div_ceil(4) {
+            block = BytesMut::with_capacity(chunk);
+        }
+        match io.read_buf(&mut block).await {
             Ok(0) => break,
-            Ok(n) => log.push_within_room(kind, Bytes::copy_from_slice(&buf[..n])).await,
+            Ok(_) => log.push_within_room(kind, block.split().freeze()).await,
             Err(e) => {
                 tracing::warn!(pid, ?kind, error = %e, "reading process output failed");
                 break;
