@@ -12,6 +12,7 @@ pub mod e2b;
 pub mod gone;
 pub mod kubernetes;
 pub mod local;
+pub mod options;
 
 use std::{path::PathBuf, time::Duration};
 

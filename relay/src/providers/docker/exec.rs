@@ -15,13 +15,12 @@ use tokio::sync::OnceCell;
 use super::{
     container_name,
     engine::{engine, gone, status},
-    options::ENV_EXEC_MARK,
     scripts::KILL_SCRIPT,
     DockerProvider,
 };
 use crate::{
     auth, events,
-    providers::{ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
+    providers::{options::ENV_EXEC_MARK, ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
     store::SandboxRow,
     text::Tail,
 };

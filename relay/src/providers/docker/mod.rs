@@ -36,8 +36,9 @@ use futures::StreamExt;
 use tokio::sync::OnceCell;
 
 use self::engine::{answer, container_ip, engine, env_of, first_file, gone, has_daemon, state_of, status};
-use self::options::{bad, Options, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
+use self::options::Options;
 use self::scripts::{EXEC_SCRIPT, WORKDIR_SCRIPT};
+use super::options::{bad, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
 use super::{ExecOutput, Provider, ProviderError};
 use crate::{
     auth,

@@ -20,11 +20,12 @@
 mod api;
 mod options;
 
+use crate::providers::options::bad;
 use std::time::Duration;
 
 use self::{
     api::{Api, ApiError, NewSandbox},
-    options::{bad, Options, DEFAULT_TIMEOUT_SECONDS},
+    options::{Options, DEFAULT_TIMEOUT_SECONDS},
 };
 use super::{ExecOutput, Provider, ProviderError};
 use crate::{

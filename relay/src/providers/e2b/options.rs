@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::providers::ProviderError;
+use crate::providers::{
+    options::{bad, env, object, strings},
+    ProviderError,
+};
 
 /// Options an e2b sandbox takes.
 const OPTIONS: &str = "template, timeout_seconds, env, metadata";
@@ -18,9 +21,6 @@ const MAX_TIMEOUT_SECONDS: u64 = 24 * 3600;
 /// Metadata keys under this prefix are hangar's own (the sandbox's id and name).
 pub(super) const RESERVED_METADATA_PREFIX: &str = "hangar.";
 
-const MAX_ENTRIES: usize = 256;
-const MAX_BYTES: usize = 64 * 1024;
-
 /// An e2b sandbox's options, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Options {
@@ -28,17 +28,6 @@ pub(super) struct Options {
     pub(super) timeout_seconds: u32,
     pub(super) env: BTreeMap<String, String>,
     pub(super) metadata: BTreeMap<String, String>,
-}
-
-pub(super) fn bad(m: impl Into<String>) -> ProviderError {
-    ProviderError::BadOptions(m.into())
-}
-
-fn valid_env_key(k: &str) -> bool {
-    let mut b = k.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
-        && k.len() <= 256
 }
 
 /// A template name or id as E2B takes them: `name`, `team/name`, either with a `:tag`.
@@ -49,48 +38,9 @@ fn valid_template(t: &str) -> bool {
         && !t.starts_with(['/', ':', '.', '-'])
 }
 
-/// A string-to-string object (`env`, `metadata`), bounded.
-fn strings(
-    what: &str,
-    value: Option<&Value>,
-    key_ok: impl Fn(&str) -> Result<(), String>,
-) -> Result<BTreeMap<String, String>, ProviderError> {
-    let vars = match value {
-        None | Some(Value::Null) => return Ok(BTreeMap::new()),
-        Some(Value::Object(vars)) => vars,
-        Some(_) => return Err(bad(format!("{what}: an object of names to string values"))),
-    };
-    if vars.len() > MAX_ENTRIES {
-        return Err(bad(format!("{what}: at most {MAX_ENTRIES} entries")));
-    }
-    let mut out = BTreeMap::new();
-    let mut total = 0;
-    for (k, v) in vars {
-        key_ok(k).map_err(|why| bad(format!("{what}: {why}")))?;
-        let Value::String(v) = v else { return Err(bad(format!("{what}: the value of {k} must be a string"))) };
-        if v.contains('\0') {
-            return Err(bad(format!("{what}: the value of {k} contains a NUL byte")));
-        }
-        total += k.len() + v.len() + 2;
-        out.insert(k.clone(), v.clone());
-    }
-    if total > MAX_BYTES {
-        return Err(bad(format!("{what}: at most {MAX_BYTES} bytes in all")));
-    }
-    Ok(out)
-}
-
 impl Options {
     pub(super) fn parse(options: &Value) -> Result<Options, ProviderError> {
-        let empty = serde_json::Map::new();
-        let map = match options {
-            Value::Object(m) => m,
-            Value::Null => &empty,
-            _ => return Err(bad("options must be an object")),
-        };
-        if let Some(k) = map.keys().find(|k| !OPTIONS.split(", ").any(|o| o == k.as_str())) {
-            return Err(bad(format!("unknown option {k:?}; the e2b provider takes {OPTIONS}")));
-        }
+        let map = object(options, "e2b", OPTIONS)?;
         let template = match map.get("template") {
             None | Some(Value::Null) => DEFAULT_TEMPLATE.to_string(),
             Some(Value::String(s)) if valid_template(s) => s.clone(),
@@ -107,13 +57,7 @@ impl Options {
                 }
             },
         };
-        let env = strings("env", map.get("env"), |k| {
-            if valid_env_key(k) {
-                Ok(())
-            } else {
-                Err(format!("{k:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)"))
-            }
-        })?;
+        let env = env(&map)?.into_iter().collect();
         let metadata = strings("metadata", map.get("metadata"), |k| {
             if k.is_empty() || k.len() > 256 || k.contains('\0') {
                 Err(format!("{k:?}: a key of 1 to 256 bytes"))
@@ -122,7 +66,9 @@ impl Options {
             } else {
                 Ok(())
             }
-        })?;
+        })?
+        .into_iter()
+        .collect();
         Ok(Options { template, timeout_seconds, env, metadata })
     }
 }

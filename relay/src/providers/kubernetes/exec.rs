@@ -13,8 +13,8 @@ use kube::api::{Api, AttachParams};
 use tokio::io::AsyncReadExt;
 
 use super::{
+    super::options::{bad, valid_env_key, ENV_EXEC_MARK},
     api_error, gone,
-    options::{bad, valid_env_key, ENV_EXEC_MARK},
     pod::{pod_name, CONTAINER},
     status, KubernetesProvider,
 };

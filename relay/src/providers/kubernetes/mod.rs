@@ -24,6 +24,7 @@ mod pod;
 mod settings;
 mod watch;
 
+use crate::providers::options::bad;
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::{Event, Pod};
@@ -36,7 +37,7 @@ use tokio::sync::{Notify, OnceCell};
 
 pub use self::settings::{Reach, Settings};
 use self::{
-    options::{bad, Options},
+    options::Options,
     pod::{pod_ip, pod_name, standing, Standing, CONTAINER, ENVD_PORT},
 };
 use super::{

@@ -4,21 +4,14 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::providers::ProviderError;
+use crate::providers::{
+    options::{bad, env, image, object, user, workdir},
+    ProviderError,
+};
 
 /// Options a kubernetes sandbox takes.
 const OPTIONS: &str = "image, daemon, env, user, workdir, cpu_request, cpu_limit, memory_request, memory_limit, \
                        node_selector, tolerations, runtime_class, service_account, image_pull_secrets";
-/// Environment variables the provider sets; a client cannot set these.
-const RESERVED_ENV_PREFIX: &str = "HANGAR_ENVD_";
-pub(super) const ENV_TOKEN: &str = "HANGAR_ENVD_ACCESS_TOKEN";
-pub(super) const ENV_USER: &str = "HANGAR_ENVD_DEFAULT_USER";
-pub(super) const ENV_WORKDIR: &str = "HANGAR_ENVD_DEFAULT_WORKDIR";
-/// Marks a fallback exec's processes, so a timeout can find and kill all of them.
-pub(super) const ENV_EXEC_MARK: &str = "HANGAR_EXEC";
-
-const MAX_ENV: usize = 256;
-const MAX_ENV_BYTES: usize = 64 * 1024;
 const MAX_ITEMS: usize = 64;
 
 /// One toleration, as Kubernetes spells it.
@@ -50,29 +43,6 @@ pub(super) struct Options {
     pub(super) runtime_class: Option<String>,
     pub(super) service_account: Option<String>,
     pub(super) image_pull_secrets: Vec<String>,
-}
-
-pub(super) fn bad(m: impl Into<String>) -> ProviderError {
-    ProviderError::BadOptions(m.into())
-}
-
-pub(super) fn valid_env_key(k: &str) -> bool {
-    let mut b = k.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
-        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
-        && k.len() <= 256
-}
-
-fn valid_user(u: &str) -> bool {
-    let mut b = u.bytes();
-    !u.is_empty()
-        && u.len() <= 32
-        && matches!(b.next(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
-        && b.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-' || c == b'.')
-}
-
-fn valid_image(i: &str) -> bool {
-    !i.is_empty() && i.len() <= 512 && i.bytes().all(|c| c.is_ascii_graphic()) && !i.starts_with('-')
 }
 
 /// A DNS-1123 subdomain (names of service accounts, secrets, runtime classes).
@@ -193,65 +163,16 @@ fn toleration(v: &Value) -> Result<Toleration, ProviderError> {
 
 impl Options {
     pub(super) fn parse(options: &Value) -> Result<Options, ProviderError> {
-        let empty = serde_json::Map::new();
-        let map = match options {
-            Value::Object(m) => m,
-            Value::Null => &empty,
-            _ => return Err(bad("options must be an object")),
-        };
-        if let Some(k) = map.keys().find(|k| !OPTIONS.split(", ").any(|o| o == k.trim())) {
-            return Err(bad(format!("unknown option {k:?}; the kubernetes provider takes {}", squeeze(OPTIONS))));
-        }
-        let image = match map.get("image") {
-            Some(Value::String(s)) if valid_image(s) => s.clone(),
-            Some(_) => return Err(bad("image: an image reference such as \"registry.example/hangar-envd:1\"")),
-            None => return Err(bad("the kubernetes provider needs an image (options.image)")),
-        };
+        let map = object(options, "kubernetes", OPTIONS)?;
+        let image = image(&map, "kubernetes", "registry.example/hangar-envd:1")?;
         let daemon = match map.get("daemon") {
             None | Some(Value::Null) => true,
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(bad("daemon: true (the image runs hangar-envd) or false")),
         };
-        let mut env = Vec::new();
-        match map.get("env") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(vars)) => {
-                if vars.len() > MAX_ENV {
-                    return Err(bad(format!("env: at most {MAX_ENV} variables")));
-                }
-                let mut total = 0;
-                for (k, v) in vars {
-                    if !valid_env_key(k) {
-                        return Err(bad(format!("env: {k:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")));
-                    }
-                    if k.starts_with(RESERVED_ENV_PREFIX) || k == ENV_EXEC_MARK {
-                        return Err(bad(format!("env: {k} is set by hangar")));
-                    }
-                    let Value::String(v) = v else {
-                        return Err(bad(format!("env: the value of {k} must be a string")));
-                    };
-                    if v.contains('\0') {
-                        return Err(bad(format!("env: the value of {k} contains a NUL byte")));
-                    }
-                    total += k.len() + v.len() + 2;
-                    env.push((k.clone(), v.clone()));
-                }
-                if total > MAX_ENV_BYTES {
-                    return Err(bad(format!("env: at most {MAX_ENV_BYTES} bytes in all")));
-                }
-            }
-            Some(_) => return Err(bad("env: an object of names to string values")),
-        }
-        let workdir = match map.get("workdir") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(w)) if w.starts_with('/') && w.len() <= 4096 && !w.contains('\0') => Some(w.clone()),
-            Some(_) => return Err(bad("workdir: an absolute path")),
-        };
-        let user = match map.get("user") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(u)) if valid_user(u) => Some(u.clone()),
-            Some(_) => return Err(bad("user: a user name of the image's /etc/passwd, such as \"user\"")),
-        };
+        let env = env(&map)?;
+        let workdir = workdir(&map)?;
+        let user = user(&map)?;
         if user.is_some() && !daemon {
             return Err(bad(
                 "user: applies to the daemon's commands; a pod without a daemon runs commands as its image's user",
@@ -294,22 +215,17 @@ impl Options {
             env,
             user,
             workdir,
-            cpu_request: quantity(map, "cpu_request")?,
-            cpu_limit: quantity(map, "cpu_limit")?,
-            memory_request: quantity(map, "memory_request")?,
-            memory_limit: quantity(map, "memory_limit")?,
+            cpu_request: quantity(&map, "cpu_request")?,
+            cpu_limit: quantity(&map, "cpu_limit")?,
+            memory_request: quantity(&map, "memory_request")?,
+            memory_limit: quantity(&map, "memory_limit")?,
             node_selector,
             tolerations,
-            runtime_class: name(map, "runtime_class")?,
-            service_account: name(map, "service_account")?,
+            runtime_class: name(&map, "runtime_class")?,
+            service_account: name(&map, "service_account")?,
             image_pull_secrets,
         })
     }
-}
-
-/// The option list on one line.
-fn squeeze(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

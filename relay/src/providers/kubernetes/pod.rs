@@ -10,7 +10,8 @@ use k8s_openapi::{
     apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta, util::intstr::IntOrString},
 };
 
-use super::options::{Options, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
+use super::options::Options;
+use crate::providers::options::{ENV_TOKEN, ENV_USER, ENV_WORKDIR};
 use crate::store::SandboxRow;
 
 /// E2B's envd port, where hangar-envd listens inside a pod.
