@@ -480,9 +480,11 @@ async fn a_real_tag_reused_after_its_process_exited_is_nobody_s() {
     let id = real["process_id"].as_str().expect("a process id").to_string();
     let path = format!("/api/sandboxes/default/processes/{id}");
     let mut exited = Value::Null;
+    // The exit is known when the process is reaped, its last output when the pipe is read to its
+    // end: wait for both.
     for _ in 0..100 {
         exited = relay.call("GET", &path, Some(ADMIN), None).await.json();
-        if exited["process"]["state"] == json!("exited") {
+        if exited["process"]["state"] == json!("exited") && exited["output"] == json!("real\n") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
