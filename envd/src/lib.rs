@@ -97,7 +97,8 @@ impl Daemon {
         let services = if config.e2b_only { wire::Services::E2bOnly } else { wire::Services::All };
         let app = wire::app(core, Arc::new(auth::AccessToken::new(token)), services);
         let addr = SocketAddr::new(config.listen, config.port);
-        let server = wire::Server::bind(addr, app).await.map_err(|source| StartError::Bind { addr, source })?;
+        let server =
+            wire::Server::bind(addr, app, services).await.map_err(|source| StartError::Bind { addr, source })?;
         Ok(Daemon { server, reaper, table, watches })
     }
 

@@ -1,5 +1,6 @@
 //! The one port: Connect (HTTP/1.1 and h2c), gRPC (h2c) and E2B's plain routes, told apart by
-//! path and content type, all behind the same admission check.
+//! path and content type, all behind the same admission check. Under `--e2b-only` the port
+//! speaks HTTP/1.1 alone, as E2B's envd does, so gRPC and h2c fail there as they do against it.
 //!
 //! Invariant: only this module knows about HTTP, headers and encodings.
 pub mod connect;
@@ -60,13 +61,10 @@ pub enum Services {
     /// E2B's and hangar's.
     All,
     /// E2B's alone (`--e2b-only`): hangar's paths are unknown, so each answers as on any server
-    /// without them (gRPC `unimplemented`, Connect `unimplemented` "no method"), and reflection
-    /// lists only E2B's services. What a client sees of E2B's own envd.
+    /// without them (Connect `unimplemented` "no method"), and the port speaks HTTP/1.1 alone,
+    /// so gRPC (reflection too) is not reached. What a client sees of E2B's own envd.
     E2bOnly,
 }
-
-/// E2B's services, by their full names (what reflection lists under `--e2b-only`).
-const E2B_SERVICES: [&str; 2] = ["process.Process", "filesystem.Filesystem"];
 
 /// Builds the application for `core`.
 pub fn app(core: Arc<Core>, token: Arc<AccessToken>, services: Services) -> Router {
@@ -78,16 +76,10 @@ pub fn app(core: Arc<Core>, token: Arc<AccessToken>, services: Services) -> Rout
     let files = Arc::new(FilesService::new(core.clone()));
     let hangar = services == Services::All;
 
-    let mut reflection_v1 = tonic_reflection::server::Builder::configure()
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET);
-    let mut reflection_v1alpha = tonic_reflection::server::Builder::configure()
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET);
-    if !hangar {
-        for name in E2B_SERVICES {
-            reflection_v1 = reflection_v1.with_service_name(name);
-            reflection_v1alpha = reflection_v1alpha.with_service_name(name);
-        }
-    }
     let mut routes =
         tonic::service::Routes::new(ProcessServer::from_arc(process.clone()).max_decoding_message_size(max))
             .add_service(FilesystemServer::from_arc(filesystem.clone()).max_decoding_message_size(max));
@@ -97,10 +89,11 @@ pub fn app(core: Arc<Core>, token: Arc<AccessToken>, services: Services) -> Rout
             .add_service(DaemonServer::from_arc(daemon.clone()).max_decoding_message_size(max))
             .add_service(FilesServer::from_arc(files.clone()).max_decoding_message_size(max));
     }
-    if let Ok(r) = reflection_v1.build_v1() {
+    // E2B's envd has no reflection (and over HTTP/1.1 alone no gRPC client reaches it).
+    if let (true, Ok(r)) = (hangar, reflection_v1.build_v1()) {
         routes = routes.add_service(r);
     }
-    if let Ok(r) = reflection_v1alpha.build_v1alpha() {
+    if let (true, Ok(r)) = (hangar, reflection_v1alpha.build_v1alpha()) {
         routes = routes.add_service(r);
     }
     let grpc = routes.prepare().into_axum_router().layer(middleware::map_response(oversize_is_resource_exhausted));
@@ -198,18 +191,20 @@ async fn oversize_is_resource_exhausted(mut resp: Response<Body>) -> Response<Bo
 pub struct Server {
     listener: tokio::net::TcpListener,
     app: Router,
+    services: Services,
 }
 
 impl Server {
-    pub async fn bind(addr: SocketAddr, app: Router) -> std::io::Result<Self> {
-        Ok(Self { listener: tokio::net::TcpListener::bind(addr).await?, app })
+    pub async fn bind(addr: SocketAddr, app: Router, services: Services) -> std::io::Result<Self> {
+        Ok(Self { listener: tokio::net::TcpListener::bind(addr).await?, app, services })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
-    /// Serves HTTP/1.1 and h2c (prior knowledge) on the one port until the future is dropped.
+    /// Serves HTTP/1.1 and h2c (prior knowledge) on the one port until the future is dropped;
+    /// HTTP/1.1 alone for [`Services::E2bOnly`] (E2B's envd is a plain Go `ListenAndServe`).
     ///
     /// Not `axum::serve`, for two settings it does not offer: `TCP_NODELAY`, so a small event
     /// is sent when written rather than held for the previous one's ACK, and HTTP/2's
@@ -229,10 +224,17 @@ impl Server {
             };
             let _ = tcp.set_nodelay(true);
             let service = service.clone();
+            let http1_only = self.services == Services::E2bOnly;
             tokio::spawn(async move {
+                // A connection's errors (a client gone mid-request) are the client's business.
+                if http1_only {
+                    // Not auto's `http1_only`: its upgradeable connection still reads the version.
+                    let http1 = hyper::server::conn::http1::Builder::new();
+                    let _ = http1.serve_connection(TokioIo::new(tcp), service).with_upgrades().await;
+                    return;
+                }
                 let mut builder = auto::Builder::new(TokioExecutor::new());
                 builder.http2().max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
-                // A connection's errors (a client gone mid-request) are the client's business.
                 let _ = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).await;
             });
         }

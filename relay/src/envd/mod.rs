@@ -1,18 +1,26 @@
-//! The relay's one client of a sandbox's daemon: gRPC over h2c (or over TLS, for an `https://`
-//! daemon such as an E2B sandbox's) with the sandbox's access token.
+//! The relay's one client of a sandbox's daemon, with the sandbox's access token, over one of two
+//! transports under the same generated clients: gRPC over h2c (or TLS) for hangar-envd, and
+//! Connect over HTTP/1.1 (`connect.rs`) for E2B's envd, which serves nothing else, and for any
+//! daemon behind E2B's edge, which forwards HTTP/1.1 alone.
 //!
 //! Invariant: everything that comes back is sandbox data, never a decision: output is passed on
 //! as text, and ownership is decided by the relay's MAC, not by anything envd says.
+pub mod connect;
+
 use std::{
+    future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicU8, Ordering},
         Arc,
     },
+    task::{Context, Poll},
     time::Duration,
 };
 
 use crate::error::Error;
 pub use crate::store::DaemonKind;
+pub use connect::Connect;
 use hangar_proto::{
     ext::{
         daemon_client::DaemonClient, files_client::FilesClient, processes_client::ProcessesClient, InfoRequest,
@@ -80,7 +88,42 @@ impl tonic::service::Interceptor for Auth {
     }
 }
 
-type Authed = InterceptedService<Channel, Auth>;
+/// How one client's calls reach the daemon.
+#[derive(Clone)]
+pub enum Wire {
+    Grpc(Channel),
+    Connect(Connect),
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<http::Request<tonic::body::Body>> for Wire {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Wire::Grpc(c) => c.poll_ready(cx).map_err(Into::into),
+            Wire::Connect(c) => c.poll_ready(cx).map_err(|never| match never {}),
+        }
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        match self {
+            Wire::Grpc(c) => {
+                let answer = c.call(req);
+                Box::pin(async move { answer.await.map_err(Into::into) })
+            }
+            Wire::Connect(c) => {
+                let answer = c.call(req);
+                Box::pin(async move { answer.await.map_err(|never| match never {}) })
+            }
+        }
+    }
+}
+
+type Authed = InterceptedService<Wire, Auth>;
 
 /// What one stream may have in flight from the daemon before the relay reads it: the daemon's
 /// ring (`--ring-bytes`' default), since more in flight buys a reader nothing the ring does not.
@@ -100,6 +143,11 @@ const KIND_E2B: u8 = 2;
 #[derive(Clone)]
 pub struct Envd {
     channel: Channel,
+    /// Connect over HTTP/1.1 to the same daemon: how `alive` tells the kinds apart, and how E2B's
+    /// envd is reached. None over a tunnel (`with_connector`), which reaches hangar-envd.
+    connect: Option<Connect>,
+    /// Every call over Connect, whichever the daemon (behind E2B's edge).
+    connect_only: bool,
     auth: Auth,
     /// What `alive` found, shared by every clone on this connection.
     kind: Arc<AtomicU8>,
@@ -120,7 +168,17 @@ impl Envd {
                 .tls_config(ClientTlsConfig::new().with_webpki_roots())
                 .map_err(|e| EnvdError::Tls(url.to_string(), e.to_string()))?;
         }
-        Ok(Envd::on(endpoint.connect_lazy(), Auth::new(token, route)?))
+        let mut envd = Envd::on(endpoint.connect_lazy(), Auth::new(token, route)?);
+        envd.connect = Some(Connect::new(url)?);
+        Ok(envd)
+    }
+
+    /// The same, every call over Connect on HTTP/1.1: for a daemon behind E2B's edge, which
+    /// forwards HTTP/1.1 alone (so hangar-envd there is reached this way too).
+    pub fn over_http1(url: &str, token: &str, route: &[(&'static str, &str)]) -> Result<Envd, EnvdError> {
+        let mut envd = Envd::routed(url, token, route)?;
+        envd.connect_only = true;
+        Ok(envd)
     }
 
     /// The same, over connections `connector` makes (a tunnel to the daemon, such as the
@@ -136,24 +194,33 @@ impl Envd {
     }
 
     fn on(channel: Channel, auth: Auth) -> Envd {
-        Envd { channel, auth, kind: Arc::new(AtomicU8::new(KIND_UNKNOWN)) }
+        Envd { channel, connect: None, connect_only: false, auth, kind: Arc::new(AtomicU8::new(KIND_UNKNOWN)) }
+    }
+
+    /// The transport for the next client: Connect where it must be (E2B's envd, E2B's edge),
+    /// else gRPC, the faster (one multiplexed connection, flow control per stream).
+    pub fn wire(&self) -> Wire {
+        match &self.connect {
+            Some(c) if self.connect_only || self.is_e2b() => Wire::Connect(c.clone()),
+            _ => Wire::Grpc(self.channel.clone()),
+        }
     }
 
     pub fn process(&self) -> ProcessClient<Authed> {
-        ProcessClient::with_interceptor(self.channel.clone(), self.auth.clone())
+        ProcessClient::with_interceptor(self.wire(), self.auth.clone())
     }
 
     pub fn processes(&self) -> ProcessesClient<Authed> {
-        ProcessesClient::with_interceptor(self.channel.clone(), self.auth.clone())
+        ProcessesClient::with_interceptor(self.wire(), self.auth.clone())
     }
 
     pub fn files(&self) -> FilesClient<Authed> {
-        FilesClient::with_interceptor(self.channel.clone(), self.auth.clone())
+        FilesClient::with_interceptor(self.wire(), self.auth.clone())
     }
 
     /// E2B's `filesystem.Filesystem` (its `WatchDir` is what a daemon without hangar's watches has).
     pub fn filesystem(&self) -> FilesystemClient<Authed> {
-        FilesystemClient::with_interceptor(self.channel.clone(), self.auth.clone())
+        FilesystemClient::with_interceptor(self.wire(), self.auth.clone())
     }
 
     /// Which daemon answered `alive` last; `None` before it was asked.
@@ -190,14 +257,19 @@ impl Envd {
     }
 
     /// Whether the daemon answers (with this token) within `timeout`, and which it is: hangar's
-    /// `Daemon/Info` answers, or it is `unimplemented` (E2B's envd, which a gRPC client sees as
-    /// such also when the server answers HTTP 404) and E2B's `process.Process/List` answers.
-    /// Once known, one call checks it again: the kind of daemon at an address does not change
-    /// while its connection lasts.
+    /// `Daemon/Info` answers, or it is `unimplemented` (E2B's envd; Connect's HTTP 404 for an
+    /// unknown path means the same) and E2B's `process.Process/List` answers. Not yet known, it
+    /// is asked over Connect on HTTP/1.1, which both serve (E2B's envd nothing else); once known,
+    /// one call over the transport in use checks it again: the kind of daemon at an address does
+    /// not change while its connection lasts.
     pub async fn alive(&self, timeout: Duration) -> Result<DaemonKind, EnvdError> {
         let answered = tokio::time::timeout(timeout, async {
+            let wire = match (self.kind(), &self.connect) {
+                (None, Some(c)) => Wire::Connect(c.clone()),
+                _ => self.wire(),
+            };
             if self.kind() != Some(DaemonKind::E2b) {
-                let mut client = DaemonClient::with_interceptor(self.channel.clone(), self.auth.clone());
+                let mut client = DaemonClient::with_interceptor(wire.clone(), self.auth.clone());
                 let mut req = Request::new(InfoRequest {});
                 req.set_timeout(timeout);
                 match client.info(req).await {
@@ -208,7 +280,7 @@ impl Envd {
             }
             let mut req = Request::new(ListRequest {});
             req.set_timeout(timeout);
-            self.process().list(req).await.map(|_| DaemonKind::E2b)
+            ProcessClient::with_interceptor(wire, self.auth.clone()).list(req).await.map(|_| DaemonKind::E2b)
         })
         .await;
         match answered {

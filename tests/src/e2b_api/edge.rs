@@ -6,8 +6,8 @@
 //!   `<port>-<sandbox id>`.
 //! - A sandbox the edge does not know answers 502 `{"sandboxId", "message": "The sandbox was not
 //!   found", "code": 502}`; a paused one 403 (E2B's answer when it may not resume it).
-//! - Unlike E2B's edge (HTTP/1.1 to the sandbox), a request goes on in the HTTP version it came
-//!   in, so an HTTP/2 (gRPC) request reaches hangar-envd as HTTP/2.
+//! - As E2B's edge (`ForceAttemptHTTP2: false`), a request goes on to the sandbox over HTTP/1.1,
+//!   whatever version it came in: gRPC cannot pass, Connect can.
 use std::sync::Arc;
 
 use http_body_util::BodyExt;
@@ -20,18 +20,14 @@ use serde_json::json;
 
 use super::{json_response, Body, Ctx, EdgeRecorded, SandboxState, ENVD_PORT};
 
-/// The edge's clients of the sandboxes' envds: one per HTTP version.
+/// The edge's client of the sandboxes' envds: HTTP/1.1 only.
 pub struct Clients {
     http1: Client<HttpConnector, Incoming>,
-    http2: Client<HttpConnector, Incoming>,
 }
 
 impl Clients {
     pub fn new() -> Clients {
-        Clients {
-            http1: Client::builder(TokioExecutor::new()).build_http(),
-            http2: Client::builder(TokioExecutor::new()).http2_only(true).build_http(),
-        }
+        Clients { http1: Client::builder(TokioExecutor::new()).build_http() }
     }
 }
 
@@ -128,8 +124,8 @@ pub(crate) async fn forward(req: Request<Incoming>, ctx: Arc<Ctx>, clients: Arc<
     for h in &HOP_BY_HOP {
         parts.headers.remove(h);
     }
-    let client = if http2 { &clients.http2 } else { &clients.http1 };
-    match client.request(Request::from_parts(parts, body)).await {
+    parts.version = Version::HTTP_11;
+    match clients.http1.request(Request::from_parts(parts, body)).await {
         Ok(resp) => {
             record.status = resp.status().as_u16();
             ctx.record_edge(record);

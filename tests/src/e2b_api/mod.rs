@@ -18,9 +18,8 @@
 //!   `docker unpause` (E2B's memory snapshot keeps processes too); kill is `docker rm -f`.
 //! - The edge routes `E2b-Sandbox-Id`/`E2b-Sandbox-Port` (for an IP, `localhost` or
 //!   `sandbox.<domain>` host) or a `<port>-<id>.<domain>` host to the container's envd, as E2B's
-//!   `packages/shared/pkg/proxy/host.go` does. One difference, said here and in docs/e2b.md: E2B's
-//!   edge speaks HTTP/1.1 to the sandbox and E2B's envd serves HTTP/1.1 only, while this edge
-//!   passes HTTP/2 through, so the relay's gRPC reaches hangar-envd here.
+//!   `packages/shared/pkg/proxy/host.go` does, and speaks HTTP/1.1 to it as E2B's edge does, so
+//!   only the relay's Connect transport gets through.
 //!
 //! The double runs on a thread of its own with its own runtime, so it serves whatever the test
 //! does meanwhile; dropping it removes every container it made.
@@ -89,6 +88,7 @@ pub struct EdgeRecorded {
     pub sandbox_id: Option<String>,
     pub by_headers: bool,
     pub access_token: Option<String>,
+    /// Whether the request came in over HTTP/2 (it goes on over HTTP/1.1 all the same).
     pub http2: bool,
     pub status: u16,
 }

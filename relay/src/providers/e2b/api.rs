@@ -28,7 +28,7 @@ use hyper_util::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::config::ApiKey;
+use crate::{config::ApiKey, error::chain};
 
 /// How long one call may take (creating a sandbox takes seconds; E2B's own SDKs allow 60 s).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -234,18 +234,6 @@ fn head(s: &str, cap: usize) -> &str {
         end -= 1;
     }
     &s[..end]
-}
-
-/// An error with its causes, for a message (hyper's top level says only "client error").
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -141,13 +141,14 @@ impl E2bProvider {
         self.envd_url.replace("{port}", ENVD_PORT).replace("{sandbox_id}", id).replace("{domain}", domain)
     }
 
-    /// The sandbox's envd client, with the headers E2B's edge routes by.
+    /// The sandbox's envd client, with the headers E2B's edge routes by, over Connect on
+    /// HTTP/1.1: the edge forwards nothing else.
     fn envd(&self, sandbox: &SandboxRow) -> Result<Envd, ProviderError> {
         let id = e2b_id(sandbox)?;
         let (Some(url), Some(token)) = (sandbox.envd_url.as_deref(), sandbox.envd_token.as_deref()) else {
             return Err(ProviderError::Engine(format!("sandbox {:?} has no envd recorded", sandbox.name)));
         };
-        Envd::routed(url, token, &[("e2b-sandbox-id", id), ("e2b-sandbox-port", ENVD_PORT)])
+        Envd::over_http1(url, token, &[("e2b-sandbox-id", id), ("e2b-sandbox-port", ENVD_PORT)])
             .map_err(|e| ProviderError::Engine(format!("sandbox {:?}: {e}", sandbox.name)))
     }
 
