@@ -16,7 +16,7 @@
 //! fail under CI=true and are skipped, with a notice, otherwise (see hangar_e2e::docker). The
 //! ones about settings and errors found before any sandbox exists run everywhere.
 use hangar_e2e::{
-    docker::{self, container_of, inspect, pids_named, Containers, E2B_ENVD_IMAGE, ENVD_IMAGE},
+    docker::{self, container_of, inspect, pids_named, Containers, E2B_ENVD_IMAGE},
     e2b_api::{E2bApi, SandboxState, TEMPLATE_USER},
     platform::Platform,
     platform_cases,
@@ -48,10 +48,11 @@ fn e2b(test: &str) -> Option<Platform> {
     Some(platform.with_fixed(json!({ "user": TEMPLATE_USER })))
 }
 
-/// The image the double's `base` template runs: hangar-envd (`HANGAR_TEST_E2B_IMAGE` names
-/// another, such as one whose daemon serves only E2B's services).
+/// The image the double's `base` template runs: hangar-envd serving only E2B's services over
+/// HTTP/1.1, as E2B's own envd does (`HANGAR_TEST_E2B_IMAGE` names another, such as
+/// `hangar-test:envd`, to run the same tests with hangar's extensions behind E2B's edge).
 fn image() -> String {
-    std::env::var("HANGAR_TEST_E2B_IMAGE").unwrap_or_else(|_| ENVD_IMAGE.to_string())
+    std::env::var("HANGAR_TEST_E2B_IMAGE").unwrap_or_else(|_| E2B_ENVD_IMAGE.to_string())
 }
 
 /// Docker, the double, a fresh state directory and a relay pointed at the double, or `None`

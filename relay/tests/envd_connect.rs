@@ -1,4 +1,4 @@
-//! The relay's Connect transport (`hangar_relay::envd::connect`) against the real hangar-envd:
+//! The relay's Connect transport (`envd::connect`) against the real hangar-envd:
 //! tonic's generated clients, as the relay holds them, with every call carried as Connect over
 //! HTTP/1.1 (the daemon runs `--e2b-only`, which serves HTTP/1.1 alone, as E2B's envd does).
 use std::time::Duration;
