@@ -141,15 +141,19 @@ pub fn markdown(r: &Results) -> String {
             "A Docker sandbox with the daemon; `{}` ({} runs of {} lines). First line: from the request to the line's arrival. Each line's delay: from its printing to its arrival.\n",
             s.command, s.runs, s.lines
         );
-        let _ = writeln!(m, "| How the client sees output | First line, ms | Each line's delay, ms | vs `docker exec` (first line) | vs `docker exec` (each line) |");
-        let _ = writeln!(m, "|---|---|---|---|---|");
+        let _ = writeln!(m, "| How the client sees output | First line, ms | Each line's delay, ms | over the pipe (first line), ms | over the pipe (each line), ms | vs `docker exec` (first line) | vs `docker exec` (each line) |");
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|");
         for row in &s.rows {
             let _ = writeln!(
                 m,
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {:+.2} / {:+.2} | {:+.2} / {:+.2} | {} | {} |",
                 row.label,
                 pair(&row.first_line_ms),
                 pair(&row.line_delay_ms),
+                row.first_line_over_pipe_ms[0],
+                row.first_line_over_pipe_ms[1],
+                row.line_delay_over_pipe_ms[0],
+                row.line_delay_over_pipe_ms[1],
                 ratios(&row.first_line_vs_docker_exec),
                 ratios(&row.line_delay_vs_docker_exec)
             );

@@ -2,7 +2,9 @@
 //! docs/performance.md): a command printing a stamped line every 100 ms, seen by a client in each
 //! way hangar offers, beside `docker exec` and the no-daemon fallback, in the same run and
 //! interleaved (run 1 of every method, then run 2, ...), so drift in the machine's load touches
-//! every row alike.
+//! every row alike. Two rows split the path by hop: the floor (the same command on a plain pipe,
+//! read by the same reader) and the sandbox's daemon read directly (its `Start` stream over gRPC,
+//! with the container's own token), so the cost of the daemon and of the relay shows apart.
 
 use std::time::Duration;
 
@@ -19,6 +21,8 @@ use crate::{
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Method {
+    Pipe,
+    DaemonStart,
     RestStream,
     McpProgress,
     ProcessAttach,
@@ -29,7 +33,9 @@ enum Method {
     FallbackAttach,
 }
 
-const METHODS: [Method; 8] = [
+const METHODS: [Method; 10] = [
+    Method::Pipe,
+    Method::DaemonStart,
     Method::RestStream,
     Method::McpProgress,
     Method::ProcessAttach,
@@ -43,6 +49,8 @@ const METHODS: [Method; 8] = [
 impl Method {
     fn key(self) -> &'static str {
         match self {
+            Method::Pipe => "plain_pipe",
+            Method::DaemonStart => "daemon_start_grpc",
             Method::RestStream => "rest_exec_stream",
             Method::McpProgress => "mcp_exec_progress",
             Method::ProcessAttach => "process_attach_sse",
@@ -56,6 +64,8 @@ impl Method {
 
     fn label(self) -> &'static str {
         match self {
+            Method::Pipe => "floor: a plain pipe (`bash -lc`, no sandbox)",
+            Method::DaemonStart => "hop: the daemon's `Start` over gRPC, read directly",
             Method::RestStream => "REST `exec/stream` (SSE)",
             Method::McpProgress => "MCP `exec`, progress notifications",
             Method::ProcessAttach => "`processes` start + attach (SSE)",
@@ -84,6 +94,9 @@ pub struct Row {
     /// This row's p50 and p95 over `docker exec`'s.
     pub first_line_vs_docker_exec: [Option<f64>; 2],
     pub line_delay_vs_docker_exec: [Option<f64>; 2],
+    /// This row's p50 and p95 minus the plain pipe's, in ms: what the path adds to the floor.
+    pub first_line_over_pipe_ms: [f64; 2],
+    pub line_delay_over_pipe_ms: [f64; 2],
 }
 
 #[derive(Debug, Serialize)]
@@ -149,6 +162,8 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             line_delay_ms: Summary::of(m.key(), &delays[i])?,
             first_line_vs_docker_exec: [None, None],
             line_delay_vs_docker_exec: [None, None],
+            first_line_over_pipe_ms: [0.0, 0.0],
+            line_delay_over_pipe_ms: [0.0, 0.0],
         });
     }
     let peer = METHODS.iter().position(|m| *m == Method::DockerExec).unwrap_or(0);
@@ -157,12 +172,20 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         r.first_line_vs_docker_exec = [ratio(r.first_line_ms.p50, pf.p50), ratio(r.first_line_ms.p95, pf.p95)];
         r.line_delay_vs_docker_exec = [ratio(r.line_delay_ms.p50, pd.p50), ratio(r.line_delay_ms.p95, pd.p95)];
     }
+    let floor = METHODS.iter().position(|m| *m == Method::Pipe).unwrap_or(0);
+    let (ff, fd) = (rows[floor].first_line_ms.clone(), rows[floor].line_delay_ms.clone());
+    for r in &mut rows {
+        r.first_line_over_pipe_ms = [r.first_line_ms.p50 - ff.p50, r.first_line_ms.p95 - ff.p95];
+        r.line_delay_over_pipe_ms = [r.line_delay_ms.p50 - fd.p50, r.line_delay_ms.p95 - fd.p95];
+    }
     Ok(Report { runs: cfg.runs, lines: cfg.lines, command: cmd, rows })
 }
 
 async fn measure(s: &mut Setup, m: Method, cmd: &str, lines: u64) -> Result<Seen> {
     let limit = Duration::from_secs(lines / 10 + 30);
     match m {
+        Method::Pipe => pipe(cmd, lines, limit).await,
+        Method::DaemonStart => daemon_start(&s.container, cmd, lines, limit).await,
         Method::RestStream => rest_stream(s, &s.daemon.name, cmd, limit).await,
         Method::FallbackStream => rest_stream(s, &s.plain.name, cmd, limit).await,
         Method::ExecAtEnd => exec_at_end(s, cmd).await,
@@ -300,6 +323,84 @@ async fn docker_exec(container: &str, cmd: &str, lines: u64, limit: Duration) ->
         return Err(fail("docker exec", status));
     }
     Ok(Seen { started, lines })
+}
+
+/// The floor: the same command on a plain pipe, read the same way. The login shell gets no home
+/// of the bench user's (a home directory's profile, such as a version manager's, would make the
+/// floor's first line slower than the sandbox's own, which has none).
+async fn pipe(cmd: &str, lines: u64, limit: Duration) -> Result<Seen> {
+    let started = now();
+    let mut child = tokio::process::Command::new("bash")
+        .args(["-lc", cmd])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/nonexistent")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .ctx("spawning bash")?;
+    let out = child.stdout.take().ok_or_else(|| fail("plain pipe", "no stdout"))?;
+    let lines = read_stamped("plain pipe", out, lines, limit).await?;
+    let status = child.wait().await.ctx("waiting for bash")?;
+    if !status.success() {
+        return Err(fail("plain pipe", status));
+    }
+    Ok(Seen { started, lines })
+}
+
+/// The first hop alone: the sandbox's daemon, at the container's address with the container's own
+/// access token (read from Docker, as only the relay and the bench may), `Start` of `bash -lc`
+/// over gRPC, each data event timed as it arrives.
+async fn daemon_start(container: &str, cmd: &str, lines: u64, limit: Duration) -> Result<Seen> {
+    use hangar_proto::process::{process_client::ProcessClient, process_event, ProcessConfig, StartRequest};
+    let inspect = |format: &str| {
+        std::process::Command::new("docker")
+            .args(["inspect", "--format", format, container])
+            .output()
+            .ctx("docker inspect")
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let ip = inspect("{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}")?;
+    let env = inspect("{{range .Config.Env}}{{println .}}{{end}}")?;
+    let token = env
+        .lines()
+        .find_map(|l| l.strip_prefix("HANGAR_ENVD_ACCESS_TOKEN="))
+        .ok_or_else(|| fail("the daemon's token", "not in the container's environment"))?
+        .to_string();
+    let started = now();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{ip}:{}", crate::world::CONTAINER_ENVD_PORT))
+        .map_err(|e| fail("the daemon's address", e))?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| fail("connecting to the daemon", e))?;
+    let mut req = tonic::Request::new(StartRequest {
+        process: Some(ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-lc".into(), cmd.into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let value = token.parse().map_err(|_| fail("the daemon's token", "not a header value"))?;
+    req.metadata_mut().insert("x-access-token", value);
+    let mut stream =
+        ProcessClient::new(channel).start(req).await.map_err(|e| fail("the daemon's Start", e))?.into_inner();
+    let mut seen = Seen { started, lines: Lines::default() };
+    let read = async {
+        while (seen.lines.numbers.len() as u64) < lines {
+            let Some(msg) = stream.message().await.map_err(|e| fail("the daemon's Start", e))? else { break };
+            let at = now();
+            if let Some(process_event::Event::Data(d)) = msg.event.and_then(|e| e.event) {
+                if let Some(process_event::data_event::Output::Stdout(b)) = d.output {
+                    seen.lines.feed(&String::from_utf8_lossy(&b), at);
+                }
+            }
+        }
+        Ok::<_, crate::error::BenchError>(())
+    };
+    tokio::time::timeout(limit, read).await.map_err(|_| fail("the daemon's Start", "timed out"))??;
+    Ok(seen)
 }
 
 fn check_exit(what: &str, result: &Value) -> Result<()> {
