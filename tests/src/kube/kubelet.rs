@@ -25,6 +25,17 @@ async fn docker(args: &[String]) -> Result<String, String> {
     }
 }
 
+/// Whether the pod's container still exists. One that vanished under the node takes its pod
+/// with it, here as in `run`'s watch, so that a request arriving between the two sees what the
+/// watch will say (an API server answers for a pod that is gone with 404).
+pub async fn vanished(objects: &Objects, ns: &str, pod: &Pod) -> bool {
+    if docker(&["inspect".into(), "--format".into(), "{{.Id}}".into(), container_name(pod)]).await.is_ok() {
+        return false;
+    }
+    objects.remove_pod(ns, pod.metadata.name.as_deref().unwrap_or_default());
+    true
+}
+
 /// The container name of a pod.
 pub fn container_name(pod: &Pod) -> String {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();

@@ -709,6 +709,11 @@ async fn upgrade(
     unexpected: impl Fn(String),
 ) -> Response<Body> {
     let Some(pod) = s.objects.pod(ns, name) else { return not_found("pods", name) };
+    // A pod whose container is started has it; one that vanished since is gone.
+    if pod.status.as_ref().and_then(|st| st.pod_ip.as_ref()).is_some() && kubelet::vanished(&s.objects, ns, &pod).await
+    {
+        return not_found("pods", name);
+    }
     let header = |h: &str| req.headers().get(h).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
     let offered: Vec<String> = header("sec-websocket-protocol").split(',').map(|p| p.trim().to_string()).collect();
     // The API server's choices: exec speaks v5 (stream close) or v4 (the status channel);
