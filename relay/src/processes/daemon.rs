@@ -151,28 +151,8 @@ impl At<'_> {
     /// stream at once, so only the daemon's ring keeps its output and nothing slows it down.
     pub async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView> {
         let at = self;
-        let req = StartRequest {
-            process: Some(ProcessConfig {
-                cmd: "/bin/bash".into(),
-                args: vec!["-lc".into(), command.to_string()],
-                envs: Default::default(),
-                cwd,
-            }),
-            pty: None,
-            tag: Some(at.tag(&id)),
-            stdin: Some(true),
-        };
         let started_at = time::now();
-        let mut stream =
-            at.envd.process().start(req).await.map_err(|s| daemon_error("starting the process", s))?.into_inner();
-        let pid = match stream.message().await {
-            Ok(Some(m)) => match m.event.and_then(|e| e.event) {
-                Some(process_event::Event::Start(s)) => s.pid,
-                _ => return Err(Error::daemon("the daemon did not report the process's start")),
-            },
-            Ok(None) => return Err(Error::daemon("the daemon ended the start stream at once")),
-            Err(s) => return Err(daemon_error("starting the process", s)),
-        };
+        let (pid, stream) = start_tagged(at.envd, command, cwd, at.tag(&id)).await?;
         drop(stream);
         Ok(ProcessView {
             process_id: id,
@@ -275,5 +255,36 @@ impl At<'_> {
                 }
             }
         })
+    }
+}
+
+/// Starts `command` (`bash -lc`, stdin open) under `tag` with E2B's `Start`, and waits for the
+/// daemon to say it runs: its pid and the rest of its stream. Both backends that start through
+/// a daemon (this one, which lets go of the stream, and `followed`, which reads it) call it.
+pub(super) async fn start_tagged(
+    envd: &Envd,
+    command: &str,
+    cwd: Option<String>,
+    tag: String,
+) -> Result<(u32, tonic::Streaming<hangar_proto::process::StartResponse>)> {
+    let req = StartRequest {
+        process: Some(ProcessConfig {
+            cmd: "/bin/bash".into(),
+            args: vec!["-lc".into(), command.to_string()],
+            envs: Default::default(),
+            cwd,
+        }),
+        pty: None,
+        tag: Some(tag),
+        stdin: Some(true),
+    };
+    let mut stream = envd.process().start(req).await.map_err(|s| daemon_error("starting the process", s))?.into_inner();
+    match stream.message().await {
+        Ok(Some(m)) => match m.event.and_then(|e| e.event) {
+            Some(process_event::Event::Start(s)) => Ok((s.pid, stream)),
+            _ => Err(Error::daemon("the daemon did not report the process's start")),
+        },
+        Ok(None) => Err(Error::daemon("the daemon ended the start stream at once")),
+        Err(s) => Err(daemon_error("starting the process", s)),
     }
 }

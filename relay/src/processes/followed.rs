@@ -20,8 +20,8 @@ use std::{
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use hangar_proto::process::{
-    process_event, process_input, process_selector, CloseStdinRequest, ListRequest, ProcessConfig, ProcessEvent,
-    ProcessInfo, ProcessInput, ProcessSelector, SendInputRequest, SendSignalRequest, Signal, StartRequest,
+    process_event, process_input, process_selector, CloseStdinRequest, ListRequest, ProcessEvent, ProcessInfo,
+    ProcessInput, ProcessSelector, SendInputRequest, SendSignalRequest, Signal,
 };
 use tonic::Code;
 
@@ -438,28 +438,8 @@ impl At<'_> {
     /// byte for as long as it runs.
     pub async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView> {
         let tag = self.tag(&id);
-        let req = StartRequest {
-            process: Some(ProcessConfig {
-                cmd: "/bin/bash".into(),
-                args: vec!["-lc".into(), command.to_string()],
-                envs: Default::default(),
-                cwd,
-            }),
-            pty: None,
-            tag: Some(tag.clone()),
-            stdin: Some(true),
-        };
         let started_at = time::now();
-        let mut stream =
-            self.envd.process().start(req).await.map_err(|s| daemon_error("starting the process", s))?.into_inner();
-        let pid = match stream.message().await {
-            Ok(Some(m)) => match m.event.and_then(|e| e.event) {
-                Some(process_event::Event::Start(s)) => s.pid,
-                _ => return Err(Error::daemon("the daemon did not report the process's start")),
-            },
-            Ok(None) => return Err(Error::daemon("the daemon ended the start stream at once")),
-            Err(s) => return Err(daemon_error("starting the process", s)),
-        };
+        let (pid, stream) = super::daemon::start_tagged(self.envd, command, cwd, tag.clone()).await?;
         let proc = new_proc(tag, pid, command.to_string(), Some(started_at), false);
         // Its own start wins over a listing that found it first (and would have adopted it).
         self.registry.lock().insert((self.sandbox.id.clone(), id.clone()), proc.clone());
