@@ -9,18 +9,28 @@ use tokio::io::unix::AsyncFd;
 
 pub struct AsyncFdIo {
     fd: AsyncFd<OwnedFd>,
+    /// A pipe: a read shorter than asked emptied it, so the read that would only answer EAGAIN
+    /// is skipped (as tokio's own pipes do). Not for a PTY master, whose line discipline may
+    /// hand over less than it holds.
+    pipe: bool,
 }
 
 impl AsyncFdIo {
     pub fn new(fd: OwnedFd) -> io::Result<Self> {
         set_nonblocking(&fd)?;
+        let pipe = is_fifo(&fd)?;
         // SAFETY: `fd` is owned here, registered once, and closed only when the AsyncFd drops.
         let fd = unsafe { AsyncFd::register(fd) }?;
-        Ok(Self { fd })
+        Ok(Self { fd, pipe })
     }
 
     pub fn raw(&self) -> i32 {
         self.fd.get_ref().as_raw_fd()
+    }
+
+    /// Waits until a read would not block (data, end of file or an error is there to read).
+    pub async fn readable(&self) -> io::Result<()> {
+        self.fd.readable().await.map(drop)
     }
 
     /// Reads once into `buf`'s spare capacity (at least one byte of it), growing its length by
@@ -34,6 +44,7 @@ impl AsyncFdIo {
         loop {
             let mut guard = self.fd.readable().await?;
             let spare = buf.spare_capacity_mut();
+            let asked = spare.len();
             let res = guard.try_io(|inner| {
                 // SAFETY: `spare` is valid for writes of spare.len() bytes; read(2) writes at most
                 // that many and we never read them before it initialized them.
@@ -48,6 +59,10 @@ impl AsyncFdIo {
                 Ok(Ok(n)) => {
                     // SAFETY: read(2) initialized the first `n` bytes of the spare capacity.
                     unsafe { buf.advance_mut(n) };
+                    if self.pipe && n > 0 && n < asked {
+                        // Readiness that arrived since this guard was taken is kept.
+                        guard.clear_ready();
+                    }
                     return Ok(n);
                 }
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
@@ -79,6 +94,11 @@ impl AsyncFdIo {
         }
         Ok(())
     }
+}
+
+fn is_fifo(fd: &OwnedFd) -> io::Result<bool> {
+    let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
+    Ok(std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()))
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {

@@ -475,15 +475,14 @@ impl Table {
 /// and what it read is split off the block and handed to the log as is. So no byte is copied on
 /// the way in, and a quiet process holds no read buffer of its own beyond its block's unused end
 /// (which a short read never touches). A new block is taken when the current one has less than a
-/// quarter of a read left, so reads stay large.
+/// quarter of a read left, so reads stay large, and only once there is something to read: a
+/// stream the process never writes to (stderr, often) holds no block, nor does one whose last
+/// block filled up and which has nothing more to say.
 async fn pump_output(io: AsyncFdIo, kind: StreamKind, log: Arc<OutputLog>, pid: u32) {
     let chunk = log.read_chunk();
     let mut block = BytesMut::new();
     loop {
-        if block.capacity() - block.len() < chunk.div_ceil(4) {
-            block = BytesMut::with_capacity(chunk);
-        }
-        match io.read_buf(&mut block).await {
+        match read_into_block(&io, &mut block, chunk).await {
             Ok(0) => break,
             Ok(_) => log.push_within_room(kind, block.split().freeze()).await,
             Err(e) => {
@@ -493,4 +492,13 @@ async fn pump_output(io: AsyncFdIo, kind: StreamKind, log: Arc<OutputLog>, pid: 
         }
     }
     log.close_output();
+}
+
+/// One read into `block`, first replacing it (once the output is readable) when little is left.
+async fn read_into_block(io: &AsyncFdIo, block: &mut BytesMut, chunk: usize) -> io::Result<usize> {
+    if block.capacity() - block.len() < chunk.div_ceil(4) {
+        io.readable().await?;
+        *block = BytesMut::with_capacity(chunk);
+    }
+    io.read_buf(block).await
 }
