@@ -10,6 +10,7 @@
 //! - Everything it starts (relays, daemons, containers, peers) is stopped when it ends.
 
 pub mod error;
+pub mod floor;
 pub mod machine;
 pub mod mcp;
 pub mod pipe;

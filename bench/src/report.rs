@@ -141,12 +141,12 @@ pub fn markdown(r: &Results) -> String {
             "A Docker sandbox with the daemon; `{}` ({} runs of {} lines). First line: from the request to the line's arrival. Each line's delay: from its printing to its arrival.\n",
             s.command, s.runs, s.lines
         );
-        let _ = writeln!(m, "| How the client sees output | First line, ms | Each line's delay, ms | over the pipe (first line), ms | over the pipe (each line), ms | vs `docker exec` (first line) | vs `docker exec` (each line) |");
-        let _ = writeln!(m, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(m, "| How the client sees output | First line, ms | Each line's delay, ms | over the pipe (first line), ms | over the pipe (each line), ms | over its hops' floor (each line), ms | vs `docker exec` (first line) | vs `docker exec` (each line) |");
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|---|");
         for row in &s.rows {
             let _ = writeln!(
                 m,
-                "| {} | {} | {} | {:+.2} / {:+.2} | {:+.2} / {:+.2} | {} | {} |",
+                "| {} | {} | {} | {:+.2} / {:+.2} | {:+.2} / {:+.2} | {} | {} | {} |",
                 row.label,
                 pair(&row.first_line_ms),
                 pair(&row.line_delay_ms),
@@ -154,6 +154,7 @@ pub fn markdown(r: &Results) -> String {
                 row.first_line_over_pipe_ms[1],
                 row.line_delay_over_pipe_ms[0],
                 row.line_delay_over_pipe_ms[1],
+                row.line_delay_over_hop_floor_ms.map_or("".to_string(), |[a, b]| format!("{a:+.2} / {b:+.2}")),
                 ratios(&row.first_line_vs_docker_exec),
                 ratios(&row.line_delay_vs_docker_exec)
             );
@@ -200,12 +201,15 @@ pub fn markdown(r: &Results) -> String {
         let _ = writeln!(m, "## 4. Throughput and memory\n");
         let _ = writeln!(
             m,
-            "{} MiB from `head -c` as fast as it goes, median of {} runs: through envd's `Start` stream {:.0} MiB/s, through a pipe to /dev/null {:.0} MiB/s (hangar vs pipe {}); the daemon used {:.2} s of CPU per GiB.\n",
+            "{} MiB from `head -c` as fast as it goes, median of {} runs: through envd's `Start` stream {:.0} MiB/s, through a pipe to /dev/null {:.0} MiB/s (hangar vs pipe {}), through a minimal copier into a loopback socket (the floor of the path without hangar) {:.0} MiB/s (floor vs pipe {}, hangar vs floor {}); the daemon used {:.2} s of CPU per GiB.\n",
             t.bytes >> 20,
             t.runs,
             t.hangar_mib_s,
             t.pipe_mib_s,
             one_ratio(t.hangar_vs_pipe),
+            t.floor_mib_s,
+            one_ratio(t.floor_vs_pipe),
+            one_ratio(t.hangar_vs_floor),
             t.daemon_cpu_s_per_gib
         );
     }
@@ -218,10 +222,17 @@ pub fn markdown(r: &Results) -> String {
         let _ = writeln!(m, "| idle | {} |", mib(mem.idle_kib));
         let _ = writeln!(
             m,
-            "| {} processes, rings ({} KiB) full | {} |",
+            "| {} processes, rings ({} KiB) full, a connection each | {} |",
             mem.processes,
             mem.ring_bytes >> 10,
             mib(mem.full_rings_kib)
+        );
+        let _ = writeln!(
+            m,
+            "| {} processes, rings ({} KiB) full, one connection | {} |",
+            mem.processes,
+            mem.ring_bytes >> 10,
+            mib(mem.full_rings_one_connection_kib)
         );
         let _ = writeln!(
             m,

@@ -21,7 +21,10 @@ pub const PROCESSES: usize = 64;
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub idle_kib: u64,
+    /// Each process's `Start` stream on a connection of its own (as E2B's SDKs open them).
     pub full_rings_kib: u64,
+    /// The same, every stream on one HTTP/2 connection (as the relay opens them).
+    pub full_rings_one_connection_kib: u64,
     pub processes: usize,
     pub ring_bytes: u64,
     pub watches_kib: u64,
@@ -35,13 +38,65 @@ pub async fn run() -> Result<Report> {
     settle().await;
     let idle_kib = daemon_rss_kib(&envd)?;
     let limits = limits(&envd).await?;
-    // More than a ring holds, so every ring is full.
+    let full_rings_kib = full_rings(&envd, &limits, Connections::EachItsOwn).await?;
+    drop(envd);
+    let envd = host_envd(&[]);
+    settle().await;
+    let full_rings_one_connection_kib = full_rings(&envd, &limits, Connections::One).await?;
+    drop(envd);
+
+    let envd = host_envd(&[]);
+    settle().await;
+    let watches_idle_kib = daemon_rss_kib(&envd)?;
+    let dirs: Vec<Scratch> = (0..limits.max_watches).map(|i| Scratch::new(&format!("bench-mem-{i}"))).collect();
+    let mut open = Vec::new();
+    for d in &dirs {
+        let req = WatchDirRequest { path: d.at("."), recursive: true, ..Default::default() };
+        let mut s =
+            FilesClient::new(envd.channel().await).watch_dir(req).await.map_err(|e| fail("WatchDir", e))?.into_inner();
+        s.message().await.map_err(|e| fail("WatchDir", e))?.ok_or_else(|| fail("WatchDir", "no start"))?;
+        open.push(s);
+    }
+    // One file in each, so every watch has seen an event.
+    for d in &dirs {
+        std::fs::write(d.join("x"), b"x").ctx("writing into a watched directory")?;
+    }
+    settle().await;
+    let watches_kib = daemon_rss_kib(&envd)?;
+    drop(open);
+    Ok(Report {
+        idle_kib,
+        full_rings_kib,
+        full_rings_one_connection_kib,
+        processes: PROCESSES,
+        ring_bytes: limits.ring_bytes,
+        watches_kib,
+        watches: limits.max_watches,
+        watches_idle_kib,
+    })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Connections {
+    EachItsOwn,
+    One,
+}
+
+/// Starts `PROCESSES` processes that each print more than a ring holds, then sleep; their Start
+/// streams are drained (unread, a stream would hold its process back) and kept open while the
+/// daemon's resident memory is read.
+async fn full_rings(envd: &Envd, limits: &Limits, connections: Connections) -> Result<u64> {
     let output_bytes = limits.ring_bytes + 64 * 1024;
-    // Each process prints more than its ring holds, then sleeps; its Start stream is drained
-    // (unread, it would hold the process back) and kept open.
+    let shared = match connections {
+        Connections::One => Some(envd.process().await),
+        Connections::EachItsOwn => None,
+    };
     let mut readers = Vec::new();
     for _ in 0..PROCESSES {
-        let mut client = envd.process().await;
+        let mut client = match &shared {
+            Some(c) => c.clone(),
+            None => envd.process().await,
+        };
         let script = format!("head -c {output_bytes} /dev/urandom; exec sleep 600");
         let mut stream = client.start(bash(&script)).await.map_err(|e| fail("Start", e))?.into_inner();
         readers.push(tokio::spawn(async move {
@@ -74,38 +129,7 @@ pub async fn run() -> Result<Report> {
         streams.push(stream);
     }
     settle().await;
-    let full_rings_kib = daemon_rss_kib(&envd)?;
-    drop(streams);
-    drop(envd);
-
-    let envd = host_envd(&[]);
-    settle().await;
-    let watches_idle_kib = daemon_rss_kib(&envd)?;
-    let dirs: Vec<Scratch> = (0..limits.max_watches).map(|i| Scratch::new(&format!("bench-mem-{i}"))).collect();
-    let mut open = Vec::new();
-    for d in &dirs {
-        let req = WatchDirRequest { path: d.at("."), recursive: true, ..Default::default() };
-        let mut s =
-            FilesClient::new(envd.channel().await).watch_dir(req).await.map_err(|e| fail("WatchDir", e))?.into_inner();
-        s.message().await.map_err(|e| fail("WatchDir", e))?.ok_or_else(|| fail("WatchDir", "no start"))?;
-        open.push(s);
-    }
-    // One file in each, so every watch has seen an event.
-    for d in &dirs {
-        std::fs::write(d.join("x"), b"x").ctx("writing into a watched directory")?;
-    }
-    settle().await;
-    let watches_kib = daemon_rss_kib(&envd)?;
-    drop(open);
-    Ok(Report {
-        idle_kib,
-        full_rings_kib,
-        processes: PROCESSES,
-        ring_bytes: limits.ring_bytes,
-        watches_kib,
-        watches: limits.max_watches,
-        watches_idle_kib,
-    })
+    daemon_rss_kib(envd)
 }
 
 /// The daemon's limits, as it reports them.

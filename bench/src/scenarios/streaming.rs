@@ -2,9 +2,11 @@
 //! docs/performance.md): a command printing a stamped line every 100 ms, seen by a client in each
 //! way hangar offers, beside `docker exec` and the no-daemon fallback, in the same run and
 //! interleaved (run 1 of every method, then run 2, ...), so drift in the machine's load touches
-//! every row alike. Two rows split the path by hop: the floor (the same command on a plain pipe,
-//! read by the same reader) and the sandbox's daemon read directly (its `Start` stream over gRPC,
-//! with the container's own token), so the cost of the daemon and of the relay shows apart.
+//! every row alike. Rows split the path by hop: the floor (the same command on a plain pipe,
+//! read by the same reader), the floors of one and two hops (the pipe through one and two minimal
+//! copiers into loopback sockets, `crate::floor`), and the sandbox's daemon read directly (its
+//! `Start` stream over gRPC, with the container's own token), so the cost of the daemon and of the
+//! relay shows apart, each beside the least a hop of its kind costs on the machine.
 
 use std::time::Duration;
 
@@ -22,6 +24,8 @@ use crate::{
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Method {
     Pipe,
+    OneCopy,
+    TwoCopies,
     DaemonStart,
     RestStream,
     McpProgress,
@@ -33,8 +37,10 @@ enum Method {
     FallbackAttach,
 }
 
-const METHODS: [Method; 10] = [
+const METHODS: [Method; 12] = [
     Method::Pipe,
+    Method::OneCopy,
+    Method::TwoCopies,
     Method::DaemonStart,
     Method::RestStream,
     Method::McpProgress,
@@ -47,9 +53,21 @@ const METHODS: [Method; 10] = [
 ];
 
 impl Method {
+    /// The floor of this path's hops, for the rows that go through hangar's daemon: one hop
+    /// (the daemon) or two (the daemon and the relay).
+    fn hop_floor(self) -> Option<Method> {
+        match self {
+            Method::DaemonStart => Some(Method::OneCopy),
+            Method::RestStream | Method::McpProgress | Method::ProcessAttach => Some(Method::TwoCopies),
+            _ => None,
+        }
+    }
+
     fn key(self) -> &'static str {
         match self {
             Method::Pipe => "plain_pipe",
+            Method::OneCopy => "one_copy",
+            Method::TwoCopies => "two_copies",
             Method::DaemonStart => "daemon_start_grpc",
             Method::RestStream => "rest_exec_stream",
             Method::McpProgress => "mcp_exec_progress",
@@ -65,6 +83,8 @@ impl Method {
     fn label(self) -> &'static str {
         match self {
             Method::Pipe => "floor: a plain pipe (`bash -lc`, no sandbox)",
+            Method::OneCopy => "floor of one hop: the pipe through a minimal copier to a socket",
+            Method::TwoCopies => "floor of two hops: the pipe through two minimal copiers",
             Method::DaemonStart => "hop: the daemon's `Start` over gRPC, read directly",
             Method::RestStream => "REST `exec/stream` (SSE)",
             Method::McpProgress => "MCP `exec`, progress notifications",
@@ -97,6 +117,10 @@ pub struct Row {
     /// This row's p50 and p95 minus the plain pipe's, in ms: what the path adds to the floor.
     pub first_line_over_pipe_ms: [f64; 2],
     pub line_delay_over_pipe_ms: [f64; 2],
+    /// For hangar's streaming rows: p50 and p95 minus those of the floor of as many hops (one
+    /// copier for the daemon alone, two for the daemon and the relay), in ms: what hangar adds
+    /// beyond the least a hop costs.
+    pub line_delay_over_hop_floor_ms: Option<[f64; 2]>,
 }
 
 #[derive(Debug, Serialize)]
@@ -164,6 +188,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             line_delay_vs_docker_exec: [None, None],
             first_line_over_pipe_ms: [0.0, 0.0],
             line_delay_over_pipe_ms: [0.0, 0.0],
+            line_delay_over_hop_floor_ms: None,
         });
     }
     let peer = METHODS.iter().position(|m| *m == Method::DockerExec).unwrap_or(0);
@@ -178,6 +203,13 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         r.first_line_over_pipe_ms = [r.first_line_ms.p50 - ff.p50, r.first_line_ms.p95 - ff.p95];
         r.line_delay_over_pipe_ms = [r.line_delay_ms.p50 - fd.p50, r.line_delay_ms.p95 - fd.p95];
     }
+    let delays_of: Vec<Summary> = rows.iter().map(|r| r.line_delay_ms.clone()).collect();
+    for (r, m) in rows.iter_mut().zip(METHODS) {
+        if let Some(i) = m.hop_floor().and_then(|f| METHODS.iter().position(|x| *x == f)) {
+            let f = &delays_of[i];
+            r.line_delay_over_hop_floor_ms = Some([r.line_delay_ms.p50 - f.p50, r.line_delay_ms.p95 - f.p95]);
+        }
+    }
     Ok(Report { runs: cfg.runs, lines: cfg.lines, command: cmd, rows })
 }
 
@@ -185,6 +217,8 @@ async fn measure(s: &mut Setup, m: Method, cmd: &str, lines: u64) -> Result<Seen
     let limit = Duration::from_secs(lines / 10 + 30);
     match m {
         Method::Pipe => pipe(cmd, lines, limit).await,
+        Method::OneCopy => copies(cmd, 1, lines, limit).await,
+        Method::TwoCopies => copies(cmd, 2, lines, limit).await,
         Method::DaemonStart => daemon_start(&s.container, cmd, lines, limit).await,
         Method::RestStream => rest_stream(s, &s.daemon.name, cmd, limit).await,
         Method::FallbackStream => rest_stream(s, &s.plain.name, cmd, limit).await,
@@ -330,21 +364,29 @@ async fn docker_exec(container: &str, cmd: &str, lines: u64, limit: Duration) ->
 /// floor's first line slower than the sandbox's own, which has none).
 async fn pipe(cmd: &str, lines: u64, limit: Duration) -> Result<Seen> {
     let started = now();
-    let mut child = tokio::process::Command::new("bash")
-        .args(["-lc", cmd])
-        .env_clear()
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("HOME", "/nonexistent")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .ctx("spawning bash")?;
+    let mut child =
+        plain_bash(cmd).stdout(std::process::Stdio::piped()).kill_on_drop(true).spawn().ctx("spawning bash")?;
     let out = child.stdout.take().ok_or_else(|| fail("plain pipe", "no stdout"))?;
     let lines = read_stamped("plain pipe", out, lines, limit).await?;
     let status = child.wait().await.ctx("waiting for bash")?;
     if !status.success() {
         return Err(fail("plain pipe", status));
     }
+    Ok(Seen { started, lines })
+}
+
+fn plain_bash(cmd: &str) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new("bash");
+    c.args(["-lc", cmd]).env_clear().env("PATH", "/usr/local/bin:/usr/bin:/bin").env("HOME", "/nonexistent");
+    c
+}
+
+/// The floor of `hops` hops: the plain pipe's command through that many minimal copiers, the
+/// last one's socket read the same way.
+async fn copies(cmd: &str, hops: usize, lines: u64, limit: Duration) -> Result<Seen> {
+    let started = now();
+    let path = crate::floor::through_copies(plain_bash(cmd), hops).await?;
+    let lines = read_stamped("the copiers", path.stream, lines, limit).await?;
     Ok(Seen { started, lines })
 }
 
