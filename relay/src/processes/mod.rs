@@ -357,8 +357,9 @@ async fn follow(
 pub struct Attached {
     items: Items,
     admitted: streams::Stream,
-    /// An item read and charged for, waiting for its pace: `next` stays cancel-safe.
-    pending: Option<(Output, tokio::time::Instant)>,
+    /// An item read and charged for, and when its pace lets it go (`None`: at once). Kept here
+    /// so `next` stays cancel-safe.
+    pending: Option<(Output, Option<tokio::time::Instant>)>,
     over: bool,
 }
 
@@ -378,11 +379,13 @@ impl Attached {
                     message: Some("the output stream ended early".into()),
                 }),
             };
-            let mut ready = tokio::time::Instant::now();
+            let mut ready = None;
             let item = match &item {
                 Output::Data { data, .. } => match self.admitted.charge(data.len() as u64) {
                     Ok(wait) => {
-                        ready += wait;
+                        // No timer without a wait: tokio fires a timer at the next millisecond
+                        // tick at the soonest, which cost each line up to a millisecond.
+                        ready = (!wait.is_zero()).then(|| tokio::time::Instant::now() + wait);
                         item
                     }
                     Err(reason) => Output::Closed { reason, message: None },
@@ -391,7 +394,7 @@ impl Attached {
             };
             self.pending = Some((item, ready));
         }
-        if let Some((_, ready)) = &self.pending {
+        if let Some((_, Some(ready))) = &self.pending {
             tokio::time::sleep_until(*ready).await;
         }
         let (item, _) = self.pending.take()?;
