@@ -1,10 +1,18 @@
 //! The floor of a hop: a command's output through `hops` minimal copiers (`hangar-bench-copy`),
 //! each reading what comes before it (the command's pipe, then the previous copier's socket) and
-//! writing it to a TCP socket on loopback, the last one read by the bench. One copier is what the
-//! daemon's hop must at least cost (a pipe read, a socket write, one more wake-up); two, what the
-//! daemon and the relay together must.
+//! writing it to a TCP socket, the last one read by the bench. One copier is what the daemon's
+//! hop must at least cost (a pipe read, a socket write, one more wake-up); two, what the daemon
+//! and the relay together must. The first copier runs where the path it is set beside starts: in
+//! the sandbox's container for the streaming rows (so its socket crosses the same Docker bridge
+//! as the daemon's), on the host for the throughput floor (whose daemon is on the host).
 
-use std::{os::fd::OwnedFd, path::PathBuf, process::Stdio, time::Duration};
+use std::{
+    net::{IpAddr, SocketAddr},
+    os::fd::OwnedFd,
+    path::PathBuf,
+    process::Stdio,
+    time::Duration,
+};
 
 use tokio::{
     net::{TcpListener, TcpStream},
@@ -12,6 +20,15 @@ use tokio::{
 };
 
 use crate::error::{fail, IoContext, Result};
+
+/// Where the first copier runs.
+pub enum First {
+    /// On the host, reading this command's standard output.
+    Host(Command),
+    /// In a running container: `bash -lc script` piped into a copier copied into it, which sends
+    /// to the host at the container network's gateway address.
+    Container { name: String, script: String },
+}
 
 /// The running path: the command and its copiers (killed when this drops) and the socket the
 /// last copier writes to.
@@ -31,37 +48,100 @@ fn copier() -> Result<PathBuf> {
     }
 }
 
-/// Starts `source` with its standard output through `hops` (at least 1) copiers.
-pub async fn through_copies(mut source: Command, hops: usize) -> Result<Copies> {
+/// Where the copier is put inside a container.
+const IN_CONTAINER: &str = "/tmp/hangar-bench-copy";
+
+/// Copies the copier into `container` (before a run is timed).
+pub fn install(container: &str) -> Result<()> {
+    let out = std::process::Command::new("docker")
+        .arg("cp")
+        .arg(copier()?)
+        .arg(format!("{container}:{IN_CONTAINER}"))
+        .output()
+        .ctx("docker cp")?;
+    if !out.status.success() {
+        return Err(fail("copying the copier into the container", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(())
+}
+
+/// The host's address on `container`'s network.
+fn gateway(container: &str) -> Result<IpAddr> {
+    let out = std::process::Command::new("docker")
+        .args(["inspect", "--format", "{{range .NetworkSettings.Networks}}{{.Gateway}} {{end}}", container])
+        .output()
+        .ctx("docker inspect")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.split_whitespace().next().unwrap_or_default();
+    first.parse().map_err(|_| fail("the container's gateway", format!("{text:?} is not an address")))
+}
+
+async fn accept(listener: &TcpListener) -> Result<TcpStream> {
+    let (sock, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+        .await
+        .map_err(|_| fail("the copier", "did not connect within 10 s"))?
+        .ctx("accepting the copier")?;
+    sock.set_nodelay(true).ctx("TCP_NODELAY")?;
+    Ok(sock)
+}
+
+/// Starts the first copier as `first` says and `hops - 1` more on the host after it (at least
+/// one in all); the returned socket carries the command's output.
+pub async fn through_copies(first: First, hops: usize) -> Result<Copies> {
     let copier = copier()?;
-    let mut src = source.stdout(Stdio::piped()).kill_on_drop(true).spawn().ctx("spawning the floor's command")?;
-    let out = src.stdout.take().ok_or_else(|| fail("the floor's command", "no stdout"))?;
-    let mut input: Stdio = out.into_owned_fd().ctx("the command's stdout")?.into();
-    let mut children = vec![src];
-    let hops = hops.max(1);
-    let mut hop = 1;
-    loop {
+    let mut children = Vec::new();
+    let mut sock = match first {
+        First::Host(mut source) => {
+            let mut src =
+                source.stdout(Stdio::piped()).kill_on_drop(true).spawn().ctx("spawning the floor's command")?;
+            let out = src.stdout.take().ok_or_else(|| fail("the floor's command", "no stdout"))?;
+            let input: Stdio = out.into_owned_fd().ctx("the command's stdout")?.into();
+            children.push(src);
+            let listener = TcpListener::bind("127.0.0.1:0").await.ctx("binding a copier's socket")?;
+            let addr = listener.local_addr().ctx("a copier's socket")?;
+            children.push(
+                Command::new(&copier)
+                    .arg(addr.to_string())
+                    .stdin(input)
+                    .kill_on_drop(true)
+                    .spawn()
+                    .ctx("spawning hangar-bench-copy")?,
+            );
+            accept(&listener).await?
+        }
+        First::Container { name, script } => {
+            let listener =
+                TcpListener::bind(SocketAddr::new(gateway(&name)?, 0)).await.ctx("binding a copier's socket")?;
+            let addr = listener.local_addr().ctx("a copier's socket")?;
+            // The script and the address as positional parameters: nothing is quoted into a command.
+            children.push(
+                Command::new("docker")
+                    .args(["exec", &name, "bash", "-c", &format!(r#"bash -lc "$0" | {IN_CONTAINER} "$1""#)])
+                    .arg(&script)
+                    .arg(addr.to_string())
+                    .stdin(Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .ctx("docker exec")?,
+            );
+            accept(&listener).await?
+        }
+    };
+    for _ in 1..hops.max(1) {
+        // The next copier reads this socket with blocking reads, as the first reads a pipe.
+        let std = sock.into_std().ctx("a copier's socket")?;
+        std.set_nonblocking(false).ctx("a copier's socket")?;
         let listener = TcpListener::bind("127.0.0.1:0").await.ctx("binding a copier's socket")?;
         let addr = listener.local_addr().ctx("a copier's socket")?;
-        let child = Command::new(&copier)
-            .arg(addr.to_string())
-            .stdin(input)
-            .kill_on_drop(true)
-            .spawn()
-            .ctx("spawning hangar-bench-copy")?;
-        children.push(child);
-        let (sock, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
-            .await
-            .map_err(|_| fail("the copier", "did not connect within 10 s"))?
-            .ctx("accepting the copier")?;
-        sock.set_nodelay(true).ctx("TCP_NODELAY")?;
-        if hop == hops {
-            return Ok(Copies { stream: sock, _children: children });
-        }
-        hop += 1;
-        // The next copier reads this socket with blocking reads, as it reads a pipe.
-        let sock = sock.into_std().ctx("a copier's socket")?;
-        sock.set_nonblocking(false).ctx("a copier's socket")?;
-        input = OwnedFd::from(sock).into();
+        children.push(
+            Command::new(&copier)
+                .arg(addr.to_string())
+                .stdin(Stdio::from(OwnedFd::from(std)))
+                .kill_on_drop(true)
+                .spawn()
+                .ctx("spawning hangar-bench-copy")?,
+        );
+        sock = accept(&listener).await?;
     }
+    Ok(Copies { stream: sock, _children: children })
 }

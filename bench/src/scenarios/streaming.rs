@@ -83,8 +83,8 @@ impl Method {
     fn label(self) -> &'static str {
         match self {
             Method::Pipe => "floor: a plain pipe (`bash -lc`, no sandbox)",
-            Method::OneCopy => "floor of one hop: the pipe through a minimal copier to a socket",
-            Method::TwoCopies => "floor of two hops: the pipe through two minimal copiers",
+            Method::OneCopy => "floor of one hop: the pipe in the sandbox through a minimal copier to the host",
+            Method::TwoCopies => "floor of two hops: the same through a second copier on the host",
             Method::DaemonStart => "hop: the daemon's `Start` over gRPC, read directly",
             Method::RestStream => "REST `exec/stream` (SSE)",
             Method::McpProgress => "MCP `exec`, progress notifications",
@@ -158,6 +158,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let mcp_token = world.relay.token("bench-mcp", "mcp").await.secret;
     let mcp = Mcp::connect(world.addr(), &mcp_token).await?;
     let container = container_of(&daemon);
+    crate::floor::install(&container)?;
     let mut s = Setup { world, token, mcp, daemon, plain, container };
     let cmd = command(cfg.lines);
 
@@ -217,8 +218,8 @@ async fn measure(s: &mut Setup, m: Method, cmd: &str, lines: u64) -> Result<Seen
     let limit = Duration::from_secs(lines / 10 + 30);
     match m {
         Method::Pipe => pipe(cmd, lines, limit).await,
-        Method::OneCopy => copies(cmd, 1, lines, limit).await,
-        Method::TwoCopies => copies(cmd, 2, lines, limit).await,
+        Method::OneCopy => copies(&s.container, cmd, 1, lines, limit).await,
+        Method::TwoCopies => copies(&s.container, cmd, 2, lines, limit).await,
         Method::DaemonStart => daemon_start(&s.container, cmd, lines, limit).await,
         Method::RestStream => rest_stream(s, &s.daemon.name, cmd, limit).await,
         Method::FallbackStream => rest_stream(s, &s.plain.name, cmd, limit).await,
@@ -381,11 +382,14 @@ fn plain_bash(cmd: &str) -> tokio::process::Command {
     c
 }
 
-/// The floor of `hops` hops: the plain pipe's command through that many minimal copiers, the
-/// last one's socket read the same way.
-async fn copies(cmd: &str, hops: usize, lines: u64, limit: Duration) -> Result<Seen> {
+/// The floor of `hops` hops: the command on a pipe in the sandbox's container (as its daemon runs
+/// it) through that many minimal copiers, the first in the container sending across the Docker
+/// bridge as the daemon does, the last one's socket read the same way. Its first line includes
+/// `docker exec`'s start, so only its per-line delay is a floor.
+async fn copies(container: &str, cmd: &str, hops: usize, lines: u64, limit: Duration) -> Result<Seen> {
     let started = now();
-    let path = crate::floor::through_copies(plain_bash(cmd), hops).await?;
+    let first = crate::floor::First::Container { name: container.to_string(), script: cmd.to_string() };
+    let path = crate::floor::through_copies(first, hops).await?;
     let lines = read_stamped("the copiers", path.stream, lines, limit).await?;
     Ok(Seen { started, lines })
 }

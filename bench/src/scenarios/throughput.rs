@@ -86,7 +86,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         let t = Instant::now();
         let mut head = tokio::process::Command::new("head");
         head.args(["-c", &n, "/dev/zero"]);
-        let mut path = crate::floor::through_copies(head, 1).await?;
+        let mut path = crate::floor::through_copies(crate::floor::First::Host(head), 1).await?;
         let mut buf = vec![0u8; 64 * 1024];
         let mut got = 0u64;
         loop {
