@@ -12,7 +12,7 @@ mod spawn;
 mod tree;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     io,
     sync::{Arc, Mutex, MutexGuard},
     time::{Duration, Instant, SystemTime},
@@ -268,6 +268,9 @@ pub const MAX_EXITED_KEPT: usize = 1024;
 
 pub struct Table {
     procs: Mutex<HashMap<u32, Arc<Process>>>,
+    /// Tags of processes being started: taken under `procs`' lock (always locked after it), so
+    /// two starts cannot both take a tag while neither is in the table yet.
+    starting_tags: Mutex<HashSet<String>>,
     reaper: Arc<Reaper>,
     trees: Arc<Trees>,
     /// Set (under the table's lock) once shutdown began: no process starts after the kill.
@@ -280,6 +283,7 @@ impl Table {
     pub fn new(reaper: Arc<Reaper>, trees: Arc<Trees>, ring_bytes: u64, retention: Duration) -> Arc<Self> {
         Arc::new(Self {
             procs: Mutex::new(HashMap::new()),
+            starting_tags: Mutex::new(HashSet::new()),
             reaper,
             trees,
             closing: std::sync::atomic::AtomicBool::new(false),
@@ -313,22 +317,38 @@ impl Table {
         self.retention
     }
 
-    /// Starts a process and returns it with its primary subscriber (the one that may slow it).
-    pub fn start(&self, mut spec: StartSpec) -> Result<(Arc<Process>, Subscriber), ProcessError> {
-        let mut procs = self.lock();
+    fn starting(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.starting_tags.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Checks that the daemon is not stopping and takes the tag for a start.
+    fn reserve(&self, tag: Option<&str>) -> Result<TagTaken<'_>, ProcessError> {
+        let procs = self.lock();
         if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(ProcessError::ShuttingDown);
         }
-        if let Some(tag) = &spec.tag {
-            if procs.values().any(|p| p.tag.as_ref() == Some(tag) && p.running()) {
-                return Err(ProcessError::TagInUse(tag.clone()));
+        if let Some(tag) = tag {
+            let mut starting = self.starting();
+            let running = procs.values().any(|p| p.tag.as_deref() == Some(tag) && p.running());
+            if running || !starting.insert(tag.to_string()) {
+                return Err(ProcessError::TagInUse(tag.to_string()));
             }
         }
+        Ok(TagTaken { table: self, tag: tag.map(str::to_string) })
+    }
+
+    /// Starts a process and returns it with its primary subscriber (the one that may slow it).
+    ///
+    /// The table's lock is not held across the fork: starts queue on the reaper's (async) lock
+    /// instead, so a start waiting for another's fork and exec yields its worker thread, and the
+    /// streams of running processes go on meanwhile.
+    pub async fn start(&self, mut spec: StartSpec) -> Result<(Arc<Process>, Subscriber), ProcessError> {
+        let taken = self.reserve(spec.tag.as_deref())?;
         let cmd = spec.spawn.cmd.clone();
         let prepared = self.trees.prepare();
         // Last, so a request's own HANGAR_PROCESS cannot stand in for the daemon's.
         spec.spawn.env.extend(prepared.mark());
-        let spawned = self.reaper.spawn(|| spawn::spawn(&spec.spawn, prepared.join_fd()).map(|s| (s.pid, s)));
+        let spawned = self.reaper.spawn(|| spawn::spawn(&spec.spawn, prepared.join_fd()).map(|s| (s.pid, s))).await;
         let (spawned, exited) = match spawned {
             Ok(s) => s,
             Err(source) => {
@@ -353,6 +373,12 @@ impl Table {
             let pty = spawned.pty_master.map(AsyncFdIo::new).transpose()?.map(Arc::new);
             Ok((outputs, stdin, pty))
         })();
+        // Shutdown may have begun during the fork: its kill did not see this process.
+        let io = match io {
+            Ok(_) if self.closing.load(std::sync::atomic::Ordering::SeqCst) => Err(None),
+            Ok(io) => Ok(io),
+            Err(e) => Err(Some(e)),
+        };
         let (outputs, stdin, pty) = match io {
             Ok(io) => io,
             Err(e) => {
@@ -364,7 +390,7 @@ impl Table {
                     let _ = exited.await;
                     trees.exited(&tree);
                 });
-                return Err(io_err(e));
+                return Err(e.map_or(ProcessError::ShuttingDown, io_err));
             }
         };
         let log = OutputLog::new(self.ring_bytes, outputs.len());
@@ -409,8 +435,10 @@ impl Table {
                 process.drop_pty();
             }
         });
-        // A reused pid replaces the exited process that had it before.
-        procs.insert(pid, process.clone());
+        // A reused pid replaces the exited process that had it before. The tag is let go after:
+        // from here the running process holds it.
+        self.lock().insert(pid, process.clone());
+        drop(taken);
         Ok((process, primary))
     }
 
@@ -464,6 +492,20 @@ impl Table {
         loop {
             tick.tick().await;
             self.sweep();
+        }
+    }
+}
+
+/// A tag held for a start in progress; let go when the start ends, however it ends.
+struct TagTaken<'t> {
+    table: &'t Table,
+    tag: Option<String>,
+}
+
+impl Drop for TagTaken<'_> {
+    fn drop(&mut self) {
+        if let Some(tag) = &self.tag {
+            self.table.starting().remove(tag);
         }
     }
 }

@@ -3,8 +3,10 @@
 //! processes it started to whoever registered them.
 //!
 //! Spawning and reaping share one lock: std's spawn waits on a child whose exec failed, and a
-//! concurrent `waitpid(-1)` must not steal that status.
-use std::{collections::HashMap, io, sync::Mutex, time::Duration};
+//! concurrent `waitpid(-1)` must not steal that status. It is an async lock: a start that waits
+//! for another's fork and exec yields its worker thread instead of blocking it (with a blocking
+//! lock, two starts at once held both of a 2-core machine's workers, and every stream stalled).
+use std::{collections::HashMap, io, time::Duration};
 
 use nix::{
     errno::Errno,
@@ -12,7 +14,7 @@ use nix::{
 };
 use tokio::{
     signal::unix::{signal, SignalKind},
-    sync::oneshot,
+    sync::{oneshot, Mutex},
 };
 
 use crate::events;
@@ -33,11 +35,11 @@ impl Reaper {
     }
 
     /// Runs `spawn` (which returns the new pid) and registers it before any reaping can see it.
-    pub fn spawn<T>(
+    pub async fn spawn<T>(
         &self,
         spawn: impl FnOnce() -> io::Result<(i32, T)>,
     ) -> io::Result<(T, oneshot::Receiver<WaitStatus>)> {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiters = self.waiters.lock().await;
         let (pid, value) = spawn()?;
         let (tx, rx) = oneshot::channel();
         waiters.insert(pid, tx);
@@ -45,8 +47,8 @@ impl Reaper {
     }
 
     /// Reaps every child that has exited.
-    pub fn reap(&self) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+    pub async fn reap(&self) {
+        let mut waiters = self.waiters.lock().await;
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
@@ -77,7 +79,7 @@ impl Reaper {
                 _ = sigchld.recv() => {}
                 _ = tick.tick() => {}
             }
-            self.reap();
+            self.reap().await;
         }
     }
 }

@@ -479,11 +479,12 @@ async fn probe_join(dir: &Path, reaper: &Reaper) -> Result<(), String> {
                 pid => Ok((pid, ())),
             }
         })
+        .await
         .map_err(|e| format!("forking the probe: {e}"))?;
     let deadline = Instant::now() + KILL_WAIT;
     loop {
         // The reaper's task does not run yet: reap here.
-        reaper.reap();
+        reaper.reap().await;
         match exited.try_recv() {
             Ok(WaitStatus::Exited(_, 0)) => return Ok(()),
             Ok(status) => return Err(format!("a child could not join {} ({status:?})", dir.display())),

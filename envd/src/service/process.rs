@@ -177,7 +177,7 @@ impl ProcessRpc for ProcessService {
         let ctx = context(&req).map_err(|e| fail("process.Start", e))?;
         let spec = self.start_spec(&ctx, req.into_inner()).map_err(|e| fail("process.Start", e))?;
         let (cmd, pty) = (spec.spawn.cmd.clone(), spec.spawn.pty.is_some());
-        let (p, primary) = self.core.table.start(spec).map_err(|e| fail("process.Start", e))?;
+        let (p, primary) = self.core.table.start(spec).await.map_err(|e| fail("process.Start", e))?;
         events::ProcessStarted { pid: p.pid, tag: p.tag.as_deref(), cmd: &cmd, user: &p.user, pty }.emit();
         if let Some(deadline) = ctx.deadline {
             p.kill_at(deadline);
