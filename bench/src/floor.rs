@@ -85,29 +85,32 @@ async fn accept(listener: &TcpListener) -> Result<TcpStream> {
     Ok(sock)
 }
 
+/// One copier on the host from `input` to a new loopback socket: the copier and the socket.
+pub async fn copy_from(input: Stdio) -> Result<(Child, TcpStream)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.ctx("binding a copier's socket")?;
+    let addr = listener.local_addr().ctx("a copier's socket")?;
+    let child = Command::new(copier()?)
+        .arg(addr.to_string())
+        .stdin(input)
+        .kill_on_drop(true)
+        .spawn()
+        .ctx("spawning hangar-bench-copy")?;
+    Ok((child, accept(&listener).await?))
+}
+
 /// Starts the first copier as `first` says and `hops - 1` more on the host after it (at least
 /// one in all); the returned socket carries the command's output.
 pub async fn through_copies(first: First, hops: usize) -> Result<Copies> {
-    let copier = copier()?;
     let mut children = Vec::new();
     let mut sock = match first {
         First::Host(mut source) => {
             let mut src =
                 source.stdout(Stdio::piped()).kill_on_drop(true).spawn().ctx("spawning the floor's command")?;
             let out = src.stdout.take().ok_or_else(|| fail("the floor's command", "no stdout"))?;
-            let input: Stdio = out.into_owned_fd().ctx("the command's stdout")?.into();
             children.push(src);
-            let listener = TcpListener::bind("127.0.0.1:0").await.ctx("binding a copier's socket")?;
-            let addr = listener.local_addr().ctx("a copier's socket")?;
-            children.push(
-                Command::new(&copier)
-                    .arg(addr.to_string())
-                    .stdin(input)
-                    .kill_on_drop(true)
-                    .spawn()
-                    .ctx("spawning hangar-bench-copy")?,
-            );
-            accept(&listener).await?
+            let (child, sock) = copy_from(out.into_owned_fd().ctx("the command's stdout")?.into()).await?;
+            children.push(child);
+            sock
         }
         First::Container { name, script } => {
             let listener =
@@ -131,17 +134,9 @@ pub async fn through_copies(first: First, hops: usize) -> Result<Copies> {
         // The next copier reads this socket with blocking reads, as the first reads a pipe.
         let std = sock.into_std().ctx("a copier's socket")?;
         std.set_nonblocking(false).ctx("a copier's socket")?;
-        let listener = TcpListener::bind("127.0.0.1:0").await.ctx("binding a copier's socket")?;
-        let addr = listener.local_addr().ctx("a copier's socket")?;
-        children.push(
-            Command::new(&copier)
-                .arg(addr.to_string())
-                .stdin(Stdio::from(OwnedFd::from(std)))
-                .kill_on_drop(true)
-                .spawn()
-                .ctx("spawning hangar-bench-copy")?,
-        );
-        sock = accept(&listener).await?;
+        let (child, next) = copy_from(Stdio::from(OwnedFd::from(std))).await?;
+        children.push(child);
+        sock = next;
     }
     Ok(Copies { stream: sock, _children: children })
 }

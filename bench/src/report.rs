@@ -195,7 +195,12 @@ pub fn markdown(r: &Results) -> String {
         for row in &w.rows {
             let _ = writeln!(m, "| {} | {} |", row.watcher, pair(&row.delay_ms));
         }
-        let _ = writeln!(m, "\nhangar vs inotifywait: {}\n", ratios(&w.hangar_vs_inotifywait));
+        let _ = writeln!(
+            m,
+            "\nhangar vs inotifywait: {}; vs inotifywait through a copier (the floor of one hop): {}\n",
+            ratios(&w.hangar_vs_inotifywait),
+            ratios(&w.hangar_vs_one_hop)
+        );
     }
     if let Some(t) = &r.throughput {
         let _ = writeln!(m, "## 4. Throughput and memory\n");

@@ -1,6 +1,8 @@
 //! Scenario 3, watching a directory: a file created every 100 ms, and the delay from its
-//! creation to its event, for hangar-envd's `WatchDir` beside `inotifywait -m`, both watching
-//! the same host directory at once.
+//! creation to its event, for hangar-envd's `WatchDir` beside `inotifywait -m`, and beside a
+//! second `inotifywait -m` whose output goes through a minimal copier into a socket (the floor of
+//! one hop, `crate::floor`, which a daemon between inotify and its client costs at least), all
+//! watching the same host directory at once.
 
 use std::{
     collections::HashMap,
@@ -42,6 +44,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// hangar's p50 and p95 over inotifywait's.
     pub hangar_vs_inotifywait: [Option<f64>; 2],
+    /// hangar's p50 and p95 over those of inotifywait through one copier.
+    pub hangar_vs_one_hop: [Option<f64>; 2],
 }
 
 /// Names seen, with when each arrived.
@@ -53,7 +57,8 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let path = dir.at(".");
     let limit = Duration::from_secs(cfg.files / 10 + 15);
     let hangar = hangar_watch(envd.channel().await, &path, cfg.files, limit).await?;
-    let inotify = inotifywait(&path, cfg.files, limit).await?;
+    let inotify = inotifywait(&path, cfg.files, limit, Hop::None).await?;
+    let copied = inotifywait(&path, cfg.files, limit, Hop::Copier).await?;
     let mut created = HashMap::new();
     for i in 1..=cfg.files {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -62,7 +67,9 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         std::fs::File::create(dir.join(&name)).ctx(format!("creating {name}"))?;
     }
     let mut rows = Vec::new();
-    for (watcher, seen) in [("hangar-envd WatchDir", hangar), ("inotifywait -m", inotify)] {
+    let watchers =
+        [("hangar-envd WatchDir", hangar), ("inotifywait -m", inotify), ("inotifywait -m through a copier", copied)];
+    for (watcher, seen) in watchers {
         let seen = seen.await.map_err(|e| fail(watcher, e))??;
         let mut delays = Vec::new();
         for (name, at) in &created {
@@ -71,8 +78,11 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         }
         rows.push(Row { watcher, delay_ms: Summary::of(watcher, &delays)? });
     }
-    let vs = [ratio(rows[0].delay_ms.p50, rows[1].delay_ms.p50), ratio(rows[0].delay_ms.p95, rows[1].delay_ms.p95)];
-    Ok(Report { files: cfg.files, fs: crate::machine::fs_type(&path), rows, hangar_vs_inotifywait: vs })
+    let vs = |i: usize| {
+        [ratio(rows[0].delay_ms.p50, rows[i].delay_ms.p50), ratio(rows[0].delay_ms.p95, rows[i].delay_ms.p95)]
+    };
+    let (hangar_vs_inotifywait, hangar_vs_one_hop) = (vs(1), vs(2));
+    Ok(Report { files: cfg.files, fs: crate::machine::fs_type(&path), rows, hangar_vs_inotifywait, hangar_vs_one_hop })
 }
 
 /// hangar's WatchDir, once its start event says the watch is in place.
@@ -102,8 +112,17 @@ async fn hangar_watch(channel: tonic::transport::Channel, path: &str, files: u64
     }))
 }
 
+/// How inotifywait's lines reach the bench.
+#[derive(Clone, Copy, PartialEq)]
+enum Hop {
+    /// Its standard output, a pipe.
+    None,
+    /// Its standard output through a minimal copier into a loopback socket.
+    Copier,
+}
+
 /// `inotifywait -m -e create`, once it says its watch is established.
-async fn inotifywait(path: &str, files: u64, limit: Duration) -> Result<Seen> {
+async fn inotifywait(path: &str, files: u64, limit: Duration, hop: Hop) -> Result<Seen> {
     let mut child = tokio::process::Command::new("inotifywait")
         .args(["-m", "-e", "create", "--format", "%f", path])
         .stdin(Stdio::null())
@@ -124,9 +143,16 @@ async fn inotifywait(path: &str, files: u64, limit: Duration) -> Result<Seen> {
     };
     tokio::time::timeout(Duration::from_secs(10), established).await.map_err(|_| fail("inotifywait", "no watch"))??;
     let stdout = child.stdout.take().ok_or_else(|| fail("inotifywait", "no stdout"))?;
+    let (copier, reader): (_, Box<dyn tokio::io::AsyncRead + Send + Unpin>) = match hop {
+        Hop::None => (None, Box::new(stdout)),
+        Hop::Copier => {
+            let (c, sock) = crate::floor::copy_from(stdout.into_owned_fd().ctx("inotifywait's stdout")?.into()).await?;
+            (Some(c), Box::new(sock))
+        }
+    };
     Ok(tokio::spawn(async move {
         let mut seen = HashMap::new();
-        let mut lines = BufReader::new(stdout).lines();
+        let mut lines = BufReader::new(reader).lines();
         let read = async {
             while (seen.len() as u64) < files {
                 match lines.next_line().await.ctx("reading inotifywait")? {
@@ -139,7 +165,7 @@ async fn inotifywait(path: &str, files: u64, limit: Duration) -> Result<Seen> {
             Ok(())
         };
         tokio::time::timeout(limit, read).await.map_err(|_| fail("inotifywait", "timed out"))??;
-        drop(child);
+        drop((child, copier));
         Ok(seen)
     }))
 }
