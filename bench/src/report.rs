@@ -225,6 +225,9 @@ pub fn markdown(r: &Results) -> String {
         let _ = writeln!(m, "| hangar-envd | Resident memory |");
         let _ = writeln!(m, "|---|---|");
         let _ = writeln!(m, "| idle | {} |", mib(mem.idle_kib));
+        if let Some(kib) = mem.shipped_idle_kib {
+            let _ = writeln!(m, "| idle, the shipped build (`scripts/build-envd`) | {} |", mib(kib));
+        }
         let _ = writeln!(
             m,
             "| {} processes, rings ({} KiB) full, a connection each | {} |",

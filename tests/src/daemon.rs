@@ -48,6 +48,8 @@ pub fn envd_bin() -> PathBuf {
 /// Options for starting a daemon.
 #[derive(Debug, Default, Clone)]
 pub struct EnvdBuilder {
+    /// Another hangar-envd binary than [`envd_bin`]'s.
+    bin: Option<PathBuf>,
     args: Vec<String>,
     envs: Vec<(String, String)>,
     nofile: Option<u64>,
@@ -55,6 +57,12 @@ pub struct EnvdBuilder {
 }
 
 impl EnvdBuilder {
+    /// Runs this binary instead of [`envd_bin`]'s (the bench's shipped build, say).
+    pub fn bin(mut self, path: impl Into<PathBuf>) -> Self {
+        self.bin = Some(path.into());
+        self
+    }
+
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
         self
@@ -87,7 +95,7 @@ impl EnvdBuilder {
     /// Spawns the daemon with `--listen 127.0.0.1 --port 0` plus the given arguments and waits
     /// (10 s at most) for its `hangar-envd listening on http://IP:PORT` line.
     pub fn start(self) -> Envd {
-        let bin = envd_bin();
+        let bin = self.bin.clone().unwrap_or_else(envd_bin);
         assert!(
             bin.exists(),
             "hangar-envd binary not found at {} (set HANGAR_ENVD_BIN or `cargo build -p hangar-envd`)",

@@ -21,6 +21,8 @@ pub const PROCESSES: usize = 64;
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub idle_kib: u64,
+    /// The shipped build's (`HANGAR_SHIP_ENVD_BIN`, what users put in their images) idle.
+    pub shipped_idle_kib: Option<u64>,
     /// Each process's `Start` stream on a connection of its own (as E2B's SDKs open them).
     pub full_rings_kib: u64,
     /// The same, every stream on one HTTP/2 connection (as the relay opens them).
@@ -44,6 +46,14 @@ pub async fn run() -> Result<Report> {
     settle().await;
     let full_rings_one_connection_kib = full_rings(&envd, &limits, Connections::One).await?;
     drop(envd);
+    let shipped_idle_kib = match std::env::var_os("HANGAR_SHIP_ENVD_BIN") {
+        Some(bin) => {
+            let envd = Envd::builder().bin(bin).env("HANGAR_LOG", "warn").start();
+            settle().await;
+            Some(daemon_rss_kib(&envd)?)
+        }
+        None => None,
+    };
 
     let envd = host_envd(&[]);
     settle().await;
@@ -66,6 +76,7 @@ pub async fn run() -> Result<Report> {
     drop(open);
     Ok(Report {
         idle_kib,
+        shipped_idle_kib,
         full_rings_kib,
         full_rings_one_connection_kib,
         processes: PROCESSES,
