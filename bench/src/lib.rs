@@ -66,6 +66,7 @@ pub struct Sizes {
     pub turn_runs: usize,
     pub fleet_sandboxes: usize,
     pub fleet_requests: usize,
+    pub fleet_changes: usize,
 }
 
 impl Sizes {
@@ -83,6 +84,7 @@ impl Sizes {
                 turn_runs: 1,
                 fleet_sandboxes: 50,
                 fleet_requests: 20,
+                fleet_changes: 3,
             }
         } else {
             Sizes {
@@ -97,6 +99,7 @@ impl Sizes {
                 turn_runs: 5,
                 fleet_sandboxes: 200,
                 fleet_requests: 200,
+                fleet_changes: 20,
             }
         }
     }
@@ -125,7 +128,11 @@ pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results>
             Scenario::Scale => r.scale = Some(scale::run(&scale::Config { lines: sizes.scale_lines }).await?),
             Scenario::Turns => r.turns = Some(turns::run(&turns::Config { runs: sizes.turn_runs }).await?),
             Scenario::Fleet => {
-                let cfg = fleet::Config { sandboxes: sizes.fleet_sandboxes, requests: sizes.fleet_requests };
+                let cfg = fleet::Config {
+                    sandboxes: sizes.fleet_sandboxes,
+                    requests: sizes.fleet_requests,
+                    changes: sizes.fleet_changes,
+                };
                 r.fleet = Some(fleet::run(&cfg).await?);
             }
         }

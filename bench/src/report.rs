@@ -365,6 +365,16 @@ pub fn markdown(r: &Results) -> String {
             f.stream_snapshot_bytes as f64 / 1024.0,
             pair(&f.stream_snapshot_ms)
         );
+        let _ = writeln!(
+            m,
+            "\nFan-out: {} streams open, {} sandboxes created one at a time (each request {} ms). Each stream's `agent` event for the new unit came {} ms after the creating request's answer (p50 / p95, {} events; negative: before it); from the first stream's event to the last one's, per change: {} ms.",
+            f.watchers,
+            f.changes,
+            pair(&f.change_request_ms),
+            pair(&f.fanout_ms),
+            f.fanout_ms.n,
+            pair(&f.fanout_spread_ms)
+        );
         let _ = writeln!(m);
     }
     m

@@ -5,7 +5,9 @@
 //! `GET /api/fleet` as an admin with every unit (`?include_stopped=true`), as an admin by default,
 //! and as the person, each `requests` times in turn on a fresh connection (after a warm-up), with
 //! the body's size; and the stream's snapshot (`GET /api/fleet/stream`, from the request to the
-//! first event), with its size. The relay's resident memory with it all.
+//! first event), with its size. The stream's fan-out: `WATCHERS` streams open at once, then one
+//! change at a time (a sandbox created), timed from the creating request's answer to each
+//! stream's `agent` event for it. The relay's resident memory with it all.
 //!
 //! There is no peer: the figure is the product's own target (200 sandboxes read in a few
 //! milliseconds). A read that does not show the units set up fails the run.
@@ -36,7 +38,13 @@ fn harnesses(fixture: &str) -> String {
 pub struct Config {
     pub sandboxes: usize,
     pub requests: usize,
+    /// Changes made while `WATCHERS` streams watch.
+    pub changes: usize,
 }
+
+/// Streams open at once for the fan-out; above `HANGAR_STREAM_MAX_PER_TOKEN`'s default (16), so
+/// this relay allows more per token.
+pub const WATCHERS: usize = 100;
 
 #[derive(Debug, Serialize)]
 pub struct Row {
@@ -60,6 +68,15 @@ pub struct Report {
     /// From the stream's request to its `snapshot` event, in ms (`requests / 10` opens).
     pub stream_snapshot_ms: Summary,
     pub stream_snapshot_bytes: usize,
+    pub watchers: usize,
+    pub changes: usize,
+    /// Creating the sandbox (the change), from the request to its answer, in ms.
+    pub change_request_ms: Summary,
+    /// From the creating request's answer to each stream's `agent` event for the new unit, in ms
+    /// (negative: the event came first), over every stream and change.
+    pub fanout_ms: Summary,
+    /// Per change, from the first stream's event to the last one's, in ms.
+    pub fanout_spread_ms: Summary,
     pub relay_rss_kib: u64,
 }
 
@@ -79,7 +96,8 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let file = scratch.join("harnesses.toml");
     std::fs::write(&file, harnesses(&fixture.to_string_lossy())).ctx(format!("writing {}", file.display()))?;
     let file = file.to_string_lossy().into_owned();
-    let world = RelayWorld::start(&[("HANGAR_HARNESSES", &file)]);
+    let per_token = (WATCHERS + 16).to_string();
+    let world = RelayWorld::start(&[("HANGAR_HARNESSES", &file), ("HANGAR_STREAM_MAX_PER_TOKEN", &per_token)]);
     let person = post(
         &world,
         ADMIN,
@@ -174,6 +192,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             other => return Err(fail("GET /api/fleet/stream", format!("the first event was {other:?}"))),
         }
     }
+    let fanout = fan_out(&world, cfg.changes).await?;
     let relay_rss_kib = procfs::rss_kib(world.relay.pid()).ctx("the relay's resident memory")?;
     Ok(Report {
         sandboxes: cfg.sandboxes,
@@ -184,7 +203,72 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         rows,
         stream_snapshot_ms: Summary::of("the stream's snapshot", &samples)?,
         stream_snapshot_bytes: stream_bytes,
+        watchers: WATCHERS,
+        changes: cfg.changes,
+        change_request_ms: fanout.request,
+        fanout_ms: fanout.arrival,
+        fanout_spread_ms: fanout.spread,
         relay_rss_kib,
+    })
+}
+
+struct FanOut {
+    request: Summary,
+    arrival: Summary,
+    spread: Summary,
+}
+
+/// `WATCHERS` fleet streams, then `changes` sandboxes created one at a time, each awaited on every
+/// stream as its `agent` event.
+async fn fan_out(world: &RelayWorld, changes: usize) -> Result<FanOut> {
+    const PATH: &str = "/api/fleet/stream?include_stopped=true";
+    let mut streams = Vec::new();
+    for _ in 0..WATCHERS {
+        let mut sse = world.relay.sse("GET", PATH, Some(ADMIN), None).await;
+        match sse.next(Duration::from_secs(10)).await {
+            Some(e) if e.event == "snapshot" => streams.push(sse),
+            other => return Err(fail("GET /api/fleet/stream", format!("the first event was {other:?}"))),
+        }
+    }
+    let (mut request, mut arrival, mut spread) = (Vec::new(), Vec::new(), Vec::new());
+    for k in 0..changes {
+        let name = format!("fanout-{k:02}");
+        let waiting: Vec<_> = streams
+            .drain(..)
+            .map(|mut sse| {
+                let name = name.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match sse.next(Duration::from_secs(30)).await {
+                            Some(e) if e.event == "agent" && e.json()["name"] == name.as_str() => {
+                                return Ok((sse, crate::stats::now()));
+                            }
+                            Some(_) => {}
+                            None => return Err(fail("the fleet stream", format!("no event for {name}"))),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let t0 = crate::stats::now();
+        post(world, ADMIN, "/api/sandboxes", json!({ "name": name })).await?;
+        let t1 = crate::stats::now();
+        request.push((t1 - t0) * 1000.0);
+        let mut got = Vec::new();
+        for w in waiting {
+            let (sse, at) = w.await.map_err(|e| fail("the fleet stream", e))??;
+            streams.push(sse);
+            got.push(at);
+        }
+        let first = got.iter().copied().fold(f64::INFINITY, f64::min);
+        let last = got.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        arrival.extend(got.iter().map(|at| (at - t1) * 1000.0));
+        spread.push((last - first) * 1000.0);
+    }
+    Ok(FanOut {
+        request: Summary::of("creating a sandbox", &request)?,
+        arrival: Summary::of("the fan-out", &arrival)?,
+        spread: Summary::of("the fan-out's spread", &spread)?,
     })
 }
 
