@@ -344,18 +344,21 @@ async fn poll(s: &Setup, cmd: &str, limit: Duration) -> Result<Seen> {
 }
 
 async fn docker_exec(container: &str, cmd: &str, lines: u64, limit: Duration) -> Result<Seen> {
+    let mut c = tokio::process::Command::new("docker");
+    c.args(["exec", container, "bash", "-lc", cmd]);
+    stdout_of("docker exec", c, lines, limit).await
+}
+
+/// `command`'s standard output read as stamped lines; it must then exit 0.
+async fn stdout_of(what: &str, mut command: tokio::process::Command, lines: u64, limit: Duration) -> Result<Seen> {
     let started = now();
-    let mut child = tokio::process::Command::new("docker")
-        .args(["exec", container, "bash", "-lc", cmd])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .ctx("spawning docker exec")?;
-    let out = child.stdout.take().ok_or_else(|| fail("docker exec", "no stdout"))?;
-    let lines = read_stamped("docker exec", out, lines, limit).await?;
-    let status = child.wait().await.ctx("waiting for docker exec")?;
+    let mut child =
+        command.stdout(std::process::Stdio::piped()).kill_on_drop(true).spawn().ctx(format!("spawning {what}"))?;
+    let out = child.stdout.take().ok_or_else(|| fail(what, "no stdout"))?;
+    let lines = read_stamped(what, out, lines, limit).await?;
+    let status = child.wait().await.ctx(format!("waiting for {what}"))?;
     if !status.success() {
-        return Err(fail("docker exec", status));
+        return Err(fail(what, status));
     }
     Ok(Seen { started, lines })
 }
@@ -364,22 +367,9 @@ async fn docker_exec(container: &str, cmd: &str, lines: u64, limit: Duration) ->
 /// of the bench user's (a home directory's profile, such as a version manager's, would make the
 /// floor's first line slower than the sandbox's own, which has none).
 async fn pipe(cmd: &str, lines: u64, limit: Duration) -> Result<Seen> {
-    let started = now();
-    let mut child =
-        plain_bash(cmd).stdout(std::process::Stdio::piped()).kill_on_drop(true).spawn().ctx("spawning bash")?;
-    let out = child.stdout.take().ok_or_else(|| fail("plain pipe", "no stdout"))?;
-    let lines = read_stamped("plain pipe", out, lines, limit).await?;
-    let status = child.wait().await.ctx("waiting for bash")?;
-    if !status.success() {
-        return Err(fail("plain pipe", status));
-    }
-    Ok(Seen { started, lines })
-}
-
-fn plain_bash(cmd: &str) -> tokio::process::Command {
     let mut c = tokio::process::Command::new("bash");
     c.args(["-lc", cmd]).env_clear().env("PATH", "/usr/local/bin:/usr/bin:/bin").env("HOME", "/nonexistent");
-    c
+    stdout_of("plain pipe", c, lines, limit).await
 }
 
 /// The floor of `hops` hops: the command on a pipe in the sandbox's container (as its daemon runs
