@@ -107,6 +107,52 @@ async fn tags_select_exactly() {
     envd.assert_healthy_no_leaks(std::time::Duration::from_secs(2)).await;
 }
 
+/// Starts racing for one tag: exactly one gets it and runs; every other is already_exists. The
+/// daemon forks outside its table's lock (starts queue on the reaper's), so it is the tag's
+/// reservation that keeps two of them from both starting.
+#[tokio::test]
+async fn racing_starts_for_one_tag_start_one_process() {
+    let mut envd = Envd::start(&[]);
+    let channel = envd.channel().await;
+    let attempts = (0..16).map(|_| {
+        let mut client = pb::process_client::ProcessClient::new(channel.clone());
+        async move {
+            let mut req = start_req("/bin/cat", &[]);
+            req.tag = Some("racing".into());
+            let mut s = client.start(req).await.map_err(|st| st.code())?.into_inner();
+            match next_event(&mut s, STEP).await {
+                Ok(Some(Event::Start(st))) => Ok((st.pid, s)),
+                Err(st) => Err(st.code()),
+                other => panic!("want start or an error, got {other:?}"),
+            }
+        }
+    });
+    let results = futures::future::join_all(attempts).await;
+    let started: Vec<u32> = results.iter().filter_map(|r| r.as_ref().ok().map(|(pid, _)| *pid)).collect();
+    assert_eq!(started.len(), 1, "exactly one start gets the tag: {results:?}");
+    for r in &results {
+        if let Err(code) = r {
+            assert_eq!(*code, tonic::Code::AlreadyExists, "{results:?}");
+        }
+    }
+    assert!(is_running(started[0]));
+    let mut procs = envd.processes().await;
+    let tagged = hangar_list(&mut procs).await.into_iter().filter(|p| p.tag.as_deref() == Some("racing")).count();
+    assert_eq!(tagged, 1, "one process has the tag");
+
+    let mut client = envd.process().await;
+    client
+        .send_signal(pb::SendSignalRequest { process: by_tag("racing"), signal: pb::Signal::Sigkill as i32 })
+        .await
+        .expect("SendSignal by tag");
+    for r in results {
+        if let Ok((_, mut s)) = r {
+            assert_eq!(collect(&mut s, STEP).await.end().status, "signal: killed");
+        }
+    }
+    envd.assert_healthy_no_leaks(std::time::Duration::from_secs(2)).await;
+}
+
 /// hangar Attach and Signal by tag.
 #[tokio::test]
 async fn hangar_attach_and_signal_by_tag() {

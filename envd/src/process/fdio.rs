@@ -97,8 +97,9 @@ impl AsyncFdIo {
 }
 
 fn is_fifo(fd: &OwnedFd) -> io::Result<bool> {
-    let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
-    Ok(std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()))
+    let st = nix::sys::stat::fstat(fd)?;
+    Ok(nix::sys::stat::SFlag::from_bits_truncate(st.st_mode) & nix::sys::stat::SFlag::S_IFMT
+        == nix::sys::stat::SFlag::S_IFIFO)
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {

@@ -360,8 +360,9 @@ impl Table {
         let tree = self.trees.adopt(prepared, pid);
         let io_err =
             |source: io::Error| ProcessError::Io { context: format!("setting up process {pid}'s I/O"), source };
-        // Out of descriptors, say. The process runs already: kill it, or it would run unseen.
-        let io = (|| {
+        // Out of descriptors, say, or the daemon is stopping. The process runs already: kill it,
+        // or it would run unseen.
+        let io = (|| -> io::Result<_> {
             let outputs: Vec<(AsyncFdIo, StreamKind)> = match spawned.pty_master.as_ref() {
                 Some(m) => vec![(AsyncFdIo::new(m.try_clone()?)?, StreamKind::Pty)],
                 None => [(spawned.stdout, StreamKind::Stdout), (spawned.stderr, StreamKind::Stderr)]
@@ -372,13 +373,16 @@ impl Table {
             let stdin = spawned.stdin.map(AsyncFdIo::new).transpose()?.map(Arc::new);
             let pty = spawned.pty_master.map(AsyncFdIo::new).transpose()?.map(Arc::new);
             Ok((outputs, stdin, pty))
-        })();
+        })()
+        .map_err(io_err)
         // Shutdown may have begun during the fork: its kill did not see this process.
-        let io = match io {
-            Ok(_) if self.closing.load(std::sync::atomic::Ordering::SeqCst) => Err(None),
-            Ok(io) => Ok(io),
-            Err(e) => Err(Some(e)),
-        };
+        .and_then(|io| {
+            if self.closing.load(std::sync::atomic::Ordering::SeqCst) {
+                Err(ProcessError::ShuttingDown)
+            } else {
+                Ok(io)
+            }
+        });
         let (outputs, stdin, pty) = match io {
             Ok(io) => io,
             Err(e) => {
@@ -390,7 +394,7 @@ impl Table {
                     let _ = exited.await;
                     trees.exited(&tree);
                 });
-                return Err(e.map_or(ProcessError::ShuttingDown, io_err));
+                return Err(e);
             }
         };
         let log = OutputLog::new(self.ring_bytes, outputs.len());
