@@ -145,10 +145,8 @@ async fn racing_starts_for_one_tag_start_one_process() {
         .send_signal(pb::SendSignalRequest { process: by_tag("racing"), signal: pb::Signal::Sigkill as i32 })
         .await
         .expect("SendSignal by tag");
-    for r in results {
-        if let Ok((_, mut s)) = r {
-            assert_eq!(collect(&mut s, STEP).await.end().status, "signal: killed");
-        }
+    for (_, mut s) in results.into_iter().flatten() {
+        assert_eq!(collect(&mut s, STEP).await.end().status, "signal: killed");
     }
     envd.assert_healthy_no_leaks(std::time::Duration::from_secs(2)).await;
 }
