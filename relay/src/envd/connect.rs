@@ -16,7 +16,7 @@
 //! Invariant: what the daemon sends is data: its messages go to tonic's decoder, which bounds
 //! them; error texts and end-of-stream messages are bounded here before they are read.
 use std::{
-    collections::HashMap,
+    collections::{HashMap, VecDeque},
     convert::Infallible,
     future::Future,
     pin::Pin,
@@ -200,7 +200,7 @@ impl Connect {
             }
         }
         let body = if streaming {
-            Body::new(Envelopes { inner: body, pending: BytesMut::new(), state: State::Header, done: false })
+            Body::new(Envelopes { inner: body, framer: Framer::default() })
         } else {
             let message = match Limited::new(body, MAX_UNARY_BYTES).collect().await {
                 Ok(c) => c.to_bytes(),
@@ -378,38 +378,87 @@ enum State {
     End(usize),
 }
 
+/// What a body has delivered and not yet been passed on: its chunks as they came, so that a
+/// message's bytes go on as slices of them, never copied; only what must be read whole (an
+/// envelope's 5-byte header, the small end-of-stream message) is gathered across chunks.
+#[derive(Default)]
+struct Received {
+    chunks: VecDeque<Bytes>,
+    len: usize,
+}
+
+impl Received {
+    fn push(&mut self, b: Bytes) {
+        if !b.is_empty() {
+            self.len += b.len();
+            self.chunks.push_back(b);
+        }
+    }
+
+    /// Up to `n` bytes, from the first chunk only.
+    fn take_front(&mut self, n: usize) -> Option<Bytes> {
+        let front = self.chunks.front_mut()?;
+        let b = if n >= front.len() { self.chunks.pop_front()? } else { front.split_to(n) };
+        self.len -= b.len();
+        Some(b)
+    }
+
+    /// Exactly `n` bytes, of which there must be as many.
+    fn take_exact(&mut self, n: usize) -> Bytes {
+        match self.chunks.front() {
+            Some(f) if f.len() >= n => self.take_front(n).unwrap_or_default(),
+            _ => {
+                let mut out = BytesMut::with_capacity(n);
+                while out.len() < n {
+                    let Some(b) = self.take_front(n - out.len()) else { break };
+                    out.extend_from_slice(&b);
+                }
+                out.freeze()
+            }
+        }
+    }
+}
+
 /// A Connect stream's body made into a gRPC one: message envelopes are framed alike in both
 /// protocols and pass through as they come; the end-of-stream message becomes the trailers.
 struct Envelopes {
     inner: Incoming,
-    pending: BytesMut,
+    framer: Framer,
+}
+
+/// The parsing half of [`Envelopes`]: what arrived in, gRPC frames out.
+struct Framer {
+    pending: Received,
     state: State,
     done: bool,
 }
 
-impl Envelopes {
+impl Default for Framer {
+    fn default() -> Self {
+        Framer { pending: Received::default(), state: State::Header, done: false }
+    }
+}
+
+impl Framer {
     /// The next frame that what has arrived makes, if any.
     fn next_frame(&mut self) -> Option<Frame<Bytes>> {
         loop {
             match self.state {
                 State::Data(n) => {
-                    if self.pending.is_empty() {
-                        return None;
-                    }
-                    let k = n.min(self.pending.len());
-                    self.state = if k == n { State::Header } else { State::Data(n - k) };
-                    return Some(Frame::data(self.pending.split_to(k).freeze()));
+                    let b = self.pending.take_front(n)?;
+                    self.state = if b.len() == n { State::Header } else { State::Data(n - b.len()) };
+                    return Some(Frame::data(b));
                 }
                 State::Header => {
-                    if self.pending.len() < 5 {
+                    if self.pending.len < 5 {
                         return None;
                     }
-                    let flags = self.pending[0];
-                    let len = u32::from_be_bytes([self.pending[1], self.pending[2], self.pending[3], self.pending[4]])
-                        as usize;
+                    let header = self.pending.take_exact(5);
+                    let flags = header[0];
+                    let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
                     if flags == 0 {
                         self.state = if len == 0 { State::Header } else { State::Data(len) };
-                        return Some(Frame::data(self.pending.split_to(5).freeze()));
+                        return Some(Frame::data(header));
                     }
                     if flags == FLAG_END_STREAM {
                         if len > MAX_END_BYTES {
@@ -426,12 +475,12 @@ impl Envelopes {
                     ))));
                 }
                 State::End(len) => {
-                    if self.pending.len() < 5 + len {
+                    if self.pending.len < len {
                         return None;
                     }
-                    let end = self.pending.split_to(5 + len);
+                    let end = self.pending.take_exact(len);
                     self.done = true;
-                    return Some(Frame::trailers(end_of_stream(&end[5..])));
+                    return Some(Frame::trailers(end_of_stream(&end)));
                 }
             }
         }
@@ -449,25 +498,25 @@ impl HttpBody for Envelopes {
     type Error = Status;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        let this = &mut *self;
+        let Envelopes { inner, framer } = &mut *self;
         loop {
-            if this.done {
+            if framer.done {
                 return Poll::Ready(None);
             }
-            if let Some(frame) = this.next_frame() {
+            if let Some(frame) = framer.next_frame() {
                 return Poll::Ready(Some(Ok(frame)));
             }
-            let failed = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            let failed = match ready!(Pin::new(&mut *inner).poll_frame(cx)) {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        this.pending.extend_from_slice(&data);
+                        framer.pending.push(data);
                     }
                     continue;
                 }
                 Some(Err(e)) => Status::unavailable(format!("the daemon's stream broke: {}", chain(&e))),
                 None => Status::unavailable("the daemon's stream ended without its end-of-stream message"),
             };
-            return Poll::Ready(Some(Ok(this.fail(failed))));
+            return Poll::Ready(Some(Ok(framer.fail(failed))));
         }
     }
 }
@@ -577,5 +626,49 @@ mod tests {
             ["x-access-token", "e2b-sandbox-id", "keepalive-ping-interval", "te", "grpc-timeout", "content-type"];
         let kept: Vec<&str> = names.into_iter().filter(|n| is_metadata(&HeaderName::from_static(n))).collect();
         assert_eq!(kept, ["x-access-token", "e2b-sandbox-id", "keepalive-ping-interval"]);
+    }
+
+    /// Feeds `body` to a framer in chunks of `size` and collects what it makes.
+    fn framed(body: &[u8], size: usize) -> (Vec<Bytes>, Option<HeaderMap>) {
+        let mut f = Framer::default();
+        let (mut data, mut trailers) = (Vec::new(), None);
+        for chunk in body.chunks(size) {
+            f.pending.push(Bytes::copy_from_slice(chunk));
+            while let Some(frame) = f.next_frame() {
+                match frame.into_data() {
+                    Ok(d) => data.push(d),
+                    Err(frame) => trailers = frame.into_trailers().ok(),
+                }
+            }
+        }
+        (data, trailers)
+    }
+
+    #[test]
+    fn messages_pass_through_however_the_body_is_cut() {
+        let (one, two) = (vec![b'a'; 300], b"second".to_vec());
+        let end = br#"{"metadata":{"x-note":["kept"]}}"#;
+        let mut body = Vec::new();
+        for (flags, m) in [(0u8, &one[..]), (0, &two[..]), (FLAG_END_STREAM, &end[..])] {
+            body.push(flags);
+            body.extend_from_slice(&(m.len() as u32).to_be_bytes());
+            body.extend_from_slice(m);
+        }
+        let grpc_len = body.len() - 5 - end.len();
+        // Cut inside headers, inside messages, and inside the end-of-stream message.
+        for size in [1, 3, 5, 7, 64, 301, body.len()] {
+            let (data, trailers) = framed(&body, size);
+            assert_eq!(data.concat(), body[..grpc_len], "chunks of {size}: the envelopes pass as they came");
+            let t = trailers.unwrap_or_else(|| panic!("chunks of {size}: no trailers"));
+            assert_eq!(t.get("grpc-status").map(|v| v.as_bytes()), Some(&b"0"[..]), "chunks of {size}");
+            assert_eq!(t.get("x-note").map(|v| v.as_bytes()), Some(&b"kept"[..]), "chunks of {size}");
+        }
+        // A message arriving in one chunk goes on as that chunk's slice, not a copy.
+        let chunk = Bytes::from(body.clone());
+        let mut f = Framer::default();
+        f.pending.push(chunk.clone());
+        let _header = f.next_frame();
+        let message = f.next_frame().and_then(|fr| fr.into_data().ok()).unwrap_or_default();
+        assert_eq!(message.as_ptr(), chunk[5..].as_ptr(), "the message is a slice of what arrived");
     }
 }
