@@ -1,13 +1,19 @@
 //! The Connect protocol (JSON and binary; unary, server-streaming, client-streaming) over the same
 //! tonic service traits gRPC uses: each method decodes the body into the message type, builds a
 //! `tonic::Request` carrying the HTTP extensions (the call context), and encodes what comes back.
+//!
+//! Server-streaming methods answer gRPC here too (not through tonic): a streamed message is sent
+//! as the slices it is made of, so a process's output goes from its ring to the socket without a
+//! copy, and no stream keeps an encoding buffer of its own (tonic's keeps one as large as the
+//! largest message it sent, 64 KiB and more for every open output stream).
 use std::{collections::HashMap, future::Future, marker::PhantomData, pin::Pin, sync::Arc};
 
 use axum::body::Body;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use http::{header, HeaderValue, Response, StatusCode};
-use http_body_util::BodyExt;
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
 use serde::{de::DeserializeOwned, Serialize};
 use tonic::{
     codec::{DecodeBuf, Decoder},
@@ -45,6 +51,23 @@ impl Codec {
             // Serializing a generated message cannot fail: its maps have string keys.
             Codec::Json => serde_json::to_vec(m).map(Bytes::from).unwrap_or_default(),
             Codec::Proto => Bytes::from(m.encode_to_vec()),
+        }
+    }
+
+    /// `m` in an envelope (Connect's and gRPC's are framed alike), as the slices it is made of:
+    /// see [`Slices`].
+    pub fn enveloped<M: Msg>(self, m: &M) -> Vec<Bytes> {
+        match self {
+            Codec::Json => vec![envelope(0, &self.encode(m))],
+            Codec::Proto => {
+                let len = m.encoded_len();
+                let mut out = Slices::with_capacity(5 + len.min(BY_REFERENCE));
+                out.small.put_u8(0);
+                out.small.put_u32(len as u32);
+                // Cannot fail: a `BytesMut` takes any length.
+                let _ = m.encode(&mut out);
+                out.finish()
+            }
         }
     }
 
@@ -153,6 +176,69 @@ pub fn end_stream(err: Option<&RpcError>) -> Bytes {
     envelope(FLAG_END_STREAM, body.to_string().as_bytes())
 }
 
+/// A `bytes` field at least this long is passed by reference rather than copied.
+const BY_REFERENCE: usize = 512;
+
+/// A message's encoding as the slices it is made of: each `bytes` field of at least
+/// [`BY_REFERENCE`] bytes (a process's output, a file's) is the message's own `Bytes`, shared, and
+/// what lies between them (tags, lengths, small fields) is copied into small buffers. prost writes
+/// a `Bytes` field with `BufMut::put`, which is where it is caught.
+pub struct Slices {
+    done: Vec<Bytes>,
+    small: BytesMut,
+}
+
+impl Slices {
+    fn with_capacity(n: usize) -> Self {
+        Self { done: Vec::with_capacity(3), small: BytesMut::with_capacity(n) }
+    }
+
+    fn finish(mut self) -> Vec<Bytes> {
+        if !self.small.is_empty() {
+            self.done.push(self.small.freeze());
+        }
+        self.done
+    }
+}
+
+// SAFETY: every method that hands out or advances writable memory delegates to `small`, a
+// `BytesMut`, which upholds `BufMut`'s contract itself.
+unsafe impl BufMut for Slices {
+    fn remaining_mut(&self) -> usize {
+        self.small.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: the caller's promise about `cnt` is about `small`'s chunk, which it was given.
+        unsafe { self.small.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut bytes::buf::UninitSlice {
+        self.small.chunk_mut()
+    }
+
+    fn put<T: Buf>(&mut self, mut src: T)
+    where
+        Self: Sized,
+    {
+        let n = src.remaining();
+        if n < BY_REFERENCE {
+            while src.has_remaining() {
+                let chunk = src.chunk();
+                let k = chunk.len();
+                self.small.put_slice(chunk);
+                src.advance(k);
+            }
+            return;
+        }
+        if !self.small.is_empty() {
+            self.done.push(self.small.split().freeze());
+        }
+        // A `Bytes` gives itself (shared, not copied); any other buffer is copied.
+        self.done.push(src.copy_to_bytes(n));
+    }
+}
+
 /// A unary error response.
 pub fn unary_error(e: &RpcError) -> Response<Body> {
     let mut r = Response::new(Body::from(error_json(e).to_string()));
@@ -223,12 +309,30 @@ fn tonic_request<M>(parts: http::request::Parts, msg: M) -> tonic::Request<M> {
 }
 
 type BoxFut = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
-type Handler = Arc<dyn Fn(http::request::Parts, Body, Codec) -> BoxFut + Send + Sync>;
+type Handler = Arc<dyn Fn(http::request::Parts, Body, Framing) -> BoxFut + Send + Sync>;
+
+/// How a call's messages are framed and ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Framing {
+    Connect(Codec),
+    /// Binary messages in the same envelopes, ended by trailers (server-streaming methods only).
+    Grpc,
+}
+
+impl Framing {
+    fn codec(self) -> Codec {
+        match self {
+            Framing::Connect(c) => c,
+            Framing::Grpc => Codec::Proto,
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Unary,
-    Stream,
+    ServerStream,
+    ClientStream,
 }
 
 /// Connect's methods by path, e.g. `/process.Process/Start`.
@@ -252,8 +356,9 @@ impl ConnectRouter {
     {
         let f = Arc::new(f);
         let limit = self.limit;
-        let h: Handler = Arc::new(move |parts, body, codec| {
+        let h: Handler = Arc::new(move |parts, body, framing: Framing| {
             let f = f.clone();
+            let codec = framing.codec();
             Box::pin(async move {
                 let run = async {
                     let bytes = read_limited(body, limit).await?;
@@ -285,21 +390,22 @@ impl ConnectRouter {
     {
         let f = Arc::new(f);
         let limit = self.limit;
-        let h: Handler = Arc::new(move |parts, body, codec| {
+        let h: Handler = Arc::new(move |parts, body, framing: Framing| {
             let f = f.clone();
             Box::pin(async move {
                 let run = async {
                     let bytes = read_limited(body, limit + 5).await?;
-                    let msg: Req = codec.decode(&single_envelope(bytes, limit)?)?;
+                    let msg: Req = framing.codec().decode(&single_envelope(bytes, limit)?)?;
                     Ok::<_, RpcError>(f(tonic_request(parts, msg)).await.map_err(RpcError::from)?.into_inner())
                 };
-                match run.await {
-                    Ok(stream) => streaming_response(codec, stream),
-                    Err(e) => stream_error(codec, &e),
+                match (run.await, framing) {
+                    (Ok(stream), _) => streaming_response(framing, stream),
+                    (Err(e), Framing::Connect(codec)) => stream_error(codec, &e),
+                    (Err(e), Framing::Grpc) => error_for(Protocol::Grpc, &e),
                 }
             })
         });
-        self.methods.insert(path, (Kind::Stream, h));
+        self.methods.insert(path, (Kind::ServerStream, h));
         self
     }
 
@@ -312,8 +418,9 @@ impl ConnectRouter {
     {
         let f = Arc::new(f);
         let limit = self.limit;
-        let h: Handler = Arc::new(move |parts, body, codec| {
+        let h: Handler = Arc::new(move |parts, body, framing: Framing| {
             let f = f.clone();
+            let codec = framing.codec();
             Box::pin(async move {
                 let streaming = request_stream::<Req>(codec, body, limit);
                 match f(tonic_request(parts, streaming)).await {
@@ -330,11 +437,16 @@ impl ConnectRouter {
                 }
             })
         });
-        self.methods.insert(path, (Kind::Stream, h));
+        self.methods.insert(path, (Kind::ClientStream, h));
         self
     }
 
-    /// Serves one Connect request.
+    /// Whether gRPC calls of `path` are served here: server-streaming methods' are.
+    pub fn serves_grpc(&self, path: &str) -> bool {
+        self.methods.get(path).is_some_and(|(kind, _)| *kind == Kind::ServerStream)
+    }
+
+    /// Serves one Connect request, or a gRPC call of a server-streaming method.
     pub async fn serve(&self, req: http::Request<Body>) -> Response<Body> {
         let protocol = Protocol::of(req.headers());
         let path = req.uri().path().to_string();
@@ -347,15 +459,17 @@ impl ConnectRouter {
             *r.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
             return r;
         }
-        let codec = match (protocol, kind) {
-            (Protocol::ConnectUnary(c), Kind::Unary) | (Protocol::ConnectStream(c), Kind::Stream) => c,
+        let framing = match (protocol, kind) {
+            (Protocol::Grpc, Kind::ServerStream) => Framing::Grpc,
+            (Protocol::ConnectUnary(c), Kind::Unary)
+            | (Protocol::ConnectStream(c), Kind::ServerStream | Kind::ClientStream) => Framing::Connect(c),
             (Protocol::ConnectStream(c), Kind::Unary) => {
                 return stream_error(
                     c,
                     &RpcError::invalid_argument(format!("{path} is unary: use application/json or application/proto")),
                 );
             }
-            (Protocol::ConnectUnary(_), Kind::Stream) => {
+            (Protocol::ConnectUnary(_), Kind::ServerStream | Kind::ClientStream) => {
                 return unary_error(&RpcError::invalid_argument(format!(
                     "{path} is streaming: use application/connect+json or application/connect+proto"
                 )));
@@ -369,7 +483,7 @@ impl ConnectRouter {
             }
         };
         let (parts, body) = req.into_parts();
-        handler(parts, body, codec).await
+        handler(parts, body, framing).await
     }
 }
 
@@ -386,26 +500,47 @@ pub fn request_stream<Req: Msg>(codec: Codec, body: Body, limit: usize) -> tonic
 }
 
 fn streaming_response<Resp: Msg>(
-    codec: Codec,
+    framing: Framing,
     stream: impl Stream<Item = Result<Resp, Status>> + Send + 'static,
 ) -> Response<Body> {
+    let codec = framing.codec();
     let body = async_stream::stream! {
         futures::pin_mut!(stream);
         let mut failed = None;
         while let Some(item) = stream.next().await {
             match item {
-                Ok(m) => yield Ok::<_, std::convert::Infallible>(envelope(0, &codec.encode(&m))),
+                Ok(m) => for slice in codec.enveloped(&m) {
+                    yield Ok::<_, std::convert::Infallible>(Frame::data(slice));
+                },
                 Err(s) => { failed = Some(RpcError::from(s)); break; }
             }
         }
         if let Some(e) = &failed {
             events::RpcFailed { method: "stream", code: e.code, message: &e.message }.emit();
         }
-        yield Ok(end_stream(failed.as_ref()));
+        match framing {
+            Framing::Connect(_) => yield Ok(Frame::data(end_stream(failed.as_ref()))),
+            Framing::Grpc => yield Ok(Frame::trailers(grpc_trailers(failed))),
+        }
     };
-    let mut r = Response::new(Body::from_stream(body));
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(codec.stream_type()));
+    let mut r = Response::new(Body::new(StreamBody::new(body)));
+    let content_type = match framing {
+        Framing::Connect(codec) => codec.stream_type(),
+        Framing::Grpc => "application/grpc",
+    };
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
+}
+
+/// A gRPC call's closing status: `grpc-status` and, for an error, `grpc-message`.
+fn grpc_trailers(failed: Option<RpcError>) -> http::HeaderMap {
+    let status = failed.map_or_else(|| Status::ok(""), Status::from);
+    let mut trailers = http::HeaderMap::new();
+    if status.add_header(&mut trailers).is_err() {
+        // Only a message that is no valid header value gets here; the code alone still says it.
+        trailers.insert("grpc-status", HeaderValue::from(status.code() as i32));
+    }
+    trailers
 }
 
 /// tonic `Decoder` for JSON messages inside gRPC-style envelopes.
@@ -435,6 +570,37 @@ mod tests {
         let big = envelope(0, &[b' '; 200]);
         assert_eq!(single_envelope(big, 100).unwrap_err().code, Code::ResourceExhausted);
         assert_eq!(single_envelope(envelope(1, b"x"), 100).unwrap_err().code, Code::Unimplemented);
+    }
+
+    #[test]
+    fn a_streamed_message_shares_its_output_and_frames_as_one_copy_would() {
+        use hangar_proto::process::{
+            process_event::{data_event::Output, DataEvent, Event},
+            ProcessEvent, StartResponse,
+        };
+        use prost::Message as _;
+        let data = Bytes::from(vec![7u8; 64 * 1024]);
+        let data_event = DataEvent { output: Some(Output::Stdout(data.clone())) };
+        let m = StartResponse { event: Some(ProcessEvent { event: Some(Event::Data(data_event)) }) };
+        let slices = Codec::Proto.enveloped(&m);
+        let joined: Vec<u8> = slices.iter().flat_map(|b| b.iter().copied()).collect();
+        assert_eq!(joined, envelope(0, &m.encode_to_vec())[..]);
+        assert!(slices.iter().any(|b| b.as_ptr() == data.as_ptr() && b.len() == data.len()), "the output is shared");
+        assert!(slices.iter().all(|b| b.as_ptr() == data.as_ptr() || b.len() < BY_REFERENCE));
+
+        // A small message is one slice; JSON is one slice.
+        let small = StartResponse { event: Some(ProcessEvent { event: None }) };
+        assert_eq!(Codec::Proto.enveloped(&small), vec![envelope(0, &small.encode_to_vec())]);
+        assert_eq!(Codec::Json.enveloped(&m), vec![envelope(0, &Codec::Json.encode(&m))]);
+    }
+
+    #[test]
+    fn grpc_trailers_carry_the_status() {
+        let ok = grpc_trailers(None);
+        assert_eq!(ok.get("grpc-status").map(|v| v.as_bytes()), Some(&b"0"[..]));
+        let failed = grpc_trailers(Some(RpcError::not_found("no process 7")));
+        assert_eq!(failed.get("grpc-status").map(|v| v.as_bytes()), Some(&b"5"[..]));
+        assert_eq!(failed.get("grpc-message").map(|v| v.as_bytes()), Some(&b"no%20process%207"[..]));
     }
 
     #[test]

@@ -165,7 +165,8 @@ fn hangar_routes(r: ConnectRouter, s: Handlers) -> ConnectRouter {
 
 async fn dispatch_rpc(State(wire): State<Arc<Wire>>, req: Request<Body>) -> Response<Body> {
     match Protocol::of(req.headers()) {
-        Protocol::Grpc => match wire.grpc.clone().oneshot(req).await {
+        // Server-streaming methods frame gRPC themselves (see `connect`); tonic serves the rest.
+        Protocol::Grpc if !wire.connect.serves_grpc(req.uri().path()) => match wire.grpc.clone().oneshot(req).await {
             Ok(r) => r,
             Err(never) => match never {},
         },
