@@ -154,6 +154,9 @@ fn daemon_rss_kib(envd: &Envd) -> Result<u64> {
     procfs::rss_kib(envd.pid()).ctx("the daemon's resident memory")
 }
 
+/// Waits for the daemon's steady state: longer than a process's output stays quiet before the
+/// daemon settles its ring and gives the freed blocks back (500 ms, then up to 200 ms), so the
+/// figure is what quiet processes cost, not the blocks their last reads landed in.
 async fn settle() {
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
 }

@@ -6,6 +6,7 @@
 //! specs and get typed errors back.
 mod exit;
 mod fdio;
+mod heap;
 pub mod output;
 mod reaper;
 mod spawn;
@@ -524,11 +525,30 @@ impl Drop for TagTaken<'_> {
 /// quarter of a read left, so reads stay large, and only once there is something to read: a
 /// stream the process never writes to (stderr, often) holds no block, nor does one whose last
 /// block filled up and which has nothing more to say.
+///
+/// An output quiet for [`QUIET`] lets go of its block and settles the log, which copies what
+/// the ring holds of the process's blocks into pieces of their exact size: so a quiet process's
+/// ring costs what it holds, not the blocks its reads landed in.
 async fn pump_output(io: AsyncFdIo, kind: StreamKind, log: Arc<OutputLog>, pid: u32) {
     let chunk = log.read_chunk();
     let mut block = BytesMut::new();
     loop {
-        match read_into_block(&io, &mut block, chunk).await {
+        // Biased: while there is output the timer is never polled, so never armed.
+        let quiet = tokio::select! {
+            biased;
+            r = io.readable() => r.err(),
+            () = tokio::time::sleep(QUIET) => {
+                block = BytesMut::new();
+                log.settle();
+                heap::freed();
+                io.readable().await.err()
+            }
+        };
+        let read = match quiet {
+            Some(e) => Err(e),
+            None => read_into_block(&io, &mut block, chunk).await,
+        };
+        match read {
             Ok(0) => break,
             Ok(_) => log.push_within_room(kind, block.split().freeze()).await,
             Err(e) => {
@@ -537,8 +557,14 @@ async fn pump_output(io: AsyncFdIo, kind: StreamKind, log: Arc<OutputLog>, pid: 
             }
         }
     }
+    drop(block);
+    log.settle();
+    heap::freed();
     log.close_output();
 }
+
+/// How long an output stays quiet before its pump lets go of its block and settles the log.
+const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// One read into `block`, first replacing it (once the output is readable) when little is left.
 async fn read_into_block(io: &AsyncFdIo, block: &mut BytesMut, chunk: usize) -> io::Result<usize> {

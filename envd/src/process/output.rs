@@ -59,7 +59,13 @@ struct Ring {
     start: u64,
     end: u64,
     cap: u64,
+    /// Everything before this offset is held in settled pieces (see [`Ring::settle`]).
+    settled: u64,
 }
+
+/// The largest piece [`Ring::settle`] makes: what the ring's front may hold of bytes it already
+/// dropped, once settled.
+const SETTLED_PIECE: usize = 16 * 1024;
 
 impl Ring {
     fn push(&mut self, kind: StreamKind, data: Bytes) {
@@ -82,6 +88,53 @@ impl Ring {
                 self.start += excess;
             }
         }
+    }
+
+    /// Copies what arrived since the last settling into pieces of their exact size, one stream's
+    /// bytes each and at most [`SETTLED_PIECE`] long. Until then a chunk is a slice of the block a
+    /// read landed in, and keeps all of that block allocated: the block's unused end, and its
+    /// head once the ring dropped it. A ring settled while its process is quiet holds what it
+    /// holds and little more.
+    fn settle(&mut self) {
+        let from = self.settled.max(self.start);
+        let mut first = self.chunks.partition_point(|c| c.offset < from);
+        if first == self.chunks.len() {
+            return;
+        }
+        // The last piece, if short, is made again with what follows: an output that goes quiet
+        // after every line fills pieces rather than making one per line.
+        if first > 0 && self.chunks[first - 1].data.len() < SETTLED_PIECE {
+            first -= 1;
+        }
+        let fresh: Vec<Chunk> = self.chunks.drain(first..).collect();
+        for run in fresh.chunk_by(|a, b| a.kind == b.kind) {
+            let kind = run[0].kind;
+            let mut offset = run[0].offset;
+            let mut left: usize = run.iter().map(|c| c.data.len()).sum();
+            let mut want = left.min(SETTLED_PIECE);
+            let mut piece = BytesMut::with_capacity(want);
+            for c in run {
+                let mut data = &c.data[..];
+                while !data.is_empty() {
+                    let k = data.len().min(want - piece.len());
+                    piece.extend_from_slice(&data[..k]);
+                    data = &data[k..];
+                    if piece.len() == want {
+                        left -= want;
+                        let len = want as u64;
+                        want = left.min(SETTLED_PIECE);
+                        let full = std::mem::replace(&mut piece, BytesMut::with_capacity(want));
+                        self.chunks.push_back(Chunk { offset, kind, data: full.freeze() });
+                        offset += len;
+                    }
+                }
+            }
+        }
+        // A burst of small chunks grew the queue; a settled ring needs a fraction of it.
+        if self.chunks.capacity() > 4 * self.chunks.len() + 16 {
+            self.chunks.shrink_to(2 * self.chunks.len() + 16);
+        }
+        self.settled = self.end;
     }
 
     /// Up to `max` bytes from `cursor`, merging adjacent chunks of the same stream.
@@ -148,7 +201,7 @@ impl OutputLog {
         let (changed, _) = watch::channel(0);
         Arc::new(Self {
             state: Mutex::new(State {
-                ring: Ring { chunks: VecDeque::new(), start: 0, end: 0, cap: ring_bytes },
+                ring: Ring { chunks: VecDeque::new(), start: 0, end: 0, cap: ring_bytes, settled: 0 },
                 open_outputs: outputs,
                 exit: None,
                 primary: None,
@@ -205,6 +258,11 @@ impl OutputLog {
             }
             notified.await;
         }
+    }
+
+    /// Settles the ring (see [`Ring::settle`]): for an output that has gone quiet.
+    pub fn settle(&self) {
+        self.lock().ring.settle();
     }
 
     /// One of the process's outputs reached end of file.
@@ -351,6 +409,61 @@ mod tests {
         log.close_output();
         log.set_exit(exit0());
         assert!(matches!(sub.next().await, Event::End { total: 10, .. }));
+    }
+
+    /// Everything a subscriber starting at the ring's start reads, as (offset, kind, bytes).
+    async fn contents(log: &Arc<OutputLog>) -> Vec<(u64, StreamKind, Vec<u8>)> {
+        let (start, end) = log.bounds();
+        let mut sub = log.subscribe(start, false);
+        let mut out: Vec<(u64, StreamKind, Vec<u8>)> = Vec::new();
+        while sub.cursor() < end {
+            let Event::Data(c) = sub.next().await else { panic!("a gap or an end inside the ring") };
+            match out.last_mut() {
+                Some(last) if last.1 == c.kind => last.2.extend_from_slice(&c.data),
+                _ => out.push((c.offset, c.kind, c.data.to_vec())),
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn settling_keeps_every_byte_in_pieces_of_their_own() {
+        let log = OutputLog::new(100_000, 2);
+        // Reads as the pump makes them: slices of one block, stdout and stderr in turn, more
+        // than the ring holds, so its front is a slice too.
+        let mut block = BytesMut::with_capacity(150_000);
+        block.extend((0..150_000u32).map(|i| (i % 251) as u8));
+        let block = block.freeze();
+        let range = block.as_ptr() as usize..block.as_ptr() as usize + block.len();
+        for (i, at) in (0..150_000).step_by(10_000).enumerate() {
+            let kind = if i % 3 == 2 { StreamKind::Stderr } else { StreamKind::Stdout };
+            log.push(kind, block.slice(at..at + 10_000));
+        }
+        let before = contents(&log).await;
+        let bounds = log.bounds();
+        log.settle();
+        assert_eq!(log.bounds(), bounds);
+        assert_eq!(contents(&log).await, before);
+        let s = log.lock();
+        for c in &s.ring.chunks {
+            assert!(c.data.len() <= SETTLED_PIECE);
+            assert!(!range.contains(&(c.data.as_ptr() as usize)), "a settled chunk still points into the block");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_output_quiet_after_every_line_fills_pieces() {
+        let log = OutputLog::new(1 << 20, 1);
+        let mut all = Vec::new();
+        for i in 0..2000 {
+            let line = format!("line {i}\n");
+            all.extend_from_slice(line.as_bytes());
+            log.push(StreamKind::Stdout, Bytes::from(line));
+            log.settle();
+        }
+        assert_eq!(contents(&log).await, vec![(0, StreamKind::Stdout, all.clone())]);
+        let pieces = log.lock().ring.chunks.len();
+        assert_eq!(pieces, all.len().div_ceil(SETTLED_PIECE), "{pieces} pieces for {} bytes", all.len());
     }
 
     #[tokio::test]
