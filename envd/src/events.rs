@@ -108,6 +108,16 @@ impl CgroupNotMade<'_> {
     }
 }
 
+pub struct Clone3Refused<'a> {
+    pub error: &'a std::io::Error,
+}
+impl Clone3Refused<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "clone3_refused", error = %self.error,
+            "clone3 is refused here: processes join their cgroups after fork, which costs each start an RCU grace period");
+    }
+}
+
 pub struct CgroupKillFailed<'a> {
     pub path: &'a Path,
     pub error: &'a std::io::Error,

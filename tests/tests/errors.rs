@@ -231,3 +231,49 @@ async fn missing_command_fails_cleanly() {
     }
     envd.assert_healthy_no_leaks(Duration::from_secs(1)).await;
 }
+
+/// A command named without a slash is looked up in the request's `PATH`, in order, as `execvp`
+/// does: a file there that is not executable is passed over for a later one, and is the error
+/// (`EACCES`, invalid argument) when no later one runs; a name on no `PATH` entry is not found.
+/// The same whether the process is created in its cgroup (`clone3`) or forked without one.
+#[tokio::test]
+async fn commands_are_looked_up_in_the_requests_path() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dirs = hangar_e2e::files::Scratch::new("path-lookup");
+    let (first, second) = (dirs.join("first"), dirs.join("second"));
+    for (dir, mode) in [(&first, 0o644), (&second, 0o755)] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        let tool = dir.join("hangar-tool");
+        std::fs::write(&tool, format!("#!/bin/sh\necho from {}\n", dir.display())).expect("write");
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let path = |dirs: &[&std::path::Path]| {
+        let mut v: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        v.push("/usr/bin:/bin".into());
+        v.join(":")
+    };
+    // Without cgroups here only the fork is checked (a failure under CI, as every skip).
+    let with_cgroups = !skip_without(cgroups_usable(), "root and a writable cgroup v2 with cgroup.kill");
+    let modes: &[&str] = if with_cgroups { &["require", "off"] } else { &["off"] };
+    for &mode in modes {
+        let mut envd = Envd::builder().env("HANGAR_ENVD_CGROUPS", mode).start();
+        let mut client = envd.process().await;
+        let start = |p: String| {
+            let mut req = start_req("hangar-tool", &[]);
+            req.process.as_mut().expect("process").envs.insert("PATH".into(), p);
+            req
+        };
+        // The executable one, after the one that is not.
+        let c = grpc_run(&mut client, start(path(&[&first, &second])), STEP).await;
+        assert_eq!(c.stdout_str().trim(), format!("from {}", second.display()), "{mode}: {c:?}");
+        // Only the one that is not executable.
+        let err = client.start(start(path(&[&first]))).await.expect_err("a file that is not executable");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{mode}: {err:?}");
+        assert!(err.message().contains("Permission denied"), "{mode}: {err:?}");
+        // Nowhere on PATH.
+        let err = client.start(start("/usr/bin:/bin".into())).await.expect_err("a command on no PATH entry");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{mode}: {err:?}");
+        assert!(err.message().contains("No such file or directory"), "{mode}: {err:?}");
+        envd.assert_healthy_no_leaks(Duration::from_secs(2)).await;
+    }
+}

@@ -7,6 +7,8 @@
 //! root and a writable cgroup v2) and with the fallback the daemon uses where it cannot make
 //! cgroups (`off`: environment marks found in /proc). The variable, not a flag, selects the mode,
 //! so these tests run unchanged against a daemon that predates it and show what it leaves behind.
+//! A cgroup per process is made two ways: the child created in it (`clone3`), and, where that is
+//! refused, the child moving into it after fork (`join`, which some cases also run).
 
 use std::{
     sync::atomic::{AtomicUsize, Ordering},
@@ -20,18 +22,19 @@ use hangar_e2e::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Cgroups,
+    /// Cgroups, each child moving into its own after fork (`--cgroups join`).
+    Joined,
     Marks,
 }
 
 /// A daemon in `mode`, or `None` when this machine cannot run it (skipped; a failure under CI).
 fn daemon(mode: Mode) -> Option<Envd> {
+    if mode != Mode::Marks && skip_without(cgroups_usable(), "root and a writable cgroup v2 with cgroup.kill") {
+        return None;
+    }
     let value = match mode {
-        Mode::Cgroups => {
-            if skip_without(cgroups_usable(), "root and a writable cgroup v2 with cgroup.kill") {
-                return None;
-            }
-            "require"
-        }
+        Mode::Cgroups => "require",
+        Mode::Joined => "join",
         Mode::Marks => "off",
     };
     Some(Envd::builder().env("HANGAR_ENVD_CGROUPS", value).start())
@@ -131,6 +134,11 @@ async fn e2b_sigkill(mode: Mode) {
 #[tokio::test]
 async fn e2b_sigkill_reaches_new_sessions_cgroups() {
     e2b_sigkill(Mode::Cgroups).await;
+}
+
+#[tokio::test]
+async fn e2b_sigkill_reaches_new_sessions_cgroups_joined_after_fork() {
+    e2b_sigkill(Mode::Joined).await;
 }
 
 #[tokio::test]
@@ -300,7 +308,7 @@ async fn shutdown(mode: Mode) {
     drop(s);
     // With cgroups: the daemon's parent cgroup, which it removes on its way out.
     let parent_dir = match mode {
-        Mode::Cgroups => {
+        Mode::Cgroups | Mode::Joined => {
             let cg = cgroup_of(pid).expect("the process's cgroup");
             let dir = cgroup_dir(&cg).expect("cgroup v2");
             Some(dir.parent().expect("a parent cgroup").to_path_buf())
@@ -356,10 +364,20 @@ async fn next_daemon_kills_what_a_dead_one_left_marks() {
 }
 
 /// With cgroups, each process and everything it starts share one cgroup under the daemon's, and
-/// the cgroup is removed once they are all gone.
+/// the cgroup is removed once they are all gone; whether the child was created in it or moved
+/// into it after fork.
 #[tokio::test]
 async fn each_process_has_its_own_cgroup() {
-    let Some(mut envd) = daemon(Mode::Cgroups) else { return };
+    each_process_has_its_own_cgroup_in(Mode::Cgroups).await;
+}
+
+#[tokio::test]
+async fn each_process_has_its_own_cgroup_joined_after_fork() {
+    each_process_has_its_own_cgroup_in(Mode::Joined).await;
+}
+
+async fn each_process_has_its_own_cgroup_in(mode: Mode) {
+    let Some(mut envd) = daemon(mode) else { return };
     let daemon_cg = cgroup_of(envd.pid()).expect("the daemon's cgroup");
     let m = mark();
     let (pid, mut s, mut c) = start_forking(&envd, &m, true, false).await;
@@ -386,12 +404,12 @@ async fn each_process_has_its_own_cgroup() {
 /// what a process started (`process.cgroups` only with cgroups; `process.tree_kill` either way).
 #[tokio::test]
 async fn marks_and_capabilities_say_how_trees_are_found() {
-    for mode in [Mode::Marks, Mode::Cgroups] {
+    for mode in [Mode::Marks, Mode::Cgroups, Mode::Joined] {
         let Some(envd) = daemon(mode) else { continue };
         let info = envd.daemon().await.info(ext::InfoRequest {}).await.expect("Info").into_inner();
         let has = |c: &str| info.capabilities.iter().any(|x| x == c);
         assert!(has("process.tree_kill"), "{mode:?}: {:?}", info.capabilities);
-        assert_eq!(has("process.cgroups"), mode == Mode::Cgroups, "{mode:?}: {:?}", info.capabilities);
+        assert_eq!(has("process.cgroups"), mode != Mode::Marks, "{mode:?}: {:?}", info.capabilities);
         let mut client = envd.process().await;
         let c = grpc_run(&mut client, bash("printf '%s' \"${HANGAR_PROCESS-none}\""), STEP).await;
         let mark = c.stdout_str();
@@ -400,7 +418,7 @@ async fn marks_and_capabilities_say_how_trees_are_found() {
                 mark.contains(&format!(".{}.", envd.pid())) && mark.contains(':'),
                 "the mark names the daemon instance and the process: {mark:?}"
             ),
-            Mode::Cgroups => assert_eq!(mark, "none", "with cgroups there is no mark"),
+            Mode::Cgroups | Mode::Joined => assert_eq!(mark, "none", "with cgroups there is no mark"),
         }
         // A request cannot set the mark in place of the daemon's.
         let mut req = bash("printf '%s' \"${HANGAR_PROCESS-none}\"");

@@ -349,7 +349,7 @@ impl Table {
         let prepared = self.trees.prepare();
         // Last, so a request's own HANGAR_PROCESS cannot stand in for the daemon's.
         spec.spawn.env.extend(prepared.mark());
-        let spawned = self.reaper.spawn(|| spawn::spawn(&spec.spawn, prepared.join_fd()).map(|s| (s.pid, s))).await;
+        let spawned = self.reaper.spawn(|| spawn::spawn(&spec.spawn, prepared.cgroup()).map(|s| (s.pid, s))).await;
         let (spawned, exited) = match spawned {
             Ok(s) => s,
             Err(source) => {

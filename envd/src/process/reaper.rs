@@ -2,7 +2,7 @@
 //! orphans are reparented to it; `waitpid(-1)` reaps them all, and hands the status of the
 //! processes it started to whoever registered them.
 //!
-//! Spawning and reaping share one lock: std's spawn waits on a child whose exec failed, and a
+//! Spawning and reaping share one lock: spawn waits on a child whose exec failed, and a
 //! concurrent `waitpid(-1)` must not steal that status. It is an async lock: a start that waits
 //! for another's fork and exec yields its worker thread instead of blocking it (with a blocking
 //! lock, two starts at once held both of a 2-core machine's workers, and every stream stalled).

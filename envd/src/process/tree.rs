@@ -16,7 +16,7 @@ use std::{
     collections::HashSet,
     fmt, fs, io,
     os::{
-        fd::{AsRawFd, OwnedFd, RawFd},
+        fd::{AsRawFd, OwnedFd},
         unix::fs::MetadataExt as _,
     },
     path::{Path, PathBuf},
@@ -55,6 +55,10 @@ pub enum CgroupPolicy {
     Off,
     /// Always: the daemon refuses to start without them.
     Require,
+    /// As `require`, each process moving into its cgroup after fork instead of being created in
+    /// it: what happens where `clone3` is refused (Docker's default seccomp profile). Slower to
+    /// start (an RCU grace period each); for tests and comparison.
+    Join,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +130,8 @@ enum Kind {
 #[derive(Debug)]
 pub struct Prepared {
     kind: Kind,
-    join: Option<OwnedFd>,
+    /// The cgroup's directory and its `cgroup.procs`, open.
+    join: Option<(OwnedFd, OwnedFd)>,
 }
 
 impl Prepared {
@@ -138,9 +143,9 @@ impl Prepared {
         }
     }
 
-    /// `cgroup.procs` of the process's cgroup, for the child to join before exec.
-    pub fn join_fd(&self) -> Option<RawFd> {
-        self.join.as_ref().map(|fd| fd.as_raw_fd())
+    /// The process's cgroup, for the child to start in.
+    pub fn cgroup(&self) -> Option<super::spawn::Cgroup> {
+        self.join.as_ref().map(|(dir, procs)| super::spawn::Cgroup { dir: dir.as_raw_fd(), procs: procs.as_raw_fd() })
     }
 }
 
@@ -237,18 +242,21 @@ impl Trees {
         let me = Instance::current();
         let parent = match policy {
             CgroupPolicy::Off => None,
-            CgroupPolicy::Auto | CgroupPolicy::Require => match setup_cgroups(&me, reaper).await {
+            CgroupPolicy::Auto | CgroupPolicy::Require | CgroupPolicy::Join => match setup_cgroups(&me, reaper).await {
                 Ok(dir) => {
                     events::CgroupsEnabled { parent: &dir }.emit();
                     Some(dir)
                 }
-                Err(reason) if policy == CgroupPolicy::Require => return Err(TreeError::CgroupsRequired(reason)),
+                Err(reason) if policy != CgroupPolicy::Auto => return Err(TreeError::CgroupsRequired(reason)),
                 Err(reason) => {
                     events::CgroupsUnavailable { reason: &reason }.emit();
                     None
                 }
             },
         };
+        if policy == CgroupPolicy::Join {
+            super::spawn::join_after_fork();
+        }
         reclaim_marks(&me).await;
         Ok(Arc::new(Trees {
             me,
@@ -272,9 +280,12 @@ impl Trees {
         let n = self.seq.fetch_add(1, Ordering::SeqCst);
         if let Some(parent) = &self.parent {
             let dir = parent.join(n.to_string());
-            let made = fs::create_dir(&dir).and_then(|()| open_write(&dir.join("cgroup.procs")));
+            let made = fs::create_dir(&dir).and_then(|()| {
+                let handle = fs::File::open(&dir)?;
+                Ok((handle.into(), open_write(&dir.join("cgroup.procs"))?))
+            });
             match made {
-                Ok(fd) => return Prepared { kind: Kind::Cgroup(dir), join: Some(fd) },
+                Ok(fds) => return Prepared { kind: Kind::Cgroup(dir), join: Some(fds) },
                 Err(error) => {
                     // Past `cgroup.max.descendants`, say: this process goes by its mark.
                     events::CgroupNotMade { path: &dir, error: &error }.emit();
