@@ -26,7 +26,7 @@ use clap::ValueEnum;
 
 pub use error::{BenchError, Result};
 use report::Results;
-use scenarios::{fleet, follow, memory, scale, streaming, throughput, turns, watch};
+use scenarios::{fleet, follow, memory, scale, starts, streaming, throughput, turns, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
@@ -38,9 +38,10 @@ pub enum Scenario {
     Scale,
     Turns,
     Fleet,
+    Starts,
 }
 
-pub const ALL: [Scenario; 8] = [
+pub const ALL: [Scenario; 9] = [
     Scenario::Streaming,
     Scenario::Follow,
     Scenario::Watch,
@@ -49,6 +50,7 @@ pub const ALL: [Scenario; 8] = [
     Scenario::Scale,
     Scenario::Turns,
     Scenario::Fleet,
+    Scenario::Starts,
 ];
 
 /// How much of each scenario to run: the full run behind committed results, or a quick one
@@ -67,6 +69,7 @@ pub struct Sizes {
     pub fleet_sandboxes: usize,
     pub fleet_requests: usize,
     pub fleet_changes: usize,
+    pub starts: usize,
 }
 
 impl Sizes {
@@ -85,6 +88,7 @@ impl Sizes {
                 fleet_sandboxes: 50,
                 fleet_requests: 20,
                 fleet_changes: 3,
+                starts: 10,
             }
         } else {
             Sizes {
@@ -100,6 +104,7 @@ impl Sizes {
                 fleet_sandboxes: 200,
                 fleet_requests: 200,
                 fleet_changes: 20,
+                starts: 100,
             }
         }
     }
@@ -135,6 +140,7 @@ pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results>
                 };
                 r.fleet = Some(fleet::run(&cfg).await?);
             }
+            Scenario::Starts => r.starts = Some(starts::run(&starts::Config { starts: sizes.starts }).await?),
         }
         eprintln!("hangar-bench: {s:?} done in {:.1} s", t.elapsed().as_secs_f64());
     }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::{
     error::{fail, IoContext, Result},
     machine::Machine,
-    scenarios::{fleet, follow, memory, scale, streaming, throughput, turns, watch},
+    scenarios::{fleet, follow, memory, scale, starts, streaming, throughput, turns, watch},
     shipped::Shipped,
     stats::{significant, Summary},
 };
@@ -36,6 +36,7 @@ pub struct Results {
     pub scale: Option<scale::Report>,
     pub turns: Option<turns::Report>,
     pub fleet: Option<fleet::Report>,
+    pub starts: Option<starts::Report>,
 }
 
 impl Results {
@@ -55,6 +56,7 @@ impl Results {
             scale: None,
             turns: None,
             fleet: None,
+            starts: None,
         }
     }
 
@@ -376,6 +378,29 @@ pub fn markdown(r: &Results) -> String {
             pair(&f.fanout_spread_ms)
         );
         let _ = writeln!(m);
+    }
+    if let Some(st) = &r.starts {
+        let _ = writeln!(
+            m,
+            "## 8. Starting a process
+"
+        );
+        let _ = writeln!(
+            m,
+            "From sending `Start` (`/bin/true`) to its `start` event, on host daemons; {} starts of each way, interleaved.\n",
+            st.starts
+        );
+        let _ = writeln!(m, "| Way | Start, ms |");
+        let _ = writeln!(m, "|---|---|");
+        for row in &st.rows {
+            let _ = writeln!(m, "| {} | {} |", row.way, pair(&row.start_ms));
+        }
+        let _ = writeln!(
+            m,
+            "\nhangar (the default) vs the floor: {}; joined after fork vs created in the cgroup: {}\n",
+            ratios(&st.hangar_vs_floor),
+            ratios(&st.joined_vs_cloned)
+        );
     }
     m
 }

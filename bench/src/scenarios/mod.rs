@@ -4,6 +4,7 @@ pub mod fleet;
 pub mod follow;
 pub mod memory;
 pub mod scale;
+pub mod starts;
 pub mod streaming;
 pub mod throughput;
 pub mod turns;
