@@ -239,3 +239,32 @@ async fn env_flag_sets_globals() {
     o.assert_clean_end();
     assert_eq!(out, "from-flag|/tmp|request");
 }
+
+/// A process starts with every signal at its default and none blocked, whatever the daemon
+/// catches or ignores (it catches SIGCHLD and SIGTERM, and Rust ignores SIGPIPE). The daemon
+/// blocks every signal while a child shares its memory before exec: the child must unblock
+/// them, and an ignored signal stays ignored across exec unless the child resets it (exec resets
+/// caught ones itself). Both ways a process is started: created in its cgroup (`clone3`) and
+/// without cgroups (`clone`).
+#[tokio::test]
+async fn processes_start_with_default_signal_dispositions() {
+    let mask = |status: &str, field: &str| -> u64 {
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field} in {status}"));
+        u64::from_str_radix(line[field.len()..].trim(), 16).expect("a hex mask")
+    };
+    let with_cgroups = !skip_without(cgroups_usable(), "root and a writable cgroup v2 with cgroup.kill");
+    let modes: &[&str] = if with_cgroups { &["require", "off"] } else { &["off"] };
+    for &mode in modes {
+        let mut envd = Envd::builder().env("HANGAR_ENVD_CGROUPS", mode).start();
+        let daemon = std::fs::read_to_string(format!("/proc/{}/status", envd.pid())).expect("the daemon's status");
+        assert_ne!(mask(&daemon, "SigCgt:"), 0, "{mode}: the daemon catches signals, or this proves nothing");
+        let mut client = envd.process().await;
+        let c = grpc_run(&mut client, start_req("/bin/cat", &["/proc/self/status"]), STEP).await;
+        let status = c.stdout_str();
+        let sigpipe = 1u64 << (libc::SIGPIPE - 1);
+        assert_eq!(mask(&status, "SigCgt:"), 0, "{mode}: no handler of the daemon's in the child");
+        assert_eq!(mask(&status, "SigBlk:"), 0, "{mode}: nothing blocked");
+        assert_eq!(mask(&status, "SigIgn:") & sigpipe, 0, "{mode}: SIGPIPE at its default");
+        envd.assert_healthy_no_leaks(std::time::Duration::from_secs(2)).await;
+    }
+}

@@ -1,17 +1,22 @@
-//! Forking a process: its own session and process group, pipes or a PTY, the user it runs as,
+//! Starting a process: its own session and process group, pipes or a PTY, the user it runs as,
 //! and its cgroup.
 //!
 //! The fork and what the child does before exec are written here rather than left to std's
-//! `Command`, for one reason: a process that joins its cgroup by writing `cgroup.procs` makes the
-//! kernel wait for an RCU grace period (the cgroup threadgroup lock taken for writing), which
-//! cost 10 to 15 ms of every start on the machines measured, before the command ran at all.
-//! `clone3` with `CLONE_INTO_CGROUP` (Linux 5.7) creates the child in its cgroup instead, at the
-//! cost of a fork. Where `clone3` is refused (Docker's default seccomp profile answers ENOSYS),
-//! the child is forked as before and writes `cgroup.procs` itself.
+//! `Command`, for two reasons measured on daemon starts. A process that joins its cgroup by
+//! writing `cgroup.procs` makes the kernel wait for an RCU grace period (the cgroup threadgroup
+//! lock taken for writing): 10 to 15 ms of every start that comes alone. `clone3` with
+//! `CLONE_INTO_CGROUP` (Linux 5.7) creates the child in its cgroup instead. And a fork of the
+//! daemon copies its page tables and makes its next writes fault (about 0.3 ms of CPU a start):
+//! the child shares the daemon's memory until exec instead, on a stack of its own, the calling
+//! thread waiting meanwhile (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does). Where `clone3`
+//! is refused (Docker's default seccomp profile answers ENOSYS), the child is started with
+//! `clone` and writes `cgroup.procs` itself.
 //!
-//! Invariant: between fork and exec the child makes system calls only, on memory prepared
-//! before the fork: no allocation, no lock, no glibc call that consults thread state (after a
-//! raw `clone3`, glibc still believes the child has the daemon's threads).
+//! Invariant: between clone and exec the child makes raw system calls only, on memory prepared
+//! before the clone, and writes nothing but its own stack and `errno`: it shares the daemon's
+//! memory, no lock or allocator state is safe to touch, and glibc still believes the child has
+//! the daemon's threads (its `setuid` would try to signal them). Signals stay blocked until the
+//! child has put the daemon's handlers back to their defaults.
 use std::{
     ffi::{CString, OsStr},
     io,
@@ -116,18 +121,17 @@ pub fn spawn(spec: &SpawnSpec, cgroup: Option<Cgroup>) -> io::Result<Spawned> {
     };
 
     let pid = match cgroup {
-        Some(cg) if !NO_CLONE3.load(Ordering::Relaxed) => match clone_into(cg.dir) {
-            Ok(0) => child.run(),
+        Some(cg) if !NO_CLONE3.load(Ordering::Relaxed) => match launch(&child, Some(cg.dir)) {
             Ok(pid) => pid,
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM | libc::E2BIG)) => {
                 NO_CLONE3.store(true, Ordering::Relaxed);
                 crate::events::Clone3Refused { error: &e }.emit();
-                fork(Child { join: Some(cg.procs), ..child })?
+                launch(&Child { join: Some(cg.procs), ..child }, None)?
             }
             Err(e) => return Err(e),
         },
-        Some(cg) => fork(Child { join: Some(cg.procs), ..child })?,
-        None => fork(child)?,
+        Some(cg) => launch(&Child { join: Some(cg.procs), ..child }, None)?,
+        None => launch(&child, None)?,
     };
 
     // The parent keeps only its own ends: the child's close here, so EOF reaches the readers.
@@ -211,7 +215,7 @@ struct Child<'a> {
 
 impl Child<'_> {
     /// Sets the child up and execs; reports the first error on `report` and exits otherwise.
-    fn run(self) -> ! {
+    fn run(&self) -> ! {
         let errno = match self.setup() {
             Ok(()) => self.exec(),
             Err(errno) => errno,
@@ -234,10 +238,23 @@ impl Child<'_> {
                 check(libc::syscall(libc::SYS_dup3, fd, target, 0))?;
             }
             check(libc::syscall(libc::SYS_chdir, self.exec.cwd.as_ptr()))?;
-            // The daemon ignores SIGPIPE (Rust's runtime does), and an ignored signal stays
-            // ignored across exec; nor may the child inherit a blocked signal.
+            // Signals are blocked (`launch`): the daemon's handlers go before they are unblocked,
+            // since the child shares the daemon's memory until exec. The daemon ignores SIGPIPE
+            // (Rust's runtime does), and an ignored signal would stay ignored across exec.
             let dfl = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
-            check(libc::syscall(libc::SYS_rt_sigaction, libc::SIGPIPE, &dfl, std::ptr::null::<KernelSigaction>(), 8))?;
+            for sig in 1..=64 {
+                if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                    continue;
+                }
+                let mut old = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+                let none = std::ptr::null::<KernelSigaction>();
+                if libc::syscall(libc::SYS_rt_sigaction, sig, none, &mut old, 8) < 0 {
+                    continue;
+                }
+                if sig == libc::SIGPIPE || (old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN) {
+                    check(libc::syscall(libc::SYS_rt_sigaction, sig, &dfl, none, 8))?;
+                }
+            }
             let empty: u64 = 0;
             check(libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_SETMASK, &empty, std::ptr::null::<u64>(), 8))?;
             mark_inherited_fds_cloexec();
@@ -290,46 +307,199 @@ struct KernelSigaction {
     mask: u64,
 }
 
-/// `clone3(CLONE_INTO_CGROUP)`: like fork, the child in the cgroup `dir`. Returns 0 in the child.
-fn clone_into(dir: RawFd) -> io::Result<i32> {
-    #[repr(C)]
-    #[derive(Default)]
-    struct CloneArgs {
-        flags: u64,
-        pidfd: u64,
-        child_tid: u64,
-        parent_tid: u64,
-        exit_signal: u64,
-        stack: u64,
-        stack_size: u64,
-        tls: u64,
-        set_tid: u64,
-        set_tid_size: u64,
-        cgroup: u64,
-    }
-    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-    let args = CloneArgs {
-        flags: CLONE_INTO_CGROUP,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: dir as u64,
-        ..Default::default()
+/// `struct clone_args` of `clone3(2)` up to `cgroup` (Linux 5.7).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Starts `child`'s process, in the cgroup `dir` when one is given, and returns its pid once it
+/// has exec'd or given up. As `posix_spawn` does, the child shares the daemon's memory and the
+/// calling thread waits until it has exec'd (`CLONE_VM | CLONE_VFORK`), on a stack of its own:
+/// nothing is copied, where a fork copies the daemon's page tables and makes its next writes
+/// fault (measured: the fork itself took about 0.4 ms of a 2 ms start). With a cgroup this is
+/// `clone3` (`CLONE_INTO_CGROUP`), which seccomp may refuse; without, the `clone` every sandbox
+/// allows. Every signal is blocked in this thread meanwhile, so no handler of the daemon's runs
+/// in the child before it has reset them (`Child::setup`).
+#[cfg(target_arch = "x86_64")]
+fn launch(child: &Child<'_>, cgroup: Option<RawFd>) -> io::Result<i32> {
+    let stack = ChildStack::new()?;
+    let blocked = BlockedSignals::new()?;
+    let flags = (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
+    let rc = match cgroup {
+        Some(dir) => {
+            let args = CloneArgs {
+                flags: flags | CLONE_INTO_CGROUP,
+                exit_signal: libc::SIGCHLD as u64,
+                stack: stack.base as u64,
+                stack_size: stack.size as u64,
+                cgroup: dir as u64,
+                ..Default::default()
+            };
+            // SAFETY: see `raw_clone`; `args` outlives the call.
+            unsafe {
+                raw_clone(libc::SYS_clone3, &args as *const CloneArgs as usize, std::mem::size_of::<CloneArgs>(), child)
+            }
+        }
+        // SAFETY: see `raw_clone`; `clone` takes the top of the stack.
+        None => unsafe {
+            raw_clone(libc::SYS_clone, flags as usize | libc::SIGCHLD as usize, stack.base as usize + stack.size, child)
+        },
     };
-    // SAFETY: without CLONE_VM or a stack the child runs on a copy of this thread's stack, as
-    // after fork; it only runs `Child::run`, which makes system calls and never returns.
-    let rc = unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
+    drop(blocked);
+    // The child has exec'd or exited: its stack is free.
+    drop(stack);
     if rc < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(io::Error::from_raw_os_error(-rc as i32));
     }
     Ok(rc as i32)
 }
 
-/// fork(2): the child runs `child`.
-fn fork(child: Child<'_>) -> io::Result<i32> {
+/// Elsewhere than x86_64 (no `raw_clone` there yet): a fork, the child joining its cgroup.
+#[cfg(not(target_arch = "x86_64"))]
+fn launch(child: &Child<'_>, cgroup: Option<RawFd>) -> io::Result<i32> {
+    if cgroup.is_some() {
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    }
     // SAFETY: glibc's fork; the child only runs `Child::run`, which never returns.
     match unsafe { libc::fork() } {
         -1 => Err(io::Error::last_os_error()),
         0 => child.run(),
         pid => Ok(pid),
+    }
+}
+
+/// The clone system call `nr` with its first two arguments (the rest 0). The child starts on the
+/// stack the arguments give and runs `child_entry(child)`, which never returns; the parent gets
+/// the child's pid, or `-errno`.
+///
+/// # Safety
+/// The arguments must give a stack of the child's own, and `CLONE_VM` shares memory: the child
+/// must not touch the parent's stack beyond reading `child`, which the parent keeps alive while
+/// it waits (`CLONE_VFORK`).
+#[cfg(target_arch = "x86_64")]
+unsafe fn raw_clone(nr: libc::c_long, a1: usize, a2: usize, child: &Child<'_>) -> isize {
+    let ret: isize;
+    // SAFETY: the caller's contract. The child begins after `syscall` with rax 0 on its new,
+    // 16-byte aligned stack (so `call` leaves the callee's alignment as the ABI wants), calls
+    // `child_entry` with r12, and never comes back here; the parent jumps over it.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r12",
+            "call r13",
+            "ud2",
+            "2:",
+            inlateout("rax") nr as isize => ret,
+            in("rdi") a1,
+            in("rsi") a2,
+            in("rdx") 0usize,
+            in("r10") 0usize,
+            in("r8") 0usize,
+            in("r12") child as *const Child<'_> as usize,
+            in("r13") child_entry as *const () as usize,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "x86_64")]
+extern "C" fn child_entry(child: *const Child<'static>) -> ! {
+    // SAFETY: `raw_clone` passes the `Child` its caller keeps alive until this has exec'd.
+    unsafe { (*child).run() }
+}
+
+/// A child's stack: mapped for one start, with a guard page below it.
+#[cfg(target_arch = "x86_64")]
+struct ChildStack {
+    /// The lowest usable address (above the guard page).
+    base: *mut libc::c_void,
+    size: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl ChildStack {
+    /// `Child::run` needs a few KiB; a stack overflow would hit the guard page, not the heap.
+    const SIZE: usize = 64 * 1024;
+    const GUARD: usize = 4096;
+
+    fn new() -> io::Result<ChildStack> {
+        // SAFETY: a fresh anonymous mapping, then a change of protection inside it.
+        unsafe {
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                Self::GUARD + Self::SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if m == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let stack = ChildStack { base: m.cast::<u8>().add(Self::GUARD).cast(), size: Self::SIZE };
+            if libc::mprotect(m, Self::GUARD, libc::PROT_NONE) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(stack)
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made (guard page included).
+        unsafe {
+            libc::munmap(self.base.cast::<u8>().sub(Self::GUARD).cast(), Self::GUARD + Self::SIZE);
+        }
+    }
+}
+
+/// Every signal blocked in this thread until dropped.
+struct BlockedSignals(libc::sigset_t);
+
+impl BlockedSignals {
+    fn new() -> io::Result<BlockedSignals> {
+        // SAFETY: sigset_t is plain data, filled by sigfillset; pthread_sigmask writes the old
+        // mask into valid memory.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            Ok(BlockedSignals(old))
+        }
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask `new` saved.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
+        }
     }
 }
 
