@@ -1,7 +1,7 @@
 //! Starting a process: its own session and process group, pipes or a PTY, the user it runs as,
 //! and its cgroup.
 //!
-//! The fork and what the child does before exec are written here rather than left to std's
+//! The clone and what the child does before exec are written here rather than left to std's
 //! `Command`, for two reasons measured on daemon starts. A process that joins its cgroup by
 //! writing `cgroup.procs` makes the kernel wait for an RCU grace period (the cgroup threadgroup
 //! lock taken for writing): 10 to 15 ms of every start that comes alone. `clone3` with
@@ -32,7 +32,7 @@ use nix::pty::{openpty, Winsize};
 
 use crate::users::User;
 
-/// Everything needed to fork one process; already validated.
+/// Everything needed to start one process; already validated.
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
     pub cmd: String,
@@ -67,10 +67,11 @@ pub struct Cgroup {
     pub procs: RawFd,
 }
 
-/// `clone3` was refused once (a seccomp profile, a kernel before 5.7): every later start forks.
+/// `clone3` was refused once (a seccomp profile, a kernel before 5.7): every later child is
+/// started with `clone` and joins its cgroup itself.
 static NO_CLONE3: AtomicBool = AtomicBool::new(false);
 
-/// From now on children join their cgroups after fork (`--cgroups join`).
+/// From now on children join their cgroups themselves, before exec (`--cgroups join`).
 pub fn join_after_fork() {
     NO_CLONE3.store(true, Ordering::Relaxed);
 }
@@ -78,9 +79,9 @@ pub fn join_after_fork() {
 /// Where the command is looked for when the environment has no `PATH` (glibc's `execvp`).
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
-/// Forks `spec` and execs its command. With a `cgroup`, the process is in it from its first
-/// instruction on, so everything it will ever start is too. The command is looked up in the
-/// `PATH` of `spec.env`, as `execvp` does. Errors: what failed before the fork, or the child's
+/// Starts `spec`'s command. With a `cgroup`, the process is in it from its first instruction
+/// on, so everything it will ever start is too. The command is looked up in the `PATH` of
+/// `spec.env`, as `execvp` does. Errors: what failed before the clone, or the child's
 /// own error before exec (a `cwd` that does not exist, a command not found or not executable,
 /// a refused user switch), with the child reaped.
 pub fn spawn(spec: &SpawnSpec, cgroup: Option<Cgroup>) -> io::Result<Spawned> {
@@ -149,7 +150,7 @@ pub fn spawn(spec: &SpawnSpec, cgroup: Option<Cgroup>) -> io::Result<Spawned> {
     Ok(Spawned { pid, ..parent })
 }
 
-/// What exec needs, as C strings and pointer arrays made before the fork.
+/// What exec needs, as C strings and pointer arrays made before the clone.
 struct Exec {
     /// Each place the command may be, in `PATH` order (one when it names a path).
     candidates: Vec<CString>,
@@ -201,7 +202,7 @@ impl Exec {
     }
 }
 
-/// The child's side, between fork and exec.
+/// The child's side, between clone and exec.
 #[derive(Clone, Copy)]
 struct Child<'a> {
     exec: &'a Exec,
@@ -231,7 +232,7 @@ impl Child<'_> {
 
     fn setup(&self) -> Result<(), i32> {
         let check = |rc: libc::c_long| if rc < 0 { Err(errno()) } else { Ok(()) };
-        // SAFETY: system calls only, on fds and memory prepared before the fork.
+        // SAFETY: system calls only, on fds and memory prepared before the clone.
         unsafe {
             // Each source is above 2 (`above_stdio`), so no dup overwrites a later source.
             for (target, &fd) in self.stdio.iter().enumerate() {
@@ -549,7 +550,7 @@ fn dev_null() -> io::Result<OwnedFd> {
 }
 
 /// The daemon may have inherited descriptors without close-on-exec (from whoever started it);
-/// a sandboxed process gets only its stdio. Runs between fork and exec: system calls only.
+/// a sandboxed process gets only its stdio. Runs between clone and exec: system calls only.
 /// Marking rather than closing keeps the exec-error pipe working.
 unsafe fn mark_inherited_fds_cloexec() {
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on this process's fds.
