@@ -55,3 +55,13 @@ pub fn cgroups_usable() -> bool {
     let _ = std::fs::remove_dir(&probe);
     ok
 }
+
+/// The two ways a daemon starts a process, as `HANGAR_ENVD_CGROUPS` values: created in a cgroup
+/// of its own (`require`) and without cgroups (`off`). Only `off` where this machine cannot make
+/// cgroups (skipped, as `skip_without` says: a failure under CI).
+pub fn start_modes() -> &'static [&'static str] {
+    if skip_without(cgroups_usable(), "root and a writable cgroup v2 with cgroup.kill") {
+        return &["off"];
+    }
+    &["require", "off"]
+}

@@ -252,9 +252,7 @@ async fn processes_start_with_default_signal_dispositions() {
         let line = status.lines().find(|l| l.starts_with(field)).unwrap_or_else(|| panic!("{field} in {status}"));
         u64::from_str_radix(line[field.len()..].trim(), 16).expect("a hex mask")
     };
-    let with_cgroups = !skip_without(cgroups_usable(), "root and a writable cgroup v2 with cgroup.kill");
-    let modes: &[&str] = if with_cgroups { &["require", "off"] } else { &["off"] };
-    for &mode in modes {
+    for &mode in start_modes() {
         let mut envd = Envd::builder().env("HANGAR_ENVD_CGROUPS", mode).start();
         let daemon = std::fs::read_to_string(format!("/proc/{}/status", envd.pid())).expect("the daemon's status");
         assert_ne!(mask(&daemon, "SigCgt:"), 0, "{mode}: the daemon catches signals, or this proves nothing");

@@ -252,10 +252,7 @@ async fn commands_are_looked_up_in_the_requests_path() {
         v.push("/usr/bin:/bin".into());
         v.join(":")
     };
-    // Without cgroups here only the fork is checked (a failure under CI, as every skip).
-    let with_cgroups = !skip_without(cgroups_usable(), "root and a writable cgroup v2 with cgroup.kill");
-    let modes: &[&str] = if with_cgroups { &["require", "off"] } else { &["off"] };
-    for &mode in modes {
+    for &mode in start_modes() {
         let mut envd = Envd::builder().env("HANGAR_ENVD_CGROUPS", mode).start();
         let mut client = envd.process().await;
         let start = |p: String| {
