@@ -64,7 +64,7 @@ pub struct Config {
     /// Whether each process gets a cgroup of its own, so that killing it kills everything it
     /// started (new sessions included): `auto` where the daemon can make them (cgroup v2, root),
     /// `off` (environment marks only), `require` (refuse to start without them), `join` (as
-    /// `require`, each process moved into its cgroup after fork, as where seccomp refuses
+    /// `require`, each process moving itself into its cgroup before exec, as where seccomp refuses
     /// `clone3`: slower starts, for tests).
     #[arg(long, env = "HANGAR_ENVD_CGROUPS", value_enum, default_value = "auto")]
     pub cgroups: crate::process::CgroupPolicy,

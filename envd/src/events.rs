@@ -114,7 +114,7 @@ pub struct Clone3Refused<'a> {
 impl Clone3Refused<'_> {
     pub fn emit(self) {
         tracing::info!(target: TARGET, event = "clone3_refused", error = %self.error,
-            "clone3 is refused here: processes join their cgroups after fork, which costs each start an RCU grace period");
+            "clone3 is refused here: processes move themselves into their cgroups before exec, which costs each start an RCU grace period");
     }
 }
 

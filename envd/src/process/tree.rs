@@ -55,7 +55,7 @@ pub enum CgroupPolicy {
     Off,
     /// Always: the daemon refuses to start without them.
     Require,
-    /// As `require`, each process moving into its cgroup after fork instead of being created in
+    /// As `require`, each process moving itself into its cgroup before exec instead of being created in
     /// it: what happens where `clone3` is refused (Docker's default seccomp profile). Slower to
     /// start (an RCU grace period each); for tests and comparison.
     Join,
