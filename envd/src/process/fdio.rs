@@ -36,7 +36,10 @@ impl AsyncFdIo {
     /// Reads once into `buf`'s spare capacity (at least one byte of it), growing its length by
     /// what was read: the bytes land where they will be kept, and pages a short read does not
     /// reach are never touched. `Ok(0)` at end of file; a PTY master answers EIO once every
-    /// slave is closed, which is its end of file.
+    /// slave is closed, which is its end of file. Waits only until the fd is readable as tokio
+    /// last saw it: when that readiness was stale (a read that filled the buffer leaves it set)
+    /// and the read would block, answers `WouldBlock`, so that the caller waits where it
+    /// chooses (the pump, beside its quiet timer).
     pub async fn read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
         if buf.capacity() == buf.len() {
             buf.reserve(1);
@@ -68,7 +71,7 @@ impl AsyncFdIo {
                 Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(Err(e)) => return Err(e),
-                Err(_would_block) => continue,
+                Err(_would_block) => return Err(io::ErrorKind::WouldBlock.into()),
             }
         }
     }

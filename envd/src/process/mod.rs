@@ -551,6 +551,11 @@ async fn pump_output(io: AsyncFdIo, kind: StreamKind, log: Arc<OutputLog>, pid: 
         match read {
             Ok(0) => break,
             Ok(_) => log.push_within_room(kind, block.split().freeze()).await,
+            // Back to waiting beside the timer: a read that filled its block leaves the fd
+            // readable as far as tokio knows, and waiting inside the read instead kept a quiet
+            // output's new block, and its ring unsettled, for as long as the process stayed
+            // quiet (64 KiB a process in the memory benchmark's 64 full rings).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             Err(e) => {
                 tracing::warn!(pid, ?kind, error = %e, "reading process output failed");
                 break;
@@ -573,4 +578,30 @@ async fn read_into_block(io: &AsyncFdIo, block: &mut BytesMut, chunk: usize) -> 
         *block = BytesMut::with_capacity(chunk);
     }
     io.read_buf(block).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read that fills its block leaves the pipe readable as far as tokio knows; the pump
+    /// must still go quiet, settle the ring and let go of its block when the process says
+    /// nothing more (it used to wait inside the next read, away from its timer, for good).
+    #[tokio::test]
+    async fn an_output_that_fills_its_block_and_goes_quiet_settles() {
+        let log = OutputLog::new(64 * 1024, 1);
+        let chunk = log.read_chunk();
+        let (r, w) = nix::unistd::pipe().expect("a pipe");
+        let pump =
+            tokio::spawn(pump_output(AsyncFdIo::new(r).expect("registered"), StreamKind::Stdout, log.clone(), 0));
+        let mut w = std::fs::File::from(w);
+        std::io::Write::write_all(&mut w, &vec![b'x'; chunk]).expect("written");
+        let deadline = Instant::now() + QUIET * 10;
+        while !(log.bounds() == (0, chunk as u64) && log.is_settled()) {
+            assert!(Instant::now() < deadline, "not settled after {:?}: {:?}", QUIET * 10, log.bounds());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(w);
+        tokio::time::timeout(Duration::from_secs(5), pump).await.expect("the pump ends at EOF").expect("no panic");
+    }
 }

@@ -265,6 +265,13 @@ impl OutputLog {
         self.lock().ring.settle();
     }
 
+    /// Whether everything the ring holds is in settled pieces.
+    #[cfg(test)]
+    pub fn is_settled(&self) -> bool {
+        let s = self.lock();
+        s.ring.settled >= s.ring.end
+    }
+
     /// One of the process's outputs reached end of file.
     pub fn close_output(&self) {
         {
