@@ -124,7 +124,8 @@ impl Ring {
                         let len = want as u64;
                         want = left.min(SETTLED_PIECE);
                         let full = std::mem::replace(&mut piece, BytesMut::with_capacity(want));
-                        self.chunks.push_back(Chunk { offset, kind, data: full.freeze() });
+                        let data = super::heap::page_backed(&full).unwrap_or_else(|| full.freeze());
+                        self.chunks.push_back(Chunk { offset, kind, data });
                         offset += len;
                     }
                 }
