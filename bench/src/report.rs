@@ -244,6 +244,15 @@ pub fn markdown(r: &Results) -> String {
             mem.ring_bytes >> 10,
             mib(mem.full_rings_one_connection_kib)
         );
+        if let Some(kib) = mem.shipped_full_rings_one_connection_kib {
+            let _ = writeln!(
+                m,
+                "| {} processes, rings ({} KiB) full, one connection, the shipped build | {} |",
+                mem.processes,
+                mem.ring_bytes >> 10,
+                mib(kib)
+            );
+        }
         let _ = writeln!(
             m,
             "| {} directory watches | {} (idle before: {}) |",

@@ -27,6 +27,8 @@ pub struct Report {
     pub full_rings_kib: u64,
     /// The same, every stream on one HTTP/2 connection (as the relay opens them).
     pub full_rings_one_connection_kib: u64,
+    /// The same on the shipped build, as users run it.
+    pub shipped_full_rings_one_connection_kib: Option<u64>,
     pub processes: usize,
     pub ring_bytes: u64,
     pub watches_kib: u64,
@@ -46,13 +48,18 @@ pub async fn run() -> Result<Report> {
     settle().await;
     let full_rings_one_connection_kib = full_rings(&envd, &limits, Connections::One).await?;
     drop(envd);
-    let shipped_idle_kib = match std::env::var_os("HANGAR_SHIP_ENVD_BIN") {
+    let (shipped_idle_kib, shipped_full_rings_one_connection_kib) = match std::env::var_os("HANGAR_SHIP_ENVD_BIN") {
         Some(bin) => {
-            let envd = Envd::builder().bin(bin).env("HANGAR_LOG", "warn").start();
+            let shipped = || Envd::builder().bin(&bin).env("HANGAR_LOG", "warn").start();
+            let envd = shipped();
             settle().await;
-            Some(daemon_rss_kib(&envd)?)
+            let idle = daemon_rss_kib(&envd)?;
+            drop(envd);
+            let envd = shipped();
+            settle().await;
+            (Some(idle), Some(full_rings(&envd, &limits, Connections::One).await?))
         }
-        None => None,
+        None => (None, None),
     };
 
     let envd = host_envd(&[]);
@@ -79,6 +86,7 @@ pub async fn run() -> Result<Report> {
         shipped_idle_kib,
         full_rings_kib,
         full_rings_one_connection_kib,
+        shipped_full_rings_one_connection_kib,
         processes: PROCESSES,
         ring_bytes: limits.ring_bytes,
         watches_kib,
