@@ -406,7 +406,7 @@ pub fn markdown(r: &Results) -> String {
         }
         let _ = writeln!(
             m,
-            "\nhangar (the default) vs the floor: {}; joined after fork vs created in the cgroup: {}\n",
+            "\nhangar (the default) vs the floor: {}; joined by the child vs created in the cgroup: {}\n",
             ratios(&st.hangar_vs_floor),
             ratios(&st.joined_vs_cloned)
         );

@@ -456,14 +456,16 @@ async fn without_cgroup_rights_the_daemon_falls_back_to_marks() {
     assert_no_survivor(&m, "a daemon without cgroup rights").await;
     envd.assert_healthy_no_leaks(Duration::from_secs(2)).await;
 
-    let out = std::process::Command::new(envd_bin())
-        .args(["--listen", "127.0.0.1", "--port", "0", "--cgroups", "require"])
-        .uid(uid)
-        .gid(gid)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run hangar-envd");
-    assert!(!out.status.success(), "--cgroups require without cgroup rights must refuse to start");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cgroups are required"), "{err}");
+    for mode in ["require", "join"] {
+        let out = std::process::Command::new(envd_bin())
+            .args(["--listen", "127.0.0.1", "--port", "0", "--cgroups", mode])
+            .uid(uid)
+            .gid(gid)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run hangar-envd");
+        assert!(!out.status.success(), "--cgroups {mode} without cgroup rights must refuse to start");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("cgroups are required (--cgroups {mode})")), "{err}");
+    }
 }

@@ -1,13 +1,14 @@
 //! Scenario 8, starting a process: from sending `Start` to its `start` event (the daemon sends
 //! it once the command has exec'd), on host daemons that give each process a cgroup of its
 //! own the two ways the kernel allows (created in it by `clone3`, the default; moved into it
-//! after fork, `--cgroups join`, as where seccomp refuses `clone3`) and one without cgroups
-//! (`--cgroups off`), beside the floor: the bench forking and exec'ing the same command itself
-//! (std's `Command::spawn`, which returns once the exec has happened). Interleaved, one start of
-//! each way in turn, the same `/bin/true` every time, each start alone (`APART` after the one
-//! before), as a person's or an agent's commands come: moving a process into a cgroup is cheap
-//! right after another move (the kernel's lock for it stays in its fast mode a while) and costs
-//! an RCU grace period when it comes alone, which back-to-back starts would hide.
+//! by the child before exec, `--cgroups join`, as where seccomp refuses `clone3`) and one
+//! without cgroups (`--cgroups off`), beside the floor: the bench forking and exec'ing the same
+//! command itself (std's `Command::spawn`, which returns once the exec has happened).
+//! Interleaved, one start of each way in turn, the same `/bin/true` every time, each start alone
+//! (`APART` after the one before), as a person's or an agent's commands come: moving a process
+//! into a cgroup is cheap right after another move (the kernel's lock for it stays in its fast
+//! mode a while) and costs an RCU grace period when it comes alone, which back-to-back starts
+//! would hide.
 use std::time::Instant;
 
 use hangar_e2e::{pb::process_event, start_req, Envd};
@@ -39,12 +40,12 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// The default (cgroups made by `clone3`) over the floor, p50 and p95.
     pub hangar_vs_floor: [Option<f64>; 2],
-    /// Moving each process into its cgroup after fork over making it there, p50 and p95.
+    /// Each child moving itself into its cgroup before exec over making it there, p50 and p95.
     pub joined_vs_cloned: [Option<f64>; 2],
 }
 
 const CLONED: &str = "hangar-envd, a cgroup per process (clone3, the default)";
-const JOINED: &str = "hangar-envd, a cgroup per process joined after fork (`--cgroups join`)";
+const JOINED: &str = "hangar-envd, a cgroup per process the child joins before exec (`--cgroups join`)";
 const NO_CGROUPS: &str = "hangar-envd without cgroups (`--cgroups off`)";
 const FLOOR: &str = "floor: fork and exec in the bench (std `Command::spawn`)";
 

@@ -63,8 +63,8 @@ pub enum CgroupPolicy {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TreeError {
-    #[error("cgroups are required (--cgroups require) but cannot be used: {0}")]
-    CgroupsRequired(String),
+    #[error("cgroups are required (--cgroups {policy}) but cannot be used: {reason}")]
+    CgroupsRequired { policy: &'static str, reason: String },
 }
 
 /// One daemon run: what its cgroups and marks are named after.
@@ -247,7 +247,10 @@ impl Trees {
                     events::CgroupsEnabled { parent: &dir }.emit();
                     Some(dir)
                 }
-                Err(reason) if policy != CgroupPolicy::Auto => return Err(TreeError::CgroupsRequired(reason)),
+                Err(reason) if policy != CgroupPolicy::Auto => {
+                    let policy = if policy == CgroupPolicy::Join { "join" } else { "require" };
+                    return Err(TreeError::CgroupsRequired { policy, reason });
+                }
                 Err(reason) => {
                     events::CgroupsUnavailable { reason: &reason }.emit();
                     None
