@@ -5,7 +5,14 @@
 //! heap shrinks by itself. Settling a quiet process's ring frees the blocks its reads landed in,
 //! which lie anywhere in the heap, so without this the daemon's resident memory would stay at its
 //! high-water mark of blocks after every burst of output.
-use std::{ptr::NonNull, sync::Once, time::Duration};
+use std::{
+    ptr::NonNull,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Once,
+    },
+    time::Duration,
+};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -40,6 +47,15 @@ fn trim() {
     }
 }
 
+/// At most this many pieces are mappings at once; more stay on the heap. Each mapping the kernel
+/// cannot merge with a neighbour counts against `vm.max_map_count` (65,530 by default), which
+/// the daemon's thread stacks, heaps and every start's child stack count against too: a daemon
+/// kept large rings (`--ring-bytes`) of many processes must not run out of mappings to start
+/// the next one. 16,384 pieces are 256 MiB of output.
+const MAX_PAGE_PIECES: usize = 16 * 1024;
+
+static PAGE_PIECES: AtomicUsize = AtomicUsize::new(0);
+
 /// Bytes in pages of their own (an anonymous mapping of exactly their length, a whole number of
 /// pages): the ring's full settled pieces, which a quiet process keeps for as long as it lives.
 /// From malloc's heap each such piece took its pages plus 16 bytes of the next, among small
@@ -49,6 +65,8 @@ fn trim() {
 struct Pages {
     ptr: NonNull<u8>,
     len: usize,
+    /// The count this piece is in.
+    count: &'static AtomicUsize,
 }
 
 // SAFETY: `Pages` owns its mapping; nothing else points into it, and it is only read after the
@@ -69,17 +87,37 @@ impl Drop for Pages {
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
+        self.count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// `data` copied into pages of its own, when its length is a whole number of pages; `None`
-/// otherwise, or when the kernel refuses the mapping (the caller keeps it on the heap).
+/// otherwise, past [`MAX_PAGE_PIECES`], or when the kernel refuses the mapping (the caller keeps
+/// it on the heap).
 pub fn page_backed(data: &[u8]) -> Option<Bytes> {
+    page_backed_within(data, &PAGE_PIECES, MAX_PAGE_PIECES)
+}
+
+/// [`page_backed`], with at most `max` pieces counted in `count` at once.
+fn page_backed_within(data: &[u8], count: &'static AtomicUsize, max: usize) -> Option<Bytes> {
     // SAFETY: sysconf takes no pointers.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
     if data.is_empty() || page == 0 || !data.len().is_multiple_of(page) {
         return None;
     }
+    if count.fetch_add(1, Ordering::Relaxed) >= max {
+        count.fetch_sub(1, Ordering::Relaxed);
+        return None;
+    }
+    let piece = map_copy(data, count);
+    if piece.is_none() {
+        count.fetch_sub(1, Ordering::Relaxed);
+    }
+    piece
+}
+
+/// A counted piece: `data` in a fresh mapping of exactly its length.
+fn map_copy(data: &[u8], count: &'static AtomicUsize) -> Option<Bytes> {
     // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
     let at = unsafe {
         libc::mmap(
@@ -97,7 +135,7 @@ pub fn page_backed(data: &[u8]) -> Option<Bytes> {
     let ptr = NonNull::new(at.cast::<u8>())?;
     // SAFETY: the mapping is data.len() bytes and writable; it cannot overlap `data`.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), data.len()) };
-    Some(Bytes::from_owner(Pages { ptr, len: data.len() }))
+    Some(Bytes::from_owner(Pages { ptr, len: data.len(), count }))
 }
 
 #[cfg(test)]
@@ -115,5 +153,21 @@ mod tests {
         assert_eq!(&s[..], &data[100..200], "a slice keeps the mapping");
         assert!(page_backed(&data[..100]).is_none(), "a part of a page stays on the heap");
         assert!(page_backed(&[]).is_none());
+    }
+
+    #[test]
+    fn past_the_limit_pieces_stay_on_the_heap_until_one_is_dropped() {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        // SAFETY: sysconf takes no pointers.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let data = vec![7u8; page];
+        let a = page_backed_within(&data, &COUNT, 2).expect("the first");
+        let b = page_backed_within(&data, &COUNT, 2).expect("the second");
+        assert!(page_backed_within(&data, &COUNT, 2).is_none(), "a third is over the limit");
+        drop(a);
+        let c = page_backed_within(&data, &COUNT, 2).expect("room again once one is unmapped");
+        assert_eq!((&b[..], &c[..]), (&data[..], &data[..]));
+        drop((b, c));
+        assert_eq!(COUNT.load(Ordering::Relaxed), 0);
     }
 }
