@@ -144,10 +144,12 @@ mod tests {
 
     #[test]
     fn whole_pages_are_copied_into_a_mapping_of_their_own() {
-        let data: Vec<u8> = (0..16 * 1024).map(|i| (i % 251) as u8).collect();
-        let b = page_backed(&data).expect("16 KiB is whole pages");
+        // SAFETY: sysconf takes no pointers.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        let data: Vec<u8> = (0..4 * page).map(|i| (i % 251) as u8).collect();
+        let b = page_backed(&data).expect("whole pages");
         assert_eq!(&b[..], &data[..]);
-        assert_eq!(b.as_ptr() as usize % 4096, 0, "page-aligned, so in pages of its own");
+        assert_eq!(b.as_ptr() as usize % page, 0, "page-aligned, so in pages of its own");
         let s = b.slice(100..200);
         drop(b);
         assert_eq!(&s[..], &data[100..200], "a slice keeps the mapping");

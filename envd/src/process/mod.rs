@@ -522,9 +522,10 @@ impl Drop for TagTaken<'_> {
 /// and what it read is split off the block and handed to the log as is. So no byte is copied on
 /// the way in, and a quiet process holds no read buffer of its own beyond its block's unused end
 /// (which a short read never touches). A new block is taken when the current one has less than a
-/// quarter of a read left, so reads stay large, and only once there is something to read: a
-/// stream the process never writes to (stderr, often) holds no block, nor does one whose last
-/// block filled up and which has nothing more to say.
+/// quarter of a read left, so reads stay large, and only once the pipe is readable: a stream
+/// the process never writes to (stderr, often) holds no block. One whose last read filled its
+/// block may take a new one on readiness that turns out stale (the read would block); the quiet
+/// timer lets go of it.
 ///
 /// An output quiet for [`QUIET`] lets go of its block and settles the log, which copies what
 /// the ring holds of the process's blocks into pieces of their exact size: so a quiet process's
@@ -571,10 +572,10 @@ async fn pump_output(io: AsyncFdIo, kind: StreamKind, log: Arc<OutputLog>, pid: 
 /// How long an output stays quiet before its pump lets go of its block and settles the log.
 const QUIET: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// One read into `block`, first replacing it (once the output is readable) when little is left.
+/// One read into `block`, first replacing it when little is left; called once the output is
+/// readable (the pump's wait).
 async fn read_into_block(io: &AsyncFdIo, block: &mut BytesMut, chunk: usize) -> io::Result<usize> {
     if block.capacity() - block.len() < chunk.div_ceil(4) {
-        io.readable().await?;
         *block = BytesMut::with_capacity(chunk);
     }
     io.read_buf(block).await

@@ -55,16 +55,16 @@ pub enum CgroupPolicy {
     Off,
     /// Always: the daemon refuses to start without them.
     Require,
-    /// As `require`, each process moving itself into its cgroup before exec instead of being created in
-    /// it: what happens where `clone3` is refused (Docker's default seccomp profile). Slower to
-    /// start (an RCU grace period each); for tests and comparison.
+    /// As `require`, each process moving itself into its cgroup before exec instead of being
+    /// created in it: what happens where `clone3` is refused (Docker's default seccomp profile).
+    /// Slower to start (an RCU grace period each); for tests and comparison.
     Join,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum TreeError {
     #[error("cgroups are required (--cgroups {policy}) but cannot be used: {reason}")]
-    CgroupsRequired { policy: &'static str, reason: String },
+    CgroupsRequired { policy: String, reason: String },
 }
 
 /// One daemon run: what its cgroups and marks are named after.
@@ -248,7 +248,9 @@ impl Trees {
                     Some(dir)
                 }
                 Err(reason) if policy != CgroupPolicy::Auto => {
-                    let policy = if policy == CgroupPolicy::Join { "join" } else { "require" };
+                    // The flag's own spelling, as clap takes it.
+                    let policy = clap::ValueEnum::to_possible_value(&policy)
+                        .map_or_else(|| format!("{policy:?}"), |v| v.get_name().to_string());
                     return Err(TreeError::CgroupsRequired { policy, reason });
                 }
                 Err(reason) => {
