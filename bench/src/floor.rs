@@ -35,6 +35,41 @@ pub enum First {
 pub struct Copies {
     pub stream: TcpStream,
     _children: Vec<Child>,
+    /// The copiers started on the host, for their CPU time.
+    host_copiers: Vec<u32>,
+}
+
+impl Copies {
+    /// The CPU time the copiers on the host used in all, once each has exited (the path's end of
+    /// file): the floor of a hop's CPU cost. Each is waited for without being reaped, since a
+    /// reaped process's `/proc` entry, and its CPU time, are gone.
+    pub async fn host_copiers_cpu_seconds(&self) -> Result<f64> {
+        let mut all = 0.0;
+        for &pid in &self.host_copiers {
+            tokio::task::spawn_blocking(move || exited_unreaped(pid))
+                .await
+                .map_err(|e| fail("waiting for a copier", e))??;
+            all += hangar_e2e::procfs::cpu_seconds(pid).ctx("a copier's CPU time")?;
+        }
+        Ok(all)
+    }
+}
+
+/// Waits until the child `pid` has exited, leaving it a zombie (`WNOWAIT`).
+fn exited_unreaped(pid: u32) -> Result<()> {
+    loop {
+        // SAFETY: siginfo_t is plain data, for which all zeroes is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid writes only into `info`, which outlives the call.
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(fail("waiting for a copier", e));
+        }
+    }
 }
 
 /// The copier beside the bench's own binary (cargo builds both into one directory).
@@ -102,6 +137,7 @@ pub async fn copy_from(input: Stdio) -> Result<(Child, TcpStream)> {
 /// one in all); the returned socket carries the command's output.
 pub async fn through_copies(first: First, hops: usize) -> Result<Copies> {
     let mut children = Vec::new();
+    let mut host_copiers = Vec::new();
     let mut sock = match first {
         First::Host(mut source) => {
             let mut src =
@@ -109,6 +145,7 @@ pub async fn through_copies(first: First, hops: usize) -> Result<Copies> {
             let out = src.stdout.take().ok_or_else(|| fail("the floor's command", "no stdout"))?;
             children.push(src);
             let (child, sock) = copy_from(out.into_owned_fd().ctx("the command's stdout")?.into()).await?;
+            host_copiers.extend(child.id());
             children.push(child);
             sock
         }
@@ -135,8 +172,9 @@ pub async fn through_copies(first: First, hops: usize) -> Result<Copies> {
         let std = sock.into_std().ctx("a copier's socket")?;
         std.set_nonblocking(false).ctx("a copier's socket")?;
         let (child, next) = copy_from(Stdio::from(OwnedFd::from(std))).await?;
+        host_copiers.extend(child.id());
         children.push(child);
         sock = next;
     }
-    Ok(Copies { stream: sock, _children: children })
+    Ok(Copies { stream: sock, _children: children, host_copiers })
 }

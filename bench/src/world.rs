@@ -107,7 +107,7 @@ impl Container {
     /// A gRPC channel to the daemon inside, once it answers.
     pub async fn envd_channel(&self) -> Result<Channel> {
         let ip = docker::inspect(&self.name, "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}");
-        channel_to(&format!("http://{ip}:{CONTAINER_ENVD_PORT}")).await
+        channel_to(&format!("http://{ip}:{CONTAINER_ENVD_PORT}"), None).await
     }
 }
 
@@ -117,9 +117,12 @@ impl Drop for Container {
     }
 }
 
-/// A gRPC channel to a daemon at `url`, retried for up to 10 s while it starts.
-pub async fn channel_to(url: &str) -> Result<Channel> {
-    let ep = Endpoint::from_shared(url.to_string()).map_err(|e| fail(format!("daemon address {url}"), e))?;
+/// A gRPC channel to a daemon at `url`, retried for up to 10 s while it starts, accepting HTTP/2
+/// frames up to `max_frame` bytes (HTTP/2's default, 16 KiB, if `None`).
+pub async fn channel_to(url: &str, max_frame: Option<u32>) -> Result<Channel> {
+    let ep = Endpoint::from_shared(url.to_string())
+        .map_err(|e| fail(format!("daemon address {url}"), e))?
+        .max_frame_size(max_frame);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         match ep.connect().await {

@@ -3,18 +3,29 @@
 //! plain pipe to /dev/null (`head -c N /dev/zero | cat > /dev/null`) and beside the same path
 //! without hangar: the pipe through a minimal copier into a loopback socket the bench reads
 //! (`crate::floor`), which is what any daemon between the pipe and a client must at least do.
+//!
+//! Two gRPC clients read the stream: one that accepts HTTP/2 frames as large as the relay's
+//! client does ([`RELAY_MAX_FRAME`]), which is how hangar itself reads a daemon, and one with
+//! HTTP/2's default of 16 KiB, as an outside client opens. A server may send no frame larger
+//! than its client allows, and each frame costs the daemon a system call of its own.
 
 use std::time::Instant;
 
-use hangar_e2e::{pb::process_event, procfs, start_req};
+use hangar_e2e::{pb::process_event, procfs, start_req, Envd};
+use hangar_proto::process::process_client::ProcessClient;
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
+use tonic::transport::Channel;
 
 use crate::{
     error::{fail, IoContext, Result},
     stats::{percentile, ratio, round3},
-    world::host_envd,
+    world::{channel_to, host_envd},
 };
+
+/// The largest HTTP/2 frame the relay's client accepts from a daemon (`relay/src/envd/mod.rs`,
+/// `MAX_FRAME`).
+pub const RELAY_MAX_FRAME: u32 = 256 * 1024;
 
 pub struct Config {
     pub bytes: u64,
@@ -25,7 +36,7 @@ pub struct Config {
 pub struct Report {
     pub bytes: u64,
     pub runs: usize,
-    /// Median of the runs, MiB/s.
+    /// Median of the runs, MiB/s, read by a client that accepts frames as large as the relay's.
     pub hangar_mib_s: f64,
     pub pipe_mib_s: f64,
     pub hangar_vs_pipe: Option<f64>,
@@ -35,43 +46,36 @@ pub struct Report {
     pub hangar_vs_floor: Option<f64>,
     /// The daemon's CPU time per GiB streamed, in seconds (median run).
     pub daemon_cpu_s_per_gib: f64,
+    /// The copier's CPU time per GiB (median run): the floor of the daemon's.
+    pub floor_cpu_s_per_gib: f64,
+    /// The gRPC client's CPU time per GiB, and the floor's reader's (which only counts bytes):
+    /// they share the machine's cores with the daemon and the copier.
+    pub client_cpu_s_per_gib: f64,
+    pub floor_reader_cpu_s_per_gib: f64,
+    /// The same stream read by a client with HTTP/2's default 16 KiB frames.
+    pub default_frames_mib_s: f64,
+    pub default_frames_vs_floor: Option<f64>,
+    pub default_frames_daemon_cpu_s_per_gib: f64,
     pub hangar_runs_mib_s: Vec<f64>,
+    pub default_frames_runs_mib_s: Vec<f64>,
     pub pipe_runs_mib_s: Vec<f64>,
     pub floor_runs_mib_s: Vec<f64>,
 }
 
+/// One run through `Start`: the rate (MiB/s), and the daemon's and the client's CPU seconds per
+/// GiB.
+type Run = (f64, f64, f64);
+
 pub async fn run(cfg: &Config) -> Result<Report> {
     let envd = host_envd(&[]);
-    let mut client = envd.process().await;
+    let mut relay_like = ProcessClient::new(channel_to(&envd.url(), Some(RELAY_MAX_FRAME)).await?);
+    let mut default_frames = ProcessClient::new(channel_to(&envd.url(), None).await?);
     let n = cfg.bytes.to_string();
-    let (mut hangar, mut pipe, mut floor, mut cpu) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut hangar, mut default, mut pipe, mut floor, mut floor_cpu, mut floor_reader_cpu) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..cfg.runs {
-        let cpu0 = procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")?;
-        let t = Instant::now();
-        let mut stream =
-            client.start(start_req("head", &["-c", &n, "/dev/zero"])).await.map_err(|e| fail("Start", e))?.into_inner();
-        let mut got = 0u64;
-        let mut ended = false;
-        while let Some(msg) = stream.message().await.map_err(|e| fail("the Start stream", e))? {
-            match msg.event.and_then(|e| e.event) {
-                Some(process_event::Event::Data(d)) => {
-                    if let Some(process_event::data_event::Output::Stdout(b)) = d.output {
-                        got += b.len() as u64;
-                    }
-                }
-                Some(process_event::Event::End(_)) => ended = true,
-                _ => {}
-            }
-        }
-        let secs = t.elapsed().as_secs_f64();
-        if !ended || got != cfg.bytes {
-            return Err(fail("the Start stream", format!("{got} of {} bytes, ended: {ended}", cfg.bytes)));
-        }
-        hangar.push(mib_s(cfg.bytes, secs));
-        cpu.push(
-            (procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")? - cpu0) * (1u64 << 30) as f64
-                / cfg.bytes as f64,
-        );
+        hangar.push(through_start(&envd, &mut relay_like, cfg.bytes).await?);
+        default.push(through_start(&envd, &mut default_frames, cfg.bytes).await?);
 
         let t = Instant::now();
         let status = std::process::Command::new("bash")
@@ -83,6 +87,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         }
         pipe.push(mib_s(cfg.bytes, t.elapsed().as_secs_f64()));
 
+        let own0 = own_cpu_seconds()?;
         let t = Instant::now();
         let mut head = tokio::process::Command::new("head");
         head.args(["-c", &n, "/dev/zero"]);
@@ -100,8 +105,13 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             return Err(fail("the copier", format!("{got} of {} bytes", cfg.bytes)));
         }
         floor.push(mib_s(cfg.bytes, t.elapsed().as_secs_f64()));
+        floor_reader_cpu.push(per_gib(own_cpu_seconds()? - own0, cfg.bytes));
+        floor_cpu.push(per_gib(path.host_copiers_cpu_seconds().await?, cfg.bytes));
     }
-    let (h, p, f) = (median(&hangar), median(&pipe), median(&floor));
+    let rates = |runs: &[Run]| runs.iter().map(|r| r.0).collect::<Vec<_>>();
+    let cpus = |runs: &[Run]| runs.iter().map(|r| r.1).collect::<Vec<_>>();
+    let client_cpus = |runs: &[Run]| runs.iter().map(|r| r.2).collect::<Vec<_>>();
+    let (h, d, p, f) = (median(&rates(&hangar)), median(&rates(&default)), median(&pipe), median(&floor));
     Ok(Report {
         bytes: cfg.bytes,
         runs: cfg.runs,
@@ -111,11 +121,58 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         floor_mib_s: f,
         floor_vs_pipe: ratio(f, p),
         hangar_vs_floor: ratio(h, f),
-        daemon_cpu_s_per_gib: median(&cpu),
-        hangar_runs_mib_s: hangar,
+        daemon_cpu_s_per_gib: median(&cpus(&hangar)),
+        floor_cpu_s_per_gib: median(&floor_cpu),
+        client_cpu_s_per_gib: median(&client_cpus(&hangar)),
+        floor_reader_cpu_s_per_gib: median(&floor_reader_cpu),
+        default_frames_mib_s: d,
+        default_frames_vs_floor: ratio(d, f),
+        default_frames_daemon_cpu_s_per_gib: median(&cpus(&default)),
+        hangar_runs_mib_s: rates(&hangar),
+        default_frames_runs_mib_s: rates(&default),
         pipe_runs_mib_s: pipe,
         floor_runs_mib_s: floor,
     })
+}
+
+/// `bytes` from `head -c` through `Start`, read by `client`: the rate and the daemon's CPU.
+async fn through_start(envd: &Envd, client: &mut ProcessClient<Channel>, bytes: u64) -> Result<Run> {
+    let cpu0 = procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")?;
+    let own0 = own_cpu_seconds()?;
+    let t = Instant::now();
+    let mut stream = client
+        .start(start_req("head", &["-c", &bytes.to_string(), "/dev/zero"]))
+        .await
+        .map_err(|e| fail("Start", e))?
+        .into_inner();
+    let mut got = 0u64;
+    let mut ended = false;
+    while let Some(msg) = stream.message().await.map_err(|e| fail("the Start stream", e))? {
+        match msg.event.and_then(|e| e.event) {
+            Some(process_event::Event::Data(d)) => {
+                if let Some(process_event::data_event::Output::Stdout(b)) = d.output {
+                    got += b.len() as u64;
+                }
+            }
+            Some(process_event::Event::End(_)) => ended = true,
+            _ => {}
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    if !ended || got != bytes {
+        return Err(fail("the Start stream", format!("{got} of {bytes} bytes, ended: {ended}")));
+    }
+    let cpu = procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")? - cpu0;
+    Ok((mib_s(bytes, secs), per_gib(cpu, bytes), per_gib(own_cpu_seconds()? - own0, bytes)))
+}
+
+/// The bench's own CPU time: while a path runs, only its client is busy in the bench.
+fn own_cpu_seconds() -> Result<f64> {
+    procfs::cpu_seconds(std::process::id()).ctx("the bench's own CPU time")
+}
+
+fn per_gib(secs: f64, bytes: u64) -> f64 {
+    round3(secs * (1u64 << 30) as f64 / bytes as f64)
 }
 
 fn mib_s(bytes: u64, secs: f64) -> f64 {
