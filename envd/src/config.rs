@@ -79,6 +79,15 @@ pub struct Config {
     /// For testing clients (the relay) against E2B's protocol alone.
     #[arg(long, env = "HANGAR_ENVD_E2B_ONLY", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub e2b_only: bool,
+
+    /// Threads that serve requests and move output (starts and file work have a blocking pool
+    /// of their own). 1, the default, serves everything from the daemon's main thread: a byte of
+    /// output then crosses no thread between the pipe and the socket, which took a third to a
+    /// half off the daemon's CPU per GiB streamed on 2 vCPUs (docs/performance.md, scenario 4),
+    /// and serving takes at most one core from the sandbox's own work.
+    #[arg(long, env = "HANGAR_ENVD_WORKER_THREADS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub worker_threads: u16,
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {

@@ -15,8 +15,7 @@ fn main() -> ExitCode {
     daemon()
 }
 
-#[tokio::main]
-async fn daemon() -> ExitCode {
+fn daemon() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HANGAR_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -25,6 +24,25 @@ async fn daemon() -> ExitCode {
         .init();
     let matches = Config::command().after_help(agent::DAEMON_HELP_NOTE).get_matches();
     let config = Config::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Named so that `ps -L` (and the tests) tell a blocking-pool thread from a serving one.
+    let runtime = match config.worker_threads {
+        1 => tokio::runtime::Builder::new_current_thread().thread_name("envd-blocking").enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n.into())
+            .thread_name("envd-worker")
+            .enable_all()
+            .build(),
+    };
+    match runtime {
+        Ok(rt) => rt.block_on(serve(config)),
+        Err(e) => {
+            eprintln!("hangar-envd: starting the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> ExitCode {
     let daemon = match Daemon::bind(&config).await {
         Ok(d) => d,
         Err(e) => {

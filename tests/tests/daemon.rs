@@ -43,9 +43,45 @@ fn bad_flags_are_refused() {
     assert_refuses(&["--max-message-bytes", "10"]);
     assert_refuses(&["--access-token-file", "/nonexistent/token/file"]);
     assert_refuses(&["--no-such-flag"]);
+    assert_refuses(&["--worker-threads", "0"]);
+    assert_refuses(&["--worker-threads", "257"]);
+    assert_refuses(&["--worker-threads", "many"]);
 }
 
-/// Flags can come from `HANGAR_ENVD_*` variables.
+/// The names of `pid`'s threads other than its main one (`/proc/PID/task/TID/comm`).
+fn other_threads(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("/proc/PID/task")
+        .flatten()
+        .filter(|t| t.file_name() != pid.to_string().as_str())
+        .map(|t| std::fs::read_to_string(t.path().join("comm")).unwrap_or_default().trim().to_string())
+        .collect()
+}
+
+/// By default the daemon serves everything from its main thread: any other thread is one of the
+/// blocking pool's (starts, file work). `--worker-threads N` (or its variable) runs N serving
+/// threads, and the daemon serves the same way on them.
+#[tokio::test]
+async fn the_daemon_serves_from_one_thread_unless_told_otherwise() {
+    let one = Envd::start(&[]);
+    let four = Envd::builder().env("HANGAR_ENVD_WORKER_THREADS", "4").start();
+    for envd in [&one, &four] {
+        let mut client = envd.process().await;
+        let mut s = within(STEP, "Start", client.start(bash("for i in $(seq 3); do echo line $i; done")))
+            .await
+            .expect("Start")
+            .into_inner();
+        let c = collect(&mut s, STEP).await;
+        assert_eq!(String::from_utf8_lossy(&c.stdout), "line 1\nline 2\nline 3\n");
+        assert_eq!(c.end().exit_code, 0);
+    }
+    let threads = other_threads(one.pid());
+    assert!(threads.iter().all(|t| t == "envd-blocking"), "the default daemon's other threads: {threads:?}");
+    let threads = other_threads(four.pid());
+    let serving = threads.iter().filter(|t| *t == "envd-worker").count();
+    assert!(serving >= 4, "--worker-threads 4 runs 4 serving threads: {threads:?}");
+}
+
 #[tokio::test]
 async fn flags_from_environment() {
     let envd = Envd::builder()

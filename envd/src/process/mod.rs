@@ -340,16 +340,31 @@ impl Table {
 
     /// Starts a process and returns it with its primary subscriber (the one that may slow it).
     ///
-    /// The table's lock is not held across the fork: starts queue on the reaper's (async) lock
-    /// instead, so a start waiting for another's fork and exec yields its worker thread, and the
-    /// streams of running processes go on meanwhile.
-    pub async fn start(&self, mut spec: StartSpec) -> Result<(Arc<Process>, Subscriber), ProcessError> {
+    /// On a task of its own, so that a start runs to its end even when its caller is dropped (a
+    /// client gone mid-start): a child cloned but not yet in the table would run unseen.
+    pub async fn start(self: &Arc<Self>, spec: StartSpec) -> Result<(Arc<Process>, Subscriber), ProcessError> {
+        let table = self.clone();
+        match tokio::spawn(async move { table.start_now(spec).await }).await {
+            Ok(started) => started,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime is going away: the daemon is stopping.
+            Err(_) => Err(ProcessError::ShuttingDown),
+        }
+    }
+
+    /// The table's lock is not held across the clone: starts queue on the reaper's (async) lock
+    /// instead, and the clone itself runs on the blocking pool, so the streams of running
+    /// processes go on meanwhile.
+    async fn start_now(&self, mut spec: StartSpec) -> Result<(Arc<Process>, Subscriber), ProcessError> {
         let taken = self.reserve(spec.tag.as_deref())?;
         let cmd = spec.spawn.cmd.clone();
         let prepared = self.trees.prepare();
         // Last, so a request's own HANGAR_PROCESS cannot stand in for the daemon's.
         spec.spawn.env.extend(prepared.mark());
-        let spawned = self.reaper.spawn(|| spawn::spawn(&spec.spawn, prepared.cgroup()).map(|s| (s.pid, s))).await;
+        // The cgroup's descriptors stay open meanwhile: `prepared` lives until the clone is done,
+        // and this runs to its end (see `start`).
+        let (to_spawn, cgroup) = (spec.spawn.clone(), prepared.cgroup());
+        let spawned = self.reaper.spawn(move || spawn::spawn(&to_spawn, cgroup).map(|s| (s.pid, s))).await;
         let (spawned, exited) = match spawned {
             Ok(s) => s,
             Err(source) => {

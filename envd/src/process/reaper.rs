@@ -34,13 +34,23 @@ impl Reaper {
         }
     }
 
-    /// Runs `spawn` (which returns the new pid) and registers it before any reaping can see it.
-    pub async fn spawn<T>(
+    /// Runs `spawn` (which returns the new pid) on the blocking pool and registers the pid before
+    /// any reaping can see it. On the pool, because a clone with `CLONE_VFORK` suspends its
+    /// thread until the child has exec'd: on the daemon's one serving thread, every stream
+    /// waited for every start queued before it (bench scenario 5: each line's p99 while 512
+    /// streams opened went from 9 ms to 70 and more). Not cancel-safe: a caller dropped while
+    /// the clone runs leaves the child unregistered, so callers run this to its end
+    /// ([`super::Table::start`] does so on a task of its own).
+    pub async fn spawn<T: Send + 'static>(
         &self,
-        spawn: impl FnOnce() -> io::Result<(i32, T)>,
+        spawn: impl FnOnce() -> io::Result<(i32, T)> + Send + 'static,
     ) -> io::Result<(T, oneshot::Receiver<WaitStatus>)> {
         let mut waiters = self.waiters.lock().await;
-        let (pid, value) = spawn()?;
+        let (pid, value) = match tokio::task::spawn_blocking(spawn).await {
+            Ok(spawned) => spawned?,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => return Err(io::Error::other(e)),
+        };
         let (tx, rx) = oneshot::channel();
         waiters.insert(pid, tx);
         Ok((value, rx))

@@ -484,7 +484,7 @@ async fn probe_join(dir: &Path, reaper: &Reaper) -> Result<(), String> {
         open_write(&dir.join("cgroup.procs")).map_err(|e| format!("opening {}/cgroup.procs: {e}", dir.display()))?;
     let fd = procs.as_raw_fd();
     let ((), mut exited) = reaper
-        .spawn(|| {
+        .spawn(move || {
             // SAFETY: the child only makes async-signal-safe system calls (write, _exit).
             match unsafe { libc::fork() } {
                 -1 => Err(io::Error::last_os_error()),

@@ -106,9 +106,8 @@ impl Tree {
     /// every entry found is reported as created: the directory is new to the watch, so its
     /// contents are too, even those created before its watch could be added.
     ///
-    /// For a directory that appears under a running watch this runs on the watch's task: new
-    /// directories are usually small, and the scan must finish before later events are handled.
-    /// A huge tree moved in holds one runtime worker while it is walked.
+    /// For a directory that appears under a running watch this runs on the blocking pool (see
+    /// [`run`]), and must finish before later events are handled.
     fn walk(
         &mut self,
         raw: &Raw,
@@ -211,6 +210,12 @@ impl Tree {
         None
     }
 
+    /// Whether handling `ev` walks directories: see [`run`].
+    fn walks_for(&self, ev: &InotifyEvent) -> bool {
+        ev.mask.contains(M::IN_Q_OVERFLOW)
+            || (self.recursive && ev.mask.contains(M::IN_ISDIR) && ev.mask.intersects(M::IN_CREATE | M::IN_MOVED_TO))
+    }
+
     /// After the kernel dropped events: make sure the root is still there, and rebuild the
     /// tree's watches from scratch, since directories may have come and gone unseen. Done before
     /// the overflow is reported, so a client that rescans on it misses nothing after.
@@ -260,10 +265,14 @@ fn failed(root: &Path, e: io::Error) -> Ended {
 
 /// Reads the kernel's events until the watch ends or its owner drops it (aborting this task,
 /// which closes the inotify instance and so every watch in it).
+///
+/// A batch that makes the tree walk directories (a directory created or moved into a recursive
+/// watch, or the rebuild after the kernel dropped events) is handled on the blocking pool: a
+/// tree moved in may be huge, and the daemon's serving thread must not wait for it.
 pub(crate) async fn run(raw: Raw, mut tree: Tree, shared: Arc<Shared>) {
     let mut out = Vec::new();
     let ino = match Inotify::new(raw) {
-        Ok(i) => i,
+        Ok(i) => Arc::new(i),
         Err(e) => return finish(&shared, &mut out, failed(&tree.root, e)),
     };
     let mut pending = None;
@@ -276,21 +285,29 @@ pub(crate) async fn run(raw: Raw, mut tree: Tree, shared: Arc<Shared>) {
                 Err(e) => return finish(&shared, &mut out, failed(&tree.root, e)),
             },
         };
-        for ev in evs {
-            if ev.mask.contains(M::IN_Q_OVERFLOW) {
-                flush(&shared, &mut out);
-                let end = tree.resync(ino.raw());
-                shared.lock().kernel_overflow();
-                events::WatchKernelOverflow { path: &tree.root }.emit();
-                if let Some(why) = end {
-                    return finish(&shared, &mut out, why);
+        let end = if evs.iter().any(|ev| tree.walks_for(ev)) {
+            let root = tree.root.clone();
+            let (ino, into) = (ino.clone(), shared.clone());
+            let walked = tokio::task::spawn_blocking(move || {
+                let end = handle_batch(&mut tree, ino.raw(), evs, &into, &mut out);
+                (tree, out, end)
+            })
+            .await;
+            match walked {
+                Ok((t, o, end)) => {
+                    (tree, out) = (t, o);
+                    end
                 }
-                shared.wake();
-                continue;
+                Err(e) => {
+                    let e = io::Error::other(format!("walking new directories: {e}"));
+                    return finish(&shared, &mut Vec::new(), failed(&root, e));
+                }
             }
-            if let Some(why) = tree.handle(ino.raw(), ev, &mut out) {
-                return finish(&shared, &mut out, why);
-            }
+        } else {
+            handle_batch(&mut tree, ino.raw(), evs, &shared, &mut out)
+        };
+        if let Some(why) = end {
+            return finish(&shared, &mut out, why);
         }
         flush(&shared, &mut out);
         match ino.try_read() {
@@ -305,6 +322,33 @@ pub(crate) async fn run(raw: Raw, mut tree: Tree, shared: Arc<Shared>) {
             Err(e) => return finish(&shared, &mut out, failed(&tree.root, e)),
         }
     }
+}
+
+/// Turns one batch of kernel events into changes in `out`; `Some` when the watch is over.
+fn handle_batch(
+    tree: &mut Tree,
+    raw: &Raw,
+    evs: Vec<InotifyEvent>,
+    shared: &Shared,
+    out: &mut Vec<Change>,
+) -> Option<Ended> {
+    for ev in evs {
+        if ev.mask.contains(M::IN_Q_OVERFLOW) {
+            flush(shared, out);
+            let end = tree.resync(raw);
+            shared.lock().kernel_overflow();
+            events::WatchKernelOverflow { path: &tree.root }.emit();
+            if end.is_some() {
+                return end;
+            }
+            shared.wake();
+            continue;
+        }
+        if let Some(why) = tree.handle(raw, ev, out) {
+            return Some(why);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
