@@ -82,6 +82,7 @@ async fn the_daemon_serves_from_one_thread_unless_told_otherwise() {
     assert!(serving >= 4, "--worker-threads 4 runs 4 serving threads: {threads:?}");
 }
 
+/// Flags can come from `HANGAR_ENVD_*` variables.
 #[tokio::test]
 async fn flags_from_environment() {
     let envd = Envd::builder()

@@ -62,9 +62,18 @@ pub struct Report {
     pub floor_runs_mib_s: Vec<f64>,
 }
 
-/// One run through `Start`: the rate (MiB/s), and the daemon's and the client's CPU seconds per
-/// GiB.
-type Run = (f64, f64, f64);
+/// One run through `Start`.
+struct Run {
+    mib_s: f64,
+    /// The daemon's and the client's CPU seconds per GiB.
+    daemon_cpu: f64,
+    client_cpu: f64,
+}
+
+/// One figure of each run.
+fn each(runs: &[Run], figure: impl Fn(&Run) -> f64) -> Vec<f64> {
+    runs.iter().map(figure).collect()
+}
 
 pub async fn run(cfg: &Config) -> Result<Report> {
     let envd = host_envd(&[]);
@@ -108,10 +117,8 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         floor_reader_cpu.push(per_gib(own_cpu_seconds()? - own0, cfg.bytes));
         floor_cpu.push(per_gib(path.host_copiers_cpu_seconds().await?, cfg.bytes));
     }
-    let rates = |runs: &[Run]| runs.iter().map(|r| r.0).collect::<Vec<_>>();
-    let cpus = |runs: &[Run]| runs.iter().map(|r| r.1).collect::<Vec<_>>();
-    let client_cpus = |runs: &[Run]| runs.iter().map(|r| r.2).collect::<Vec<_>>();
-    let (h, d, p, f) = (median(&rates(&hangar)), median(&rates(&default)), median(&pipe), median(&floor));
+    let (rates, defaults) = (each(&hangar, |r| r.mib_s), each(&default, |r| r.mib_s));
+    let (h, d, p, f) = (median(&rates), median(&defaults), median(&pipe), median(&floor));
     Ok(Report {
         bytes: cfg.bytes,
         runs: cfg.runs,
@@ -121,21 +128,21 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         floor_mib_s: f,
         floor_vs_pipe: ratio(f, p),
         hangar_vs_floor: ratio(h, f),
-        daemon_cpu_s_per_gib: median(&cpus(&hangar)),
+        daemon_cpu_s_per_gib: median(&each(&hangar, |r| r.daemon_cpu)),
         floor_cpu_s_per_gib: median(&floor_cpu),
-        client_cpu_s_per_gib: median(&client_cpus(&hangar)),
+        client_cpu_s_per_gib: median(&each(&hangar, |r| r.client_cpu)),
         floor_reader_cpu_s_per_gib: median(&floor_reader_cpu),
         default_frames_mib_s: d,
         default_frames_vs_floor: ratio(d, f),
-        default_frames_daemon_cpu_s_per_gib: median(&cpus(&default)),
-        hangar_runs_mib_s: rates(&hangar),
-        default_frames_runs_mib_s: rates(&default),
+        default_frames_daemon_cpu_s_per_gib: median(&each(&default, |r| r.daemon_cpu)),
+        hangar_runs_mib_s: rates,
+        default_frames_runs_mib_s: defaults,
         pipe_runs_mib_s: pipe,
         floor_runs_mib_s: floor,
     })
 }
 
-/// `bytes` from `head -c` through `Start`, read by `client`: the rate and the daemon's CPU.
+/// `bytes` from `head -c` through `Start`, read by `client`.
 async fn through_start(envd: &Envd, client: &mut ProcessClient<Channel>, bytes: u64) -> Result<Run> {
     let cpu0 = procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")?;
     let own0 = own_cpu_seconds()?;
@@ -163,7 +170,11 @@ async fn through_start(envd: &Envd, client: &mut ProcessClient<Channel>, bytes: 
         return Err(fail("the Start stream", format!("{got} of {bytes} bytes, ended: {ended}")));
     }
     let cpu = procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")? - cpu0;
-    Ok((mib_s(bytes, secs), per_gib(cpu, bytes), per_gib(own_cpu_seconds()? - own0, bytes)))
+    Ok(Run {
+        mib_s: mib_s(bytes, secs),
+        daemon_cpu: per_gib(cpu, bytes),
+        client_cpu: per_gib(own_cpu_seconds()? - own0, bytes),
+    })
 }
 
 /// The bench's own CPU time: while a path runs, only its client is busy in the bench.

@@ -357,13 +357,13 @@ impl Table {
     /// processes go on meanwhile.
     async fn start_now(&self, mut spec: StartSpec) -> Result<(Arc<Process>, Subscriber), ProcessError> {
         let taken = self.reserve(spec.tag.as_deref())?;
-        let cmd = spec.spawn.cmd.clone();
+        let (cmd, spec_user) = (spec.spawn.cmd.clone(), spec.spawn.user.name.clone());
         let prepared = self.trees.prepare();
         // Last, so a request's own HANGAR_PROCESS cannot stand in for the daemon's.
         spec.spawn.env.extend(prepared.mark());
         // The cgroup's descriptors stay open meanwhile: `prepared` lives until the clone is done,
         // and this runs to its end (see `start`).
-        let (to_spawn, cgroup) = (spec.spawn.clone(), prepared.cgroup());
+        let (to_spawn, cgroup, user) = (spec.spawn, prepared.cgroup(), spec_user);
         let spawned = self.reaper.spawn(move || spawn::spawn(&to_spawn, cgroup).map(|s| (s.pid, s))).await;
         let (spawned, exited) = match spawned {
             Ok(s) => s,
@@ -419,7 +419,7 @@ impl Table {
             pid,
             tag: spec.tag,
             command: spec.command,
-            user: spec.spawn.user.name.clone(),
+            user,
             started_at: SystemTime::now(),
             log: log.clone(),
             writing: tokio::sync::Mutex::new(()),

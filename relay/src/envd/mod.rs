@@ -139,9 +139,8 @@ const CONNECTION_WINDOW: u32 = (1 << 31) - 1;
 /// (up to 64 KiB) goes out in one frame. A server sends no frame larger than its client allows,
 /// and HTTP/2's default of 16 KiB cut each message into four, each its own system call in the
 /// daemon (bench scenario 4: with two serving threads, the daemon's CPU per GiB streamed went
-/// from about 0.9 s to 0.6). h2 holds
-/// one frame at a time per connection while reading it, so a daemon can make the relay buffer at
-/// most this much per connection.
+/// from about 0.9 s to 0.6). h2 holds one frame at a time per connection while reading it, so a
+/// daemon can make the relay buffer at most this much per connection.
 const MAX_FRAME: u32 = STREAM_WINDOW;
 
 const KIND_UNKNOWN: u8 = 0;
