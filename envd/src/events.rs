@@ -13,6 +13,19 @@ impl Listening {
     }
 }
 
+/// The kernel refused the serving thread's short scheduling slice (`hangar-sched`): the daemon serves
+/// on the default slice, each line then possibly waiting for the writer to yield the CPU.
+pub struct SchedSliceRefused<'a> {
+    pub slice_us: u32,
+    pub error: &'a std::io::Error,
+}
+impl SchedSliceRefused<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "sched_slice_refused", slice_us = self.slice_us, error = %self.error,
+            "serving on the kernel's default scheduling slice");
+    }
+}
+
 pub struct AcceptFailed<'a> {
     pub error: &'a std::io::Error,
 }

@@ -3,7 +3,7 @@
 use std::{ffi::OsString, io::Write as _, process::ExitCode};
 
 use clap::{CommandFactory as _, FromArgMatches as _};
-use hangar_envd::{agent, config::Config, Daemon};
+use hangar_envd::{agent, config::Config, events, Daemon};
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
@@ -24,12 +24,22 @@ fn daemon() -> ExitCode {
         .init();
     let matches = Config::command().after_help(agent::DAEMON_HELP_NOTE).get_matches();
     let config = Config::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let slice_us = config.sched_slice_us;
+    let request_slice = move || {
+        hangar_sched::request_for_thread(slice_us, |error| events::SchedSliceRefused { slice_us, error }.emit())
+    };
     // Named so that `ps -L` (and the tests) tell a blocking-pool thread from a serving one.
     let runtime = match config.worker_threads {
-        1 => tokio::runtime::Builder::new_current_thread().thread_name("envd-blocking").enable_all().build(),
+        1 => {
+            // The main thread serves; the blocking pool, started from it, keeps the default.
+            request_slice();
+            tokio::runtime::Builder::new_current_thread().thread_name("envd-blocking").enable_all().build()
+        }
+        // Workers and blocking threads alike: tokio has no hook for workers alone.
         n => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n.into())
             .thread_name("envd-worker")
+            .on_thread_start(request_slice)
             .enable_all()
             .build(),
     };

@@ -61,6 +61,14 @@ pub struct Config {
     #[arg(long, env = "HANGAR_TICKET_SECONDS", default_value_t = 60.0)]
     pub ticket_seconds: f64,
 
+    /// The relay's threads' CPU scheduling slice in microseconds (100 to 100000, or 0 for the
+    /// kernel's default; Linux 6.12 and newer, older kernels ignore it): with a short one, a line
+    /// arriving from a daemon is sent on at once instead of after whatever holds the CPU
+    /// (`hangar-sched`, docs/performance.md).
+    #[arg(long, env = "HANGAR_SCHED_SLICE_US", default_value_t = hangar_sched::DEFAULT_SLICE_US,
+          value_parser = hangar_sched::parse_slice_us)]
+    pub sched_slice_us: u32,
+
     #[command(flatten)]
     pub limits: Limits,
 

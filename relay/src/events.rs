@@ -11,6 +11,19 @@ impl Listening {
     }
 }
 
+/// The kernel refused the short scheduling slice (`hangar-sched`) for one of the relay's threads:
+/// it serves on the default slice.
+pub struct SchedSliceRefused<'a> {
+    pub slice_us: u32,
+    pub error: &'a std::io::Error,
+}
+impl SchedSliceRefused<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "sched_slice_refused", slice_us = self.slice_us, error = %self.error,
+            "serving on the kernel's default scheduling slice");
+    }
+}
+
 pub struct TokenCreated<'a> {
     pub id: &'a str,
     pub name: &'a str,

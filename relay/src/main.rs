@@ -2,10 +2,12 @@
 use std::io::Write as _;
 
 use clap::Parser;
-use hangar_relay::config::{Cli, Command};
+use hangar_relay::{
+    config::{Cli, Command, Config},
+    events,
+};
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("HANGAR_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -13,6 +15,25 @@ async fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let Cli { command: Command::Serve(config) } = Cli::parse();
+    let slice_us = config.sched_slice_us;
+    let request_slice = move || {
+        hangar_sched::request_for_thread(slice_us, |error| events::SchedSliceRefused { slice_us, error }.emit())
+    };
+    // Every thread: the main one (it accepts connections in `block_on`), the workers and the
+    // blocking pool (tokio has no hook for workers alone). Processes the relay starts keep the
+    // kernel's default.
+    request_slice();
+    let runtime = tokio::runtime::Builder::new_multi_thread().on_thread_start(request_slice).enable_all().build();
+    match runtime {
+        Ok(rt) => rt.block_on(serve(config)),
+        Err(e) => {
+            eprintln!("hangar-relay: starting the runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> std::process::ExitCode {
     let bound = match hangar_relay::app::bind(&config).await {
         Ok(b) => b,
         Err(e) => {

@@ -182,6 +182,20 @@ fn not_there(pid: u32, what: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::NotFound, format!("/proc/{pid}: no such process or no {what}"))
 }
 
+/// Thread `tid`'s scheduling slice in microseconds as `sched_getattr` reports it (its custom
+/// slice or the kernel's default; always 0 before Linux 6.12), or `None` if there is no such
+/// thread. Thread 0 is the caller.
+pub fn sched_slice_us(tid: u32) -> Option<u64> {
+    hangar_sched::slice_us(tid).ok()
+}
+
+/// Whether the kernel honours custom scheduling slices for fair threads (Linux 6.12 and newer).
+pub fn kernel_has_custom_slices() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("reading the kernel's release");
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (6, 12)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,6 +46,9 @@ fn bad_flags_are_refused() {
     assert_refuses(&["--worker-threads", "0"]);
     assert_refuses(&["--worker-threads", "257"]);
     assert_refuses(&["--worker-threads", "many"]);
+    assert_refuses(&["--sched-slice-us", "99"]);
+    assert_refuses(&["--sched-slice-us", "100001"]);
+    assert_refuses(&["--sched-slice-us", "short"]);
 }
 
 /// The names of `pid`'s threads other than its main one (`/proc/PID/task/TID/comm`).
@@ -80,6 +83,35 @@ async fn the_daemon_serves_from_one_thread_unless_told_otherwise() {
     let threads = other_threads(four.pid());
     let serving = threads.iter().filter(|t| *t == "envd-worker").count();
     assert!(serving >= 4, "--worker-threads 4 runs 4 serving threads: {threads:?}");
+}
+
+/// The serving thread asks for a 100 µs scheduling slice, which kernels from 6.12 on honour
+/// (older ones report no slice either way); the blocking pool and the commands the daemon starts
+/// keep the kernel's default, and `--sched-slice-us 0` leaves the daemon on it too.
+#[tokio::test]
+async fn the_serving_thread_alone_runs_on_a_short_slice() {
+    let envd = Envd::start(&[]);
+    let chosen = Envd::builder().env("HANGAR_ENVD_SCHED_SLICE_US", "2000").start();
+    let off = Envd::start(&["--sched-slice-us", "0"]);
+    // The test's own thread runs on the kernel's default.
+    let default = sched_slice_us(0).expect("sched_getattr");
+    let honoured = |us: u64| if kernel_has_custom_slices() { us } else { default };
+    let mut client = envd.process().await;
+    let (pid, _stream) = grpc_start(&mut client, start_req("/bin/sleep", &["30"])).await;
+    assert_eq!(sched_slice_us(envd.pid()), Some(honoured(100)), "the serving thread");
+    assert_eq!(sched_slice_us(pid), Some(default), "a command the daemon started");
+    let blocking: Vec<u32> = std::fs::read_dir(format!("/proc/{}/task", envd.pid()))
+        .expect("/proc/PID/task")
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .filter(|&tid| tid != envd.pid())
+        .collect();
+    assert!(!blocking.is_empty(), "starting a command runs on the blocking pool");
+    for tid in blocking {
+        assert_eq!(sched_slice_us(tid), Some(default), "blocking-pool thread {tid}");
+    }
+    assert_eq!(sched_slice_us(chosen.pid()), Some(honoured(2000)), "HANGAR_ENVD_SCHED_SLICE_US=2000");
+    assert_eq!(sched_slice_us(off.pid()), Some(default), "--sched-slice-us 0");
 }
 
 /// Flags can come from `HANGAR_ENVD_*` variables.

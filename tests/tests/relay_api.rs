@@ -2,9 +2,9 @@
 use std::time::Duration;
 
 use hangar_e2e::{
-    is_running, pids_with,
+    is_running, kernel_has_custom_slices, pids_with,
     relay::{Relay, StateDir, Token, ADMIN},
-    wait_until, STEP,
+    sched_slice_us, wait_until, STEP,
 };
 use serde_json::{json, Value};
 
@@ -86,6 +86,42 @@ async fn generated_admin_token_is_printed_once() {
         .output()
         .expect("relay");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("admin token"));
+}
+
+/// Every thread of the relay asks for a 100 µs scheduling slice, which kernels from 6.12 on
+/// honour; `HANGAR_SCHED_SLICE_US` chooses another and 0 leaves the kernel's default; a value the
+/// kernel would not take is refused at start.
+#[tokio::test]
+async fn the_relays_threads_run_on_a_short_slice() {
+    // The test's own thread runs on the kernel's default.
+    let default = sched_slice_us(0).expect("sched_getattr");
+    let honoured = |us: u64| if kernel_has_custom_slices() { us } else { default };
+    let threads = |pid: u32| -> Vec<u32> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .expect("/proc/PID/task")
+            .flatten()
+            .filter_map(|t| t.file_name().to_str()?.parse().ok())
+            .collect()
+    };
+    for (env, want) in [(None, honoured(100)), (Some("2000"), honoured(2000)), (Some("0"), default)] {
+        let state = StateDir::new();
+        let relay = Relay::start(&state.0, &env.map(|v| [("HANGAR_SCHED_SLICE_US", v)]).unwrap_or_default());
+        assert_eq!(relay.call("GET", "/health", None, None).await.status, 204);
+        let all = threads(relay.pid());
+        assert!(all.len() > 1, "the relay runs its runtime on threads of its own: {all:?}");
+        for tid in all {
+            assert_eq!(sched_slice_us(tid), Some(want), "HANGAR_SCHED_SLICE_US={env:?}, thread {tid}");
+        }
+    }
+    let state = StateDir::new();
+    let out = std::process::Command::new(hangar_e2e::relay::relay_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--sched-slice-us", "50", "--state-dir"])
+        .arg(&state.0)
+        .output()
+        .expect("relay");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("from 100 to 100000"), "{stderr}");
 }
 
 #[tokio::test]
