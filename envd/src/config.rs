@@ -90,9 +90,9 @@ pub struct Config {
     pub worker_threads: u16,
 
     /// The serving threads' CPU scheduling slice in microseconds (100 to 100000, or 0 for the
-    /// kernel's default; Linux 6.12 and newer, older kernels ignore it). A short slice lets the
-    /// daemon run as soon as a command's output arrives instead of waiting for the command to
-    /// yield the CPU, without taking a larger share of it (`hangar-sched`, docs/performance.md).
+    /// kernel's default; Linux 6.12 and newer, older kernels ignore it). With a short slice the
+    /// daemon, woken by a command's output, runs ahead of the command instead of waiting for it
+    /// to yield the CPU, without taking a larger share of it (`hangar-sched`, docs/performance.md).
     #[arg(long, env = "HANGAR_ENVD_SCHED_SLICE_US", default_value_t = hangar_sched::DEFAULT_SLICE_US,
           value_parser = hangar_sched::parse_slice_us)]
     pub sched_slice_us: u32,

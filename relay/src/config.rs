@@ -63,7 +63,7 @@ pub struct Config {
 
     /// The relay's threads' CPU scheduling slice in microseconds (100 to 100000, or 0 for the
     /// kernel's default; Linux 6.12 and newer, older kernels ignore it): with a short one, a line
-    /// arriving from a daemon is sent on at once instead of after whatever holds the CPU
+    /// arriving from a daemon is sent on ahead of whatever holds the CPU
     /// (`hangar-sched`, docs/performance.md).
     #[arg(long, env = "HANGAR_SCHED_SLICE_US", default_value_t = hangar_sched::DEFAULT_SLICE_US,
           value_parser = hangar_sched::parse_slice_us)]
