@@ -1,7 +1,8 @@
 //! The serving threads' CPU scheduling: a short EEVDF slice (Linux 6.12 and newer), so that when
-//! a sandbox's command writes a line on a busy CPU, hangar-envd (and then hangar-relay) runs at
-//! once instead of waiting for the writer to use up its slice (1.4 ms or more by default). Each
-//! spends about 13 µs per line, far inside 100 µs; docs/performance.md measures what it changes.
+//! a sandbox's command writes a line on a busy CPU, hangar-envd (and then hangar-relay) runs ahead
+//! of the writer instead of waiting for it to use up its slice (1.4 ms on 2 vCPUs by default).
+//! A line's work is tens of microseconds, mostly inside 100 µs; docs/performance.md measures
+//! what the slice changes.
 //!
 //! **Invariant:** one system call each way and nothing else: no runtime, no logging (callers
 //! report a refusal in their own events).
