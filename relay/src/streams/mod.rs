@@ -226,6 +226,7 @@ impl Streams {
             closed,
             started: Instant::now(),
             bytes: 0,
+            bytes_metric: self.metrics.bytes.with_label_values(&[label]),
             first_output: false,
             pace: Pace::new(self.limits.bytes_per_second),
             reason: None,
@@ -319,6 +320,9 @@ pub struct Stream {
     closed: watch::Receiver<Option<Reason>>,
     started: Instant,
     bytes: u64,
+    /// `hangar_stream_bytes{kind}`, resolved once: a label lookup (a hash and a lock) per message
+    /// is work on every line's path.
+    bytes_metric: prometheus::IntCounter,
     first_output: bool,
     pace: Pace,
     reason: Option<Reason>,
@@ -368,7 +372,7 @@ impl Stream {
                 .observe(self.started.elapsed().as_secs_f64());
         }
         self.bytes += n;
-        self.streams.metrics.bytes.with_label_values(&[self.label]).inc_by(n);
+        self.bytes_metric.inc_by(n);
         Ok(self.pace.take(n + MESSAGE_OVERHEAD))
     }
 
