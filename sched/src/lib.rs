@@ -76,6 +76,14 @@ pub fn slice_us(tid: u32) -> io::Result<u64> {
     Ok(attributes(tid)?.sched_runtime / 1000)
 }
 
+/// Whether this kernel honours custom slices for fair threads (Linux 6.12 and newer), read from
+/// its release; `false` if that cannot be read.
+pub fn kernel_honours_custom_slices() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (6, 12)
+}
+
 fn attributes(tid: u32) -> io::Result<libc::sched_attr> {
     let mut attr = libc::sched_attr {
         size: 0,
@@ -109,7 +117,7 @@ mod tests {
             request_slice(MIN_SLICE_US).expect("sched_setattr");
             let after = slice_us(0).expect("sched_getattr");
             // Kernels before 6.12 ignore the slice and report 0 either way.
-            if supports_custom_slices() {
+            if kernel_honours_custom_slices() {
                 assert_eq!(after, u64::from(MIN_SLICE_US));
             } else {
                 assert_eq!(after, before);
@@ -136,23 +144,15 @@ mod tests {
     fn slices_outside_the_kernels_range_are_clamped() {
         std::thread::spawn(|| {
             request_slice(1).expect("sched_setattr");
-            if supports_custom_slices() {
+            if kernel_honours_custom_slices() {
                 assert_eq!(slice_us(0).expect("sched_getattr"), u64::from(MIN_SLICE_US));
             }
             request_slice(u32::MAX).expect("sched_setattr");
-            if supports_custom_slices() {
+            if kernel_honours_custom_slices() {
                 assert_eq!(slice_us(0).expect("sched_getattr"), u64::from(MAX_SLICE_US));
             }
         })
         .join()
         .expect("join");
-    }
-
-    /// Linux 6.12 added custom slices for fair tasks.
-    fn supports_custom_slices() -> bool {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("reading the kernel's release");
-        let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        (major, minor) >= (6, 12)
     }
 }

@@ -191,9 +191,7 @@ pub fn sched_slice_us(tid: u32) -> Option<u64> {
 
 /// Whether the kernel honours custom scheduling slices for fair threads (Linux 6.12 and newer).
 pub fn kernel_has_custom_slices() -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("reading the kernel's release");
-    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (6, 12)
+    hangar_sched::kernel_honours_custom_slices()
 }
 
 #[cfg(test)]
