@@ -48,3 +48,28 @@ async fn reflection_lists_the_services() {
         other => panic!("want FileDescriptorResponse, got {other:?}"),
     }
 }
+
+/// The older `v1alpha` reflection, which some tools still call, answers too.
+#[tokio::test]
+async fn reflection_v1alpha_lists_the_services() {
+    use tonic_reflection::pb::v1alpha::{
+        server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest,
+        server_reflection_response::MessageResponse, ServerReflectionRequest,
+    };
+    let envd = Envd::start(&[]);
+    let mut client = ServerReflectionClient::new(envd.channel().await);
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut s = within(STEP, "reflection", client.server_reflection_info(tokio_stream::iter(vec![req])))
+        .await
+        .expect("ServerReflectionInfo")
+        .into_inner();
+    let first = within(STEP, "list services", s.message()).await.expect("reflection stream").expect("a response");
+    let names: Vec<String> = match first.message_response {
+        Some(MessageResponse::ListServicesResponse(l)) => l.service.into_iter().map(|s| s.name).collect(),
+        other => panic!("want ListServicesResponse, got {other:?}"),
+    };
+    assert!(names.iter().any(|n| n == "hangar.envd.v1.Processes"), "{names:?}");
+}

@@ -6,6 +6,7 @@
 pub mod connect;
 pub mod context;
 pub mod files;
+mod reflection;
 mod routes;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -76,10 +77,6 @@ pub fn app(core: Arc<Core>, token: Arc<AccessToken>, services: Services) -> Rout
     let files = Arc::new(FilesService::new(core.clone()));
     let hangar = services == Services::All;
 
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET);
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(hangar_proto::FILE_DESCRIPTOR_SET);
     let mut routes =
         tonic::service::Routes::new(ProcessServer::from_arc(process.clone()).max_decoding_message_size(max))
             .add_service(FilesystemServer::from_arc(filesystem.clone()).max_decoding_message_size(max));
@@ -90,11 +87,8 @@ pub fn app(core: Arc<Core>, token: Arc<AccessToken>, services: Services) -> Rout
             .add_service(FilesServer::from_arc(files.clone()).max_decoding_message_size(max));
     }
     // E2B's envd has no reflection (and over HTTP/1.1 alone no gRPC client reaches it).
-    if let (true, Ok(r)) = (hangar, reflection_v1.build_v1()) {
-        routes = routes.add_service(r);
-    }
-    if let (true, Ok(r)) = (hangar, reflection_v1alpha.build_v1alpha()) {
-        routes = routes.add_service(r);
+    if hangar {
+        routes = reflection::add_to(routes);
     }
     let grpc = routes.prepare().into_axum_router().layer(middleware::map_response(oversize_is_resource_exhausted));
 
