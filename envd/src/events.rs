@@ -26,6 +26,18 @@ impl SchedSliceRefused<'_> {
     }
 }
 
+/// `HANGAR_LOG` did not parse: the daemon logs at `info`.
+pub struct LogFilterInvalid<'a> {
+    pub value: &'a str,
+    pub error: &'a tracing_subscriber::filter::ParseError,
+}
+impl LogFilterInvalid<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "log_filter_invalid", value = self.value, error = %self.error,
+            "HANGAR_LOG is not a list of `target=level` or a level; logging at info");
+    }
+}
+
 pub struct AcceptFailed<'a> {
     pub error: &'a std::io::Error,
 }

@@ -114,6 +114,23 @@ async fn the_serving_thread_alone_runs_on_a_short_slice() {
     assert_eq!(sched_slice_us(off.pid()), Some(default), "--sched-slice-us 0");
 }
 
+/// `HANGAR_LOG` takes a default level and `target=level` pairs; one that does not parse is named
+/// in a warning, and the daemon logs at `info`. A started process is logged at `info` before the
+/// start event is sent, so each log is read once the start event has arrived.
+#[tokio::test]
+async fn log_filter_from_environment() {
+    for (filter, logs_info) in
+        [("warn,hangar_envd=error", false), ("error,hangar_envd=info", true), ("hangar_envd=loud", true)]
+    {
+        let envd = Envd::builder().env("HANGAR_LOG", filter).start();
+        let (_pid, _stream) = grpc_start(&mut envd.process().await, start_req("/bin/true", &[])).await;
+        let log = envd.log(100_000);
+        assert_eq!(log.contains("event=\"process_started\""), logs_info, "HANGAR_LOG={filter}: {log}");
+        let reported = log.contains("event=\"log_filter_invalid\"") && log.contains(filter);
+        assert_eq!(reported, filter == "hangar_envd=loud", "HANGAR_LOG={filter}: {log}");
+    }
+}
+
 /// Flags can come from `HANGAR_ENVD_*` variables.
 #[tokio::test]
 async fn flags_from_environment() {
