@@ -20,13 +20,11 @@ fn main() -> ExitCode {
 fn daemon() -> ExitCode {
     // `HANGAR_LOG` as `target=level` pairs and a default level (tracing's `Targets`): the full
     // `EnvFilter` would link a regex engine, about 0.3 MiB of code, into a binary users ship.
-    let (filter, invalid) = match std::env::var("HANGAR_LOG") {
-        Ok(value) => match value.parse::<Targets>() {
-            Ok(filter) => (filter, None),
-            Err(error) => (Targets::new().with_default(Level::INFO), Some((value, error))),
-        },
-        Err(_) => (Targets::new().with_default(Level::INFO), None),
-    };
+    let mut invalid = None;
+    let filter = std::env::var("HANGAR_LOG")
+        .ok()
+        .and_then(|value| value.parse::<Targets>().map_err(|error| invalid = Some((value, error))).ok())
+        .unwrap_or_else(|| Targets::new().with_default(Level::INFO));
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         // Colours only for a terminal: logs redirected to files stay plain text.
