@@ -11,6 +11,7 @@ pub mod metrics;
 
 use std::{
     collections::HashMap,
+    pin::Pin,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex, MutexGuard,
@@ -231,6 +232,7 @@ impl Streams {
             pace: Pace::new(self.limits.bytes_per_second),
             reason: None,
             span,
+            lifetime: None,
         })
     }
 
@@ -327,6 +329,10 @@ pub struct Stream {
     pace: Pace,
     reason: Option<Reason>,
     span: tracing::Span,
+    /// The lifetime's timer, made on the first `closed` and kept: `closed` is asked again for
+    /// every message, and a timer made and dropped each time is a timer wheel's insert and
+    /// removal on every line.
+    lifetime: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Stream {
@@ -337,10 +343,14 @@ impl Stream {
     /// Resolves when something outside the stream ends it: revocation, pause, destroy, shutdown,
     /// or its lifetime (for `Process` and `Watch` streams).
     pub async fn closed(&mut self) -> Reason {
-        let lifetime = self.kind.has_lifetime().then(|| self.started + self.streams.limits.lifetime());
+        if self.lifetime.is_none() && self.kind.has_lifetime() {
+            let end = self.started + self.streams.limits.lifetime();
+            self.lifetime = Some(Box::pin(tokio::time::sleep_until(end.into())));
+        }
+        let lifetime = &mut self.lifetime;
         let until = async move {
-            match lifetime {
-                Some(t) => tokio::time::sleep_until(t.into()).await,
+            match lifetime.as_mut() {
+                Some(t) => t.as_mut().await,
                 None => std::future::pending().await,
             }
         };

@@ -9,7 +9,7 @@ use axum::{
     Extension, Json,
 };
 use futures::{Stream, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::sse;
 use crate::{
@@ -43,16 +43,22 @@ pub async fn exec(
     Ok(Json(exec::run(&relay, &caller, &reference, request(body)?).await?))
 }
 
+/// `{"data": ...}`, borrowed: each line's event is serialized straight from the text.
+#[derive(Serialize)]
+struct Text<'a> {
+    data: &'a str,
+}
+
 fn event(ev: &ExecEvent) -> Event {
     match ev {
-        ExecEvent::Stdout(t) => Event::default().event("stdout").json_data(serde_json::json!({ "data": t })),
-        ExecEvent::Stderr(t) => Event::default().event("stderr").json_data(serde_json::json!({ "data": t })),
-        ExecEvent::Gap { stream, from, to } => Event::default()
-            .event("gap")
-            .json_data(serde_json::json!({ "stream": stream, "from": from, "to": to, "lost": to - from })),
-        ExecEvent::Result(r) => Event::default().event("result").json_data(r),
+        ExecEvent::Stdout(t) => sse::json(Event::default().event("stdout"), &Text { data: t }),
+        ExecEvent::Stderr(t) => sse::json(Event::default().event("stderr"), &Text { data: t }),
+        ExecEvent::Gap { stream, from, to } => sse::json(
+            Event::default().event("gap"),
+            &serde_json::json!({ "stream": stream, "from": from, "to": to, "lost": to - from }),
+        ),
+        ExecEvent::Result(r) => sse::json(Event::default().event("result"), r),
     }
-    .unwrap_or_else(|_| Event::default().event("error").data("unserializable event"))
 }
 
 pub async fn exec_stream(

@@ -84,10 +84,10 @@ impl Source for FleetEvents {
     }
 
     fn close(&self, reason: Reason, message: Option<&str>) -> Event {
-        Event::default()
-            .event("close")
-            .json_data(serde_json::json!({ "reason": reason.as_str(), "code": code(reason), "message": message }))
-            .unwrap_or_else(|_| Event::default().event("close"))
+        sse::json(
+            Event::default().event("close"),
+            &serde_json::json!({ "reason": reason.as_str(), "code": code(reason), "message": message }),
+        )
     }
 }
 

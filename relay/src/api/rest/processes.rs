@@ -12,7 +12,7 @@ use axum::{
 };
 use base64::Engine as _;
 use futures::{Stream, StreamExt};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::sse;
 use crate::{
@@ -22,7 +22,7 @@ use crate::{
     },
     app::Relay,
     auth::Caller,
-    processes::{self, Output, ProcessView, Read},
+    processes::{self, Output, OutputStream, ProcessView, Read},
     streams::Front,
     text::Encoding,
 };
@@ -82,27 +82,34 @@ pub async fn read(
     })))
 }
 
+/// An `output` event's data, borrowed from the process's output.
+#[derive(Serialize)]
+struct Data<'a> {
+    data: &'a str,
+    stream: &'a OutputStream,
+    encoding: Encoding,
+}
+
 fn event(item: &Output, encoding: Encoding) -> Option<Event> {
-    let ev = match item {
+    Some(match item {
         Output::Start { .. } => return None,
-        Output::Data { data, stream, next } => Event::default()
-            .event("output")
-            .id(next.to_string())
-            .json_data(serde_json::json!({ "data": data, "stream": stream, "encoding": encoding })),
-        Output::Gap { from, to } => Event::default()
-            .event("gap")
-            .id(to.to_string())
-            .json_data(serde_json::json!({ "from": from, "to": to, "lost": to - from })),
-        Output::Lost { at, message } => Event::default()
-            .event("lost")
-            .id(at.to_string())
-            .json_data(serde_json::json!({ "at": at, "message": message })),
-        Output::End { exit_code, status, total } => Event::default().event("end").id(total.to_string()).json_data(
-            serde_json::json!({ "exit_code": exit_code, "status": status, "total": total, "reason": "done" }),
+        Output::Data { data, stream, next } => {
+            sse::json(Event::default().event("output").id(next.to_string()), &Data { data, stream, encoding })
+        }
+        Output::Gap { from, to } => sse::json(
+            Event::default().event("gap").id(to.to_string()),
+            &serde_json::json!({ "from": from, "to": to, "lost": to - from }),
         ),
-        Output::Closed { reason, message } => return Some(sse::close_event(*reason, message.as_deref())),
-    };
-    ev.ok()
+        Output::Lost { at, message } => sse::json(
+            Event::default().event("lost").id(at.to_string()),
+            &serde_json::json!({ "at": at, "message": message }),
+        ),
+        Output::End { exit_code, status, total } => sse::json(
+            Event::default().event("end").id(total.to_string()),
+            &serde_json::json!({ "exit_code": exit_code, "status": status, "total": total, "reason": "done" }),
+        ),
+        Output::Closed { reason, message } => sse::close_event(*reason, message.as_deref()),
+    })
 }
 
 /// Where a process stream starts: a reconnecting EventSource's `Last-Event-ID` says where it

@@ -37,14 +37,11 @@ pub async fn watch(
     let items = watch::watch(&relay, &caller, &reference, &path, q.recursive, Front::Rest).await?;
     let events = items.filter_map(|item| async move {
         let ev = match item {
-            WatchItem::Change { seq, data } => {
-                Event::default().event("change").id(seq.to_string()).json_data(data).ok()?
-            }
-            WatchItem::Overflow { seq, dropped } => Event::default()
-                .event("overflow")
-                .id(seq.to_string())
-                .json_data(serde_json::json!({ "seq": seq, "dropped": dropped, "message": "events were lost: rescan the directory" }))
-                .ok()?,
+            WatchItem::Change { seq, data } => sse::json(Event::default().event("change").id(seq.to_string()), &data),
+            WatchItem::Overflow { seq, dropped } => sse::json(
+                Event::default().event("overflow").id(seq.to_string()),
+                &serde_json::json!({ "seq": seq, "dropped": dropped, "message": "events were lost: rescan the directory" }),
+            ),
             WatchItem::Closed { reason, message } => sse::close_event(reason, message.as_deref()),
         };
         Some(Ok(ev))
