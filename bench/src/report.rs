@@ -276,6 +276,14 @@ pub fn markdown(r: &Results) -> String {
             "{} streams through one relay, each a line every 100 ms ({} lines); all open after {:.1} s, for {:.1} s.\n",
             s.streams, s.lines_per_stream, s.open_seconds, s.window_seconds
         );
+        let _ = writeln!(
+            m,
+            "Every stream's first line had arrived {:.1} s after the first request. The floor: the same {} commands (two lines each) started at once by one loop in the sandbox, without hangar, had all printed their first line after {:.1} s (hangar vs floor {}).\n",
+            s.first_lines_seconds,
+            s.streams,
+            s.floor_first_lines_seconds,
+            one_ratio((s.floor_first_lines_seconds > 0.0).then(|| s.first_lines_seconds / s.floor_first_lines_seconds))
+        );
         let d = &s.line_delay_ms;
         let _ = writeln!(m, "| | |\n|---|---|");
         let _ = writeln!(

@@ -4,6 +4,11 @@
 //!
 //! The command waits with bash's own `read -t` rather than `sleep`, so 512 streams do not cost
 //! the machine 5,120 process starts a second: what is measured is the relay.
+//!
+//! Opening is measured beside its floor: the same 512 commands (two lines each) started at once
+//! by one loop in the sandbox, without hangar, until the last one has printed its first line.
+//! Each is a login shell that forks twice before it prints, so on a small machine starting them
+//! is what opening costs, whoever starts them.
 
 use std::{
     sync::{
@@ -21,7 +26,7 @@ use tokio::sync::{Notify, Semaphore};
 use crate::{
     error::{fail, IoContext, Result},
     stats::{now, round3, Lines, Summary},
-    world::{image, RelayWorld},
+    world::{container_of, image, RelayWorld},
 };
 
 /// The relay's default `HANGAR_STREAM_MAX_TOTAL` and `HANGAR_STREAM_MAX_PER_TOKEN`.
@@ -45,6 +50,11 @@ pub struct Report {
     pub lines_per_stream: u64,
     /// From the first request to the last stream's answer.
     pub open_seconds: f64,
+    /// From the first request to the last stream's first line.
+    pub first_lines_seconds: f64,
+    /// The floor: the same commands started by one loop in the sandbox, from the loop's start to
+    /// the last one's first line.
+    pub floor_first_lines_seconds: f64,
     /// From the last stream's opening to the first one's end: all open.
     pub window_seconds: f64,
     pub line_delay_ms: Summary,
@@ -67,11 +77,13 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     }
     let world = Arc::new(world);
     let relay_pid = world.relay.pid();
+    let command = |lines: u64| {
+        format!(r#"exec 3<> <(:); for i in $(seq {lines}); do read -t 0.1 -u 3; echo "$i $EPOCHREALTIME"; done"#)
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
     let relay_rss_idle_kib = procfs::rss_kib(relay_pid).ctx("the relay's resident memory")?;
 
-    let cmd =
-        format!(r#"exec 3<> <(:); for i in $(seq {}); do read -t 0.1 -u 3; echo "$i $EPOCHREALTIME"; done"#, cfg.lines);
+    let cmd = command(cfg.lines);
     let path = format!("/api/sandboxes/{}/exec/stream", sandbox.name);
     let opened = Arc::new(AtomicUsize::new(0));
     let ended = Arc::new(AtomicUsize::new(0));
@@ -163,9 +175,11 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         ));
     }
     let (mut delays, mut open_delays) = (Vec::new(), Vec::new());
+    let mut last_first_line = t_start;
     for (i, t) in tasks.into_iter().enumerate() {
         let lines = t.await.map_err(|e| fail(format!("stream {i}"), e))??;
         lines.check_complete(&format!("stream {i}"), cfg.lines)?;
+        last_first_line = last_first_line.max(lines.first_at.unwrap_or(t_start));
         for (d, stamp) in lines.delays_ms.iter().zip(&lines.stamps) {
             if (t_open..t_end).contains(stamp) {
                 open_delays.push(*d);
@@ -173,11 +187,15 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         }
         delays.extend(lines.delays_ms);
     }
+    // After the streams, so that its 512 exited shells cannot weigh on them.
+    let floor_first_lines_seconds = floor(&container_of(&sandbox), &command(2))?;
     let cpu_percent = cpu / window * 100.0;
     Ok(Report {
         streams: STREAMS,
         lines_per_stream: cfg.lines,
         open_seconds: round3(t_open - t_start),
+        first_lines_seconds: round3(last_first_line - t_start),
+        floor_first_lines_seconds,
         window_seconds: round3(window),
         line_delay_ms: Summary::of("scale", &delays)?,
         line_delay_all_open_ms: Summary::of("scale, all open", &open_delays)?,
@@ -187,4 +205,30 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         relay_rss_kib,
         refused,
     })
+}
+
+/// Starts `STREAMS` copies of `bash -lc command` at once from one loop in `container` and
+/// returns the seconds from the loop's start to the last copy's first line (the first stamp
+/// each prints).
+fn floor(container: &str, command: &str) -> Result<f64> {
+    let script = format!(
+        r#"d=/tmp/hangar-scale-floor; rm -rf $d; mkdir -p $d; start=$EPOCHREALTIME
+for i in $(seq {STREAMS}); do bash -lc "$1" > $d/$i & done
+wait; echo "$start"
+for f in $d/*; do read -r n t < "$f"; echo "$t"; done
+rm -rf $d"#
+    );
+    let out = hangar_e2e::docker::docker(&["exec", container, "bash", "-c", &script, "floor", command]);
+    if !out.status.success() {
+        return Err(fail("the floor of opening", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stamps = text.split_whitespace().map(str::parse::<f64>).collect::<std::result::Result<Vec<_>, _>>();
+    let stamps = stamps.map_err(|e| fail("the floor of opening", format!("{e} in {text:?}")))?;
+    match stamps.split_first() {
+        Some((start, firsts)) if firsts.len() == STREAMS => {
+            Ok(round3(firsts.iter().fold(*start, |a, b| a.max(*b)) - start))
+        }
+        _ => Err(fail("the floor of opening", format!("want a start and {STREAMS} first lines, got {text:?}"))),
+    }
 }
