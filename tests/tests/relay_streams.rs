@@ -280,6 +280,40 @@ async fn attach_streams_close_at_their_lifetime() {
     assert_eq!((close.event.as_str(), close.json()["reason"].clone()), ("close", json!("lifetime")), "{close:?}");
 }
 
+/// The lifetime's timer is made once and kept while the stream sends: a stream busy with output
+/// still closes at its lifetime.
+#[tokio::test]
+async fn busy_attach_streams_close_at_their_lifetime_too() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_HOURS", "0.0003")]);
+    let p = relay
+        .call(
+            "POST",
+            "/api/sandboxes/default/processes",
+            Some(ADMIN),
+            Some(json!({"command": "for i in $(seq 300); do echo $i; sleep 0.05; done"})),
+        )
+        .await
+        .json();
+    let pid = p["process_id"].as_str().unwrap();
+    let mut attach =
+        relay.sse("GET", &format!("/api/sandboxes/default/processes/{pid}/stream"), Some(ADMIN), None).await;
+    let (mut outputs, mut close) = (0, None);
+    while let Some(ev) = attach.next(Duration::from_secs(20)).await {
+        match ev.event.as_str() {
+            "output" => outputs += 1,
+            "close" => {
+                close = Some(ev);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let close = close.expect("a close event");
+    assert_eq!(close.json()["reason"], json!("lifetime"), "{close:?}");
+    assert!(outputs >= 5, "output kept coming until the close: {outputs} events");
+}
+
 #[tokio::test]
 async fn metrics_count_streams_in_prometheus_text() {
     let state = StateDir::new();
