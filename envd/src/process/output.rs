@@ -148,13 +148,24 @@ impl Ring {
         let skip = (cursor - first.offset) as usize;
         let take = (first.data.len() - skip).min(max);
         let head = first.data.slice(skip..skip + take);
-        let mut next = self.chunks.range(idx + 1..).take_while(|c| c.kind == first.kind).peekable();
-        if take == max || next.peek().is_none() {
+        let next = self.chunks.range(idx + 1..).take_while(|c| c.kind == first.kind);
+        // Sized once: growing the buffer chunk by chunk copied the merged bytes again at each
+        // doubling (bench scenario 4's profile).
+        let mut merged = take;
+        for c in next.clone() {
+            if merged >= max {
+                break;
+            }
+            merged += c.data.len();
+        }
+        let merged = merged.min(max);
+        if merged == take {
             return Some(Chunk { offset: cursor, kind: first.kind, data: head });
         }
-        let mut buf = BytesMut::from(&head[..]);
+        let mut buf = BytesMut::with_capacity(merged);
+        buf.extend_from_slice(&head);
         for c in next {
-            let room = max - buf.len();
+            let room = merged - buf.len();
             if room == 0 {
                 break;
             }
@@ -483,6 +494,22 @@ mod tests {
         let mut sub = log.subscribe(3, false);
         let Event::Data(c) = sub.next().await else { panic!() };
         assert_eq!((c.offset, c.data.len()), (3, 7));
+    }
+
+    #[test]
+    fn a_merged_read_stops_at_its_limit_and_at_the_other_stream() {
+        let mut ring = Ring { chunks: VecDeque::new(), start: 0, end: 0, cap: 1024, settled: 0 };
+        for (kind, data) in [(StreamKind::Stdout, "ab"), (StreamKind::Stdout, "cd"), (StreamKind::Stdout, "ef")] {
+            ring.push(kind, Bytes::from_static(data.as_bytes()));
+        }
+        ring.push(StreamKind::Stderr, Bytes::from_static(b"gh"));
+        let read = |cursor, max| ring.read(cursor, max).map(|c| (c.offset, c.kind, c.data));
+        assert_eq!(read(1, 4), Some((1, StreamKind::Stdout, Bytes::from_static(b"bcde"))));
+        assert_eq!(read(1, 5), Some((1, StreamKind::Stdout, Bytes::from_static(b"bcdef"))));
+        assert_eq!(read(1, 100), Some((1, StreamKind::Stdout, Bytes::from_static(b"bcdef"))));
+        assert_eq!(read(0, 1), Some((0, StreamKind::Stdout, Bytes::from_static(b"a"))));
+        assert_eq!(read(6, 100), Some((6, StreamKind::Stderr, Bytes::from_static(b"gh"))));
+        assert_eq!(read(8, 100), None);
     }
 
     #[tokio::test]
