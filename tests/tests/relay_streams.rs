@@ -265,17 +265,20 @@ async fn a_stream_is_paced_to_its_bytes_per_second() {
     assert!(t.elapsed() >= Duration::from_millis(1900), "not paced: {:?}", t.elapsed());
 }
 
-#[tokio::test]
-async fn attach_streams_close_at_their_lifetime() {
+/// A relay whose streams live about a second, and an attach to `command` started on it.
+async fn attached_for_a_second(command: &str) -> (StateDir, Relay, Sse) {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_HOURS", "0.0003")]);
-    let p = relay
-        .call("POST", "/api/sandboxes/default/processes", Some(ADMIN), Some(json!({"command": "sleep 30"})))
-        .await
-        .json();
+    let path = "/api/sandboxes/default/processes";
+    let p = relay.call("POST", path, Some(ADMIN), Some(json!({ "command": command }))).await.json();
     let pid = p["process_id"].as_str().unwrap();
-    let mut attach =
-        relay.sse("GET", &format!("/api/sandboxes/default/processes/{pid}/stream"), Some(ADMIN), None).await;
+    let attach = relay.sse("GET", &format!("{path}/{pid}/stream"), Some(ADMIN), None).await;
+    (state, relay, attach)
+}
+
+#[tokio::test]
+async fn attach_streams_close_at_their_lifetime() {
+    let (_state, _relay, mut attach) = attached_for_a_second("sleep 30").await;
     let close = last_event(&mut attach).await;
     assert_eq!((close.event.as_str(), close.json()["reason"].clone()), ("close", json!("lifetime")), "{close:?}");
 }
@@ -284,20 +287,7 @@ async fn attach_streams_close_at_their_lifetime() {
 /// still closes at its lifetime.
 #[tokio::test]
 async fn busy_attach_streams_close_at_their_lifetime_too() {
-    let state = StateDir::new();
-    let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_HOURS", "0.0003")]);
-    let p = relay
-        .call(
-            "POST",
-            "/api/sandboxes/default/processes",
-            Some(ADMIN),
-            Some(json!({"command": "for i in $(seq 300); do echo $i; sleep 0.05; done"})),
-        )
-        .await
-        .json();
-    let pid = p["process_id"].as_str().unwrap();
-    let mut attach =
-        relay.sse("GET", &format!("/api/sandboxes/default/processes/{pid}/stream"), Some(ADMIN), None).await;
+    let (_state, _relay, mut attach) = attached_for_a_second("for i in $(seq 300); do echo $i; sleep 0.05; done").await;
     let (mut outputs, mut close) = (0, None);
     while let Some(ev) = attach.next(Duration::from_secs(20)).await {
         match ev.event.as_str() {
