@@ -140,6 +140,42 @@ pub(crate) async fn until_deadline(deadline: Option<Instant>) {
     }
 }
 
+/// When a stream has been silent for its keepalive interval: one timer for the stream's life,
+/// moved only when it fires. A timer made for each wait cost every message a timer-wheel
+/// insertion and removal; now a message costs a clock read.
+pub(crate) struct Silence {
+    every: Duration,
+    last: tokio::time::Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Silence {
+    pub(crate) fn new(every: Duration) -> Silence {
+        let last = tokio::time::Instant::now();
+        Silence { every, last, timer: Box::pin(tokio::time::sleep_until(last + every)) }
+    }
+
+    /// Something was sent: the silence starts again.
+    pub(crate) fn sent(&mut self) {
+        self.last = tokio::time::Instant::now();
+    }
+
+    /// Resolves once nothing was sent for the interval, and counts the keepalive the caller
+    /// then sends. Cancel-safe: dropped unresolved, the timer stays as it was.
+    pub(crate) async fn elapsed(&mut self) {
+        loop {
+            self.timer.as_mut().await;
+            let due = self.last + self.every;
+            if tokio::time::Instant::now() >= due {
+                self.sent();
+                self.timer.as_mut().reset(self.last + self.every);
+                return;
+            }
+            self.timer.as_mut().reset(due);
+        }
+    }
+}
+
 /// What a process stream sees between its events.
 pub(crate) enum Pumped {
     Event(Event),
@@ -157,14 +193,16 @@ pub(crate) fn pump(
     async_stream::stream! {
         let until = until_deadline(deadline);
         tokio::pin!(until);
+        let mut silence = Silence::new(keepalive);
         loop {
             tokio::select! {
                 ev = sub.next() => {
+                    silence.sent();
                     let end = matches!(ev, Event::End { .. });
                     yield Pumped::Event(ev);
                     if end { break; }
                 }
-                _ = tokio::time::sleep(keepalive) => yield Pumped::KeepAlive,
+                () = silence.elapsed() => yield Pumped::KeepAlive,
                 _ = &mut until => { yield Pumped::Deadline; break; }
             }
         }
@@ -179,4 +217,33 @@ pub(crate) fn rpc_stream<T: Send + 'static>(
 ) -> RpcStream<T> {
     let head = tokio_stream::iter(first.map(Ok));
     Box::pin(head.chain(items.filter_map(map)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::{sleep, Instant};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_keepalive_comes_after_a_whole_interval_of_silence() {
+        let t0 = Instant::now();
+        let mut silence = Silence::new(Duration::from_secs(10));
+        sleep(Duration::from_secs(6)).await;
+        silence.sent();
+        silence.elapsed().await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(16), "counted from the last message");
+        silence.elapsed().await;
+        assert_eq!(t0.elapsed(), Duration::from_secs(26), "and from the keepalive before");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_more_often_than_the_interval_hold_keepalives_back() {
+        let mut silence = Silence::new(Duration::from_secs(10));
+        for _ in 0..10 {
+            tokio::select! {
+                () = silence.elapsed() => panic!("a keepalive 3 s after a message"),
+                () = sleep(Duration::from_secs(3)) => silence.sent(),
+            }
+        }
+    }
 }

@@ -28,7 +28,7 @@ use hangar_proto::{
 use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
 
-use super::{context, fail, resolve_path, until_deadline, CallContext, Core, RpcStream};
+use super::{context, fail, resolve_path, until_deadline, CallContext, Core, RpcStream, Silence};
 use crate::{
     error::RpcError,
     events,
@@ -117,14 +117,16 @@ fn ticks(watch: Watch, keepalive: Duration, deadline: Option<Instant>) -> Pin<Bo
     Box::pin(async_stream::stream! {
         let until = until_deadline(deadline);
         tokio::pin!(until);
+        let mut silence = Silence::new(keepalive);
         loop {
             tokio::select! {
                 b = watch.next() => {
+                    silence.sent();
                     let end = b.end.is_some();
                     yield Tick::Batch(b);
                     if end { break; }
                 }
-                _ = tokio::time::sleep(keepalive) => yield Tick::KeepAlive,
+                () = silence.elapsed() => yield Tick::KeepAlive,
                 _ = &mut until => { yield Tick::Deadline; break; }
             }
         }
@@ -292,16 +294,20 @@ impl Files for FilesService {
             yield Ok(first);
             let until = until_deadline(deadline);
             tokio::pin!(until);
+            let mut silence = Silence::new(keepalive);
             loop {
                 tokio::select! {
                     ev = follower.next() => match ev {
-                        Ok(ev) => yield Ok(follow_msg(follow_event(ev))),
+                        Ok(ev) => {
+                            silence.sent();
+                            yield Ok(follow_msg(follow_event(ev)));
+                        }
                         Err(e) => {
                             yield Err(fail(M, e));
                             return;
                         }
                     },
-                    _ = tokio::time::sleep(keepalive) => yield Ok(follow_msg(fe::Event::Keepalive(fe::KeepAlive {}))),
+                    () = silence.elapsed() => yield Ok(follow_msg(fe::Event::Keepalive(fe::KeepAlive {}))),
                     _ = &mut until => {
                         yield Err(deadline_passed());
                         return;
