@@ -5,6 +5,10 @@
 //! and the relay together must. The first copier runs where the path it is set beside starts: in
 //! the sandbox's container for the streaming rows (so its socket crosses the same Docker bridge
 //! as the daemon's), on the host for the throughput floor (whose daemon is on the host).
+//!
+//! The throughput floor has a second form read by the same gRPC client as hangar: one copier
+//! serving the pipe as envd's `Start` stream (`hangar-bench-copy-grpc`, [`grpc_copier`]), so
+//! that the client's own decoding, which shares the machine's cores, is on both sides.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -74,13 +78,52 @@ fn exited_unreaped(pid: u32) -> Result<()> {
 
 /// The copier beside the bench's own binary (cargo builds both into one directory).
 fn copier() -> Result<PathBuf> {
+    beside_bench("hangar-bench-copy")
+}
+
+/// One of the bench's helper programs, beside its own binary.
+fn beside_bench(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe().ctx("finding hangar-bench's own path")?;
-    let path = exe.with_file_name("hangar-bench-copy");
+    let path = exe.with_file_name(name);
     if path.is_file() {
         Ok(path)
     } else {
-        Err(fail("the copier", format!("{} is missing: build -p hangar-bench", path.display())))
+        Err(fail(name, format!("{} is missing: build -p hangar-bench", path.display())))
     }
+}
+
+/// The floor of one hop read by a gRPC client: `source`'s standard output served by
+/// `hangar-bench-copy-grpc` as envd's `Start` stream (both killed when this drops).
+pub struct GrpcCopier {
+    /// Where the copier serves its one call.
+    pub url: String,
+    /// The copier's process, for its CPU time.
+    pub pid: u32,
+    _children: [Child; 2],
+}
+
+/// Starts `source` and a gRPC copier reading its standard output.
+pub async fn grpc_copier(mut source: Command) -> Result<GrpcCopier> {
+    let mut src = source.stdout(Stdio::piped()).kill_on_drop(true).spawn().ctx("spawning the floor's command")?;
+    let out = src.stdout.take().ok_or_else(|| fail("the floor's command", "no stdout"))?;
+    let mut copier = Command::new(beside_bench("hangar-bench-copy-grpc")?)
+        .stdin(Stdio::from(out.into_owned_fd().ctx("the command's stdout")?))
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .ctx("spawning hangar-bench-copy-grpc")?;
+    let pid = copier.id().ok_or_else(|| fail("hangar-bench-copy-grpc", "exited at once"))?;
+    let stdout = copier.stdout.take().ok_or_else(|| fail("hangar-bench-copy-grpc", "no stdout"))?;
+    let mut line = String::new();
+    let mut stdout = tokio::io::BufReader::new(stdout);
+    let read = tokio::io::AsyncBufReadExt::read_line(&mut stdout, &mut line);
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .map_err(|_| fail("hangar-bench-copy-grpc", "printed no address within 10 s"))?
+        .ctx("reading hangar-bench-copy-grpc's address")?;
+    let addr: SocketAddr =
+        line.trim().parse().map_err(|_| fail("hangar-bench-copy-grpc", format!("{line:?} is not an address")))?;
+    Ok(GrpcCopier { url: format!("http://{addr}"), pid, _children: [src, copier] })
 }
 
 /// Where the copier is put inside a container.

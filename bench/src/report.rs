@@ -208,7 +208,7 @@ pub fn markdown(r: &Results) -> String {
         let _ = writeln!(m, "## 4. Throughput and memory\n");
         let _ = writeln!(
             m,
-            "{} MiB from `head -c` as fast as it goes, median of {} runs: through envd's `Start` stream to a gRPC client that accepts frames as large as the relay's ({} KiB) {:.0} MiB/s, through a pipe to /dev/null {:.0} MiB/s (hangar vs pipe {}), through a minimal copier into a loopback socket (the floor of the path without hangar) {:.0} MiB/s (floor vs pipe {}, hangar vs floor {}); the daemon used {:.2} s of CPU per GiB, the copier {:.2}; the gRPC client {:.2}, the floor's reader {:.2}. Read by a client with HTTP/2's default 16 KiB frames: {:.0} MiB/s (vs floor {}), the daemon using {:.2} s of CPU per GiB.\n",
+            "{} MiB from `head -c` as fast as it goes, median of {} runs: through envd's `Start` stream to a gRPC client that accepts frames as large as the relay's ({} KiB) {:.0} MiB/s, through a pipe to /dev/null {:.0} MiB/s (hangar vs pipe {}), through a minimal copier into a loopback socket (the floor of the path without hangar) {:.0} MiB/s (floor vs pipe {}, hangar vs floor {}); the daemon used {:.2} s of CPU per GiB, the copier {:.2}; the gRPC client {:.2}, the floor's reader {:.2}. Through a minimal copier serving the pipe as the `Start` stream, read by the same gRPC client (the floor with hangar's client): {:.0} MiB/s (**hangar vs that floor {}**), the copier using {:.2} s of CPU per GiB and the client {:.2}. Read by a client with HTTP/2's default 16 KiB frames: {:.0} MiB/s (vs floor {}), the daemon using {:.2} s of CPU per GiB.\n",
             t.bytes >> 20,
             t.runs,
             throughput::RELAY_MAX_FRAME >> 10,
@@ -222,6 +222,10 @@ pub fn markdown(r: &Results) -> String {
             t.floor_cpu_s_per_gib,
             t.client_cpu_s_per_gib,
             t.floor_reader_cpu_s_per_gib,
+            t.grpc_floor_mib_s,
+            one_ratio(t.hangar_vs_grpc_floor),
+            t.grpc_floor_cpu_s_per_gib,
+            t.grpc_floor_client_cpu_s_per_gib,
             t.default_frames_mib_s,
             one_ratio(t.default_frames_vs_floor),
             t.default_frames_daemon_cpu_s_per_gib

@@ -3,6 +3,9 @@
 //! plain pipe to /dev/null (`head -c N /dev/zero | cat > /dev/null`) and beside the same path
 //! without hangar: the pipe through a minimal copier into a loopback socket the bench reads
 //! (`crate::floor`), which is what any daemon between the pipe and a client must at least do.
+//! That floor's reader only counts bytes; the second floor is read by the same gRPC client as
+//! hangar: a minimal copier serving the pipe as the `Start` stream, one data event a read with
+//! no copy in user space. The goal's ratio is to that floor, whose client is hangar's.
 //!
 //! Two gRPC clients read the stream: one that accepts HTTP/2 frames as large as the relay's
 //! client does ([`RELAY_MAX_FRAME`]), which is how hangar itself reads a daemon, and one with
@@ -11,7 +14,7 @@
 
 use std::time::Instant;
 
-use hangar_e2e::{pb::process_event, procfs, start_req, Envd};
+use hangar_e2e::{pb::process_event, procfs, start_req};
 use hangar_proto::process::process_client::ProcessClient;
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
@@ -52,6 +55,13 @@ pub struct Report {
     /// they share the machine's cores with the daemon and the copier.
     pub client_cpu_s_per_gib: f64,
     pub floor_reader_cpu_s_per_gib: f64,
+    /// The same bytes through a minimal copier serving them as the `Start` stream, read by the
+    /// same gRPC client as hangar's row (`hangar-bench-copy-grpc`).
+    pub grpc_floor_mib_s: f64,
+    pub hangar_vs_grpc_floor: Option<f64>,
+    /// That copier's CPU time per GiB, and its client's.
+    pub grpc_floor_cpu_s_per_gib: f64,
+    pub grpc_floor_client_cpu_s_per_gib: f64,
     /// The same stream read by a client with HTTP/2's default 16 KiB frames.
     pub default_frames_mib_s: f64,
     pub default_frames_vs_floor: Option<f64>,
@@ -60,12 +70,13 @@ pub struct Report {
     pub default_frames_runs_mib_s: Vec<f64>,
     pub pipe_runs_mib_s: Vec<f64>,
     pub floor_runs_mib_s: Vec<f64>,
+    pub grpc_floor_runs_mib_s: Vec<f64>,
 }
 
-/// One run through `Start`.
+/// One run through a `Start` stream.
 struct Run {
     mib_s: f64,
-    /// The daemon's and the client's CPU seconds per GiB.
+    /// The server's (the daemon's, or the gRPC copier's) and the client's CPU seconds per GiB.
     daemon_cpu: f64,
     client_cpu: f64,
 }
@@ -80,11 +91,17 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let mut relay_like = ProcessClient::new(channel_to(&envd.url(), Some(RELAY_MAX_FRAME)).await?);
     let mut default_frames = ProcessClient::new(channel_to(&envd.url(), None).await?);
     let n = cfg.bytes.to_string();
-    let (mut hangar, mut default, mut pipe, mut floor, mut floor_cpu, mut floor_reader_cpu) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut hangar, mut default, mut grpc_floor, mut pipe, mut floor, mut floor_cpu, mut floor_reader_cpu) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..cfg.runs {
-        hangar.push(through_start(&envd, &mut relay_like, cfg.bytes).await?);
-        default.push(through_start(&envd, &mut default_frames, cfg.bytes).await?);
+        hangar.push(through_start(envd.pid(), &mut relay_like, cfg.bytes).await?);
+        default.push(through_start(envd.pid(), &mut default_frames, cfg.bytes).await?);
+
+        let mut head = tokio::process::Command::new("head");
+        head.args(["-c", &n, "/dev/zero"]);
+        let copier = crate::floor::grpc_copier(head).await?;
+        let mut client = ProcessClient::new(channel_to(&copier.url, Some(RELAY_MAX_FRAME)).await?);
+        grpc_floor.push(through_start(copier.pid, &mut client, cfg.bytes).await?);
 
         let t = Instant::now();
         let status = std::process::Command::new("bash")
@@ -118,7 +135,8 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         floor_cpu.push(per_gib(path.host_copiers_cpu_seconds().await?, cfg.bytes));
     }
     let (rates, defaults) = (each(&hangar, |r| r.mib_s), each(&default, |r| r.mib_s));
-    let (h, d, p, f) = (median(&rates), median(&defaults), median(&pipe), median(&floor));
+    let grpc_rates = each(&grpc_floor, |r| r.mib_s);
+    let (h, d, p, f, g) = (median(&rates), median(&defaults), median(&pipe), median(&floor), median(&grpc_rates));
     Ok(Report {
         bytes: cfg.bytes,
         runs: cfg.runs,
@@ -132,6 +150,10 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         floor_cpu_s_per_gib: median(&floor_cpu),
         client_cpu_s_per_gib: median(&each(&hangar, |r| r.client_cpu)),
         floor_reader_cpu_s_per_gib: median(&floor_reader_cpu),
+        grpc_floor_mib_s: g,
+        hangar_vs_grpc_floor: ratio(h, g),
+        grpc_floor_cpu_s_per_gib: median(&each(&grpc_floor, |r| r.daemon_cpu)),
+        grpc_floor_client_cpu_s_per_gib: median(&each(&grpc_floor, |r| r.client_cpu)),
         default_frames_mib_s: d,
         default_frames_vs_floor: ratio(d, f),
         default_frames_daemon_cpu_s_per_gib: median(&each(&default, |r| r.daemon_cpu)),
@@ -139,12 +161,14 @@ pub async fn run(cfg: &Config) -> Result<Report> {
         default_frames_runs_mib_s: defaults,
         pipe_runs_mib_s: pipe,
         floor_runs_mib_s: floor,
+        grpc_floor_runs_mib_s: grpc_rates,
     })
 }
 
-/// `bytes` from `head -c` through `Start`, read by `client`.
-async fn through_start(envd: &Envd, client: &mut ProcessClient<Channel>, bytes: u64) -> Result<Run> {
-    let cpu0 = procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")?;
+/// `bytes` from `head -c` through a `Start` stream served by `server` (the daemon, or the gRPC
+/// copier, which ignores the request and serves its own input), read by `client`.
+async fn through_start(server: u32, client: &mut ProcessClient<Channel>, bytes: u64) -> Result<Run> {
+    let cpu0 = procfs::cpu_seconds(server).ctx("the server's CPU time")?;
     let own0 = own_cpu_seconds()?;
     let t = Instant::now();
     let mut stream = client
@@ -169,7 +193,7 @@ async fn through_start(envd: &Envd, client: &mut ProcessClient<Channel>, bytes: 
     if !ended || got != bytes {
         return Err(fail("the Start stream", format!("{got} of {bytes} bytes, ended: {ended}")));
     }
-    let cpu = procfs::cpu_seconds(envd.pid()).ctx("the daemon's CPU time")? - cpu0;
+    let cpu = procfs::cpu_seconds(server).ctx("the server's CPU time")? - cpu0;
     Ok(Run {
         mib_s: mib_s(bytes, secs),
         daemon_cpu: per_gib(cpu, bytes),
