@@ -2,9 +2,10 @@
 //! so that every figure can be read as a ratio on a noisy machine.
 //!
 //! Invariants:
-//! - The bench drives the real release binaries from outside (REST, SSE, MCP, gRPC), through
-//!   the end-to-end harness (`hangar-e2e`), as users do; it links no relay or daemon code (only
-//!   hangar-agents' parser, a pure function, to know which events a replayed log must make).
+//! - The bench drives the real binaries users run (the shipped daemon, the relay's release
+//!   build) from outside (REST, SSE, MCP, gRPC), through the end-to-end harness (`hangar-e2e`),
+//!   as users do; it links no relay or daemon code (only hangar-agents' parser, a pure function,
+//!   to know which events a replayed log must make).
 //! - A scenario that cannot measure what it claims (a line lost, a stream refused early, a peer
 //!   missing) fails the run; it never reports a number that means something else.
 //! - Everything it starts (relays, daemons, containers, peers) is stopped when it ends.

@@ -128,8 +128,16 @@ pub fn markdown(r: &Results) -> String {
         };
         let _ = writeln!(
             m,
-            "The shipped hangar-envd (`scripts/build-envd`, profile `ship`): {:.2} MiB ({} bytes; goal {:.0} MiB or less), needs {}. The scenarios run the `release` build, which keeps debug info.\n",
-            s.mib, s.bytes, s.goal_mib, glibc
+            "The shipped hangar-envd (`scripts/build-envd`, profile `ship`): {:.2} MiB ({} bytes; goal {:.0} MiB or less), needs {}. {}\n",
+            s.mib,
+            s.bytes,
+            s.goal_mib,
+            glibc,
+            if s.scenarios_ran_it {
+                "The scenarios run it, as cargo linked it before the strip (its symbol table kept for `perf`); the relay is `cargo build --release`'s."
+            } else {
+                "The scenarios ran another build of the daemon (`HANGAR_ENVD_BIN`), not this one."
+            }
         );
     }
     let _ = writeln!(

@@ -1,6 +1,7 @@
 //! The hangar-envd users put into their images (scripts/build-envd, cargo profile `ship`): its
-//! size beside the goal, and the newest glibc it needs. The scenarios run the `release` build
-//! (debug info kept for profiling); this one is only measured, never run.
+//! size beside the goal, the newest glibc it needs, and whether the scenarios ran it. bench/run
+//! has them run cargo's output before the strip (the same code, with the symbol table `perf`
+//! needs), so that every figure is the shipped daemon's.
 
 use std::{path::Path, process::Command};
 
@@ -19,13 +20,23 @@ pub struct Shipped {
     pub goal_mib: f64,
     /// The highest `GLIBC_x.y` the binary needs (`2.28`), or None for a static binary.
     pub glibc: Option<String>,
+    /// The daemon the scenarios ran (`HANGAR_ENVD_BIN`) is this build as cargo linked it, before
+    /// the strip: `<profile>/hangar-envd` beside `<profile>/dist/hangar-envd`.
+    pub scenarios_ran_it: bool,
 }
 
 impl Shipped {
     /// Measures the binary `HANGAR_SHIP_ENVD_BIN` names (bench/run sets it); None when unset.
     pub fn from_env() -> Result<Option<Shipped>> {
         match std::env::var_os("HANGAR_SHIP_ENVD_BIN") {
-            Some(p) => Shipped::measure(Path::new(&p)).map(Some),
+            Some(p) => {
+                let mut shipped = Shipped::measure(Path::new(&p))?;
+                shipped.scenarios_ran_it = match std::env::var_os("HANGAR_ENVD_BIN") {
+                    Some(run) => is_unstripped_copy(Path::new(&p), Path::new(&run)),
+                    None => false,
+                };
+                Ok(Some(shipped))
+            }
             None => Ok(None),
         }
     }
@@ -47,7 +58,19 @@ impl Shipped {
             mib: mib(bytes),
             goal_mib: mib(GOAL_BYTES),
             glibc: highest_glibc(&String::from_utf8_lossy(&out.stdout)),
+            scenarios_ran_it: false,
         })
+    }
+}
+
+/// `run` is the binary scripts/build-envd stripped into `shipped` (`.../ship/dist/hangar-envd`
+/// from `.../ship/hangar-envd`), by path: the strip is all that lies between them.
+fn is_unstripped_copy(shipped: &Path, run: &Path) -> bool {
+    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
+    let built = shipped.parent().and_then(Path::parent).map(|profile| profile.join("hangar-envd"));
+    match (built.and_then(|b| canonical(&b)), canonical(run)) {
+        (Some(b), Some(r)) => b == r,
+        _ => false,
     }
 }
 
@@ -83,5 +106,22 @@ Version needs section '.gnu.version_r' contains 1 entry:
 ";
         assert_eq!(highest_glibc(readelf).as_deref(), Some("2.28"));
         assert_eq!(highest_glibc("Version symbols section '.gnu.version' contains 0 entries:\n"), None);
+    }
+
+    #[test]
+    fn the_unstripped_copy_is_the_one_beside_dist() {
+        let dir = std::env::temp_dir().join(format!("hangar-bench-shipped-{}", std::process::id()));
+        let dist = dir.join("ship/dist");
+        std::fs::create_dir_all(&dist).unwrap();
+        let (built, shipped, other) = (dir.join("ship/hangar-envd"), dist.join("hangar-envd"), dir.join("hangar-envd"));
+        for f in [&built, &shipped, &other] {
+            std::fs::write(f, b"").unwrap();
+        }
+        assert!(is_unstripped_copy(&shipped, &built));
+        assert!(is_unstripped_copy(&shipped, &dir.join("ship/./hangar-envd")));
+        assert!(!is_unstripped_copy(&shipped, &shipped));
+        assert!(!is_unstripped_copy(&shipped, &other));
+        assert!(!is_unstripped_copy(&shipped, &dir.join("missing")));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -14,7 +14,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{fail, Result};
 
-/// The images bench/run builds from the release daemon (images/build-test-images with
+/// The images bench/run builds from the shipped daemon (images/build-test-images with
 /// `HANGAR_IMAGE_REPO`, the same variable read here), so the tests' debug images are left alone.
 pub fn image(kind: &str) -> String {
     let repo = std::env::var("HANGAR_IMAGE_REPO").unwrap_or_else(|_| "hangar-bench".into());
@@ -133,7 +133,7 @@ pub async fn channel_to(url: &str, max_frame: Option<u32>) -> Result<Channel> {
     }
 }
 
-/// A host daemon from the release build, logging only warnings (logging is not what is measured).
+/// A host daemon (`HANGAR_ENVD_BIN`: bench/run names the shipped build), logging only warnings (logging is not what is measured).
 pub fn host_envd(args: &[&str]) -> Envd {
     Envd::builder().env("HANGAR_LOG", "warn").args(args).start()
 }
