@@ -126,19 +126,23 @@ pub async fn grpc_copier(mut source: Command) -> Result<GrpcCopier> {
     Ok(GrpcCopier { url: format!("http://{addr}"), pid, _children: [src, copier] })
 }
 
-/// Where the copier is put inside a container.
-const IN_CONTAINER: &str = "/tmp/hangar-bench-copy";
+/// Where the copier is inside the bench's images: bench/run builds them with it, and with the
+/// libraries it needs (images/build-test-images, `HANGAR_IMAGE_ALSO`).
+const IN_CONTAINER: &str = "/usr/local/bin/hangar-bench-copy";
 
-/// Copies the copier into `container` (before a run is timed).
-pub fn install(container: &str) -> Result<()> {
+/// Fails clearly, before a run is timed, when `container`'s image lacks the copier (images built
+/// by hand without `HANGAR_IMAGE_ALSO`).
+pub fn check_installed(container: &str) -> Result<()> {
     let out = std::process::Command::new("docker")
-        .arg("cp")
-        .arg(copier()?)
-        .arg(format!("{container}:{IN_CONTAINER}"))
+        // bash's own `test`: the images carry no `test` program.
+        .args(["exec", container, "bash", "-c", r#"[ -x "$0" ]"#, IN_CONTAINER])
         .output()
-        .ctx("docker cp")?;
+        .ctx("docker exec")?;
     if !out.status.success() {
-        return Err(fail("copying the copier into the container", String::from_utf8_lossy(&out.stderr)));
+        return Err(fail(
+            "the floor's copier",
+            format!("{container}'s image has no {IN_CONTAINER}: build the images with bench/run (HANGAR_IMAGE_ALSO)"),
+        ));
     }
     Ok(())
 }

@@ -30,12 +30,9 @@ impl Shipped {
     pub fn from_env() -> Result<Option<Shipped>> {
         match std::env::var_os("HANGAR_SHIP_ENVD_BIN") {
             Some(p) => {
-                let mut shipped = Shipped::measure(Path::new(&p))?;
-                shipped.scenarios_ran_it = match std::env::var_os("HANGAR_ENVD_BIN") {
-                    Some(run) => is_unstripped_copy(Path::new(&p), Path::new(&run)),
-                    None => false,
-                };
-                Ok(Some(shipped))
+                let ran = std::env::var_os("HANGAR_ENVD_BIN");
+                let scenarios_ran_it = ran.is_some_and(|run| is_unstripped_copy(Path::new(&p), Path::new(&run)));
+                Ok(Some(Shipped { scenarios_ran_it, ..Shipped::measure(Path::new(&p))? }))
             }
             None => Ok(None),
         }

@@ -133,7 +133,8 @@ pub async fn channel_to(url: &str, max_frame: Option<u32>) -> Result<Channel> {
     }
 }
 
-/// A host daemon (`HANGAR_ENVD_BIN`: bench/run names the shipped build), logging only warnings (logging is not what is measured).
+/// A host daemon (`HANGAR_ENVD_BIN`: bench/run names the shipped build), logging only warnings
+/// (logging is not what is measured).
 pub fn host_envd(args: &[&str]) -> Envd {
     Envd::builder().env("HANGAR_LOG", "warn").args(args).start()
 }

@@ -158,7 +158,7 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     let mcp_token = world.relay.token("bench-mcp", "mcp").await.secret;
     let mcp = Mcp::connect(world.addr(), &mcp_token).await?;
     let container = container_of(&daemon);
-    crate::floor::install(&container)?;
+    crate::floor::check_installed(&container)?;
     let mut s = Setup { world, token, mcp, daemon, plain, container };
     let cmd = command(cfg.lines);
 
