@@ -206,7 +206,9 @@ async fn every_byte_once_under_a_stream_of_writes() {
     assert!(f.events.iter().any(|e| matches!(e, FollowEv::Data(d) if d.data.len() == 64 * 1024)), "64 KiB chunks");
 }
 
-/// Writes reach the client without waiting for any polling interval.
+/// Writes reach the client without waiting for any polling interval: the median of 20 writes is
+/// under 100 ms (a poll would put it near half its interval). The slowest is printed, not bound: on
+/// two busy cores one write can wait half a second for the CPU (bench/ measures the latency).
 #[tokio::test]
 async fn writes_are_delivered_promptly() {
     let envd = Envd::start(&[]);
@@ -228,7 +230,6 @@ async fn writes_are_delivered_promptly() {
     lat.sort();
     eprintln!("follow delivery latency: min {:?} median {:?} max {:?}", lat[0], lat[lat.len() / 2], lat[lat.len() - 1]);
     assert!(lat[lat.len() / 2] < Duration::from_millis(100), "median {:?}: {lat:?}", lat[lat.len() / 2]);
-    assert!(lat[lat.len() - 1] < Duration::from_millis(500), "slowest {:?}: {lat:?}", lat[lat.len() - 1]);
 }
 
 #[tokio::test]
@@ -335,7 +336,10 @@ impl Drop for Overlay {
 }
 
 /// On overlayfs (a container's root filesystem): a file from the lower layer is copied up by
-/// its first write, and following it goes on seamlessly, promptly, with every byte once.
+/// its first write, and following it goes on seamlessly, with every byte once. The daemon has no
+/// polling interval, so the new line arrives only if the copy-up's write woke the follower. No
+/// time is bound: the write includes the copy-up itself (about 1 ms here, 514 ms once on a CI
+/// machine busy with its build); bench/ measures latency.
 #[tokio::test]
 async fn follow_on_overlayfs_through_copy_up() {
     let ovl = Overlay::mount(&[("lower.log", b"from the image\n")]);
@@ -347,11 +351,8 @@ async fn follow_on_overlayfs_through_copy_up() {
     let log = ovl.merged("lower.log");
     let mut f = FollowLog::open(&mut envd.files().await, follow_req(&log, Some(0))).await.expect("Follow");
     f.until(STEP, "the image's line", |l| l.current() == b"from the image\n").await;
-    let t = Instant::now();
     append(&log, b"written in the container\n");
     f.until(STEP, "the new line", |l| l.current().ends_with(b"written in the container\n")).await;
-    let latency = t.elapsed();
-    assert!(latency < Duration::from_millis(500), "{latency:?}");
     append(&log, b"again\n");
     f.until(STEP, "again", |l| l.current().ends_with(b"again\n")).await;
     assert_eq!(f.generations(), vec![b"from the image\nwritten in the container\nagain\n".to_vec()], "{:?}", f.short());
