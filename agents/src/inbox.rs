@@ -7,9 +7,9 @@
 //! so the shapes and limits live in one place:
 //!
 //! ```json
-//! {"v":1,"id":"3f9c0a7e5d2b4c1a","session":"fix-ci","turn":"turn_2","created_at":1767225600.5,
+//! {"v":2,"id":"3f9c0a7e5d2b4c1a","session":"fix-ci","turn":"turn_2","created_at":1767225600.5,
 //!  "kind":"question","text":"Which branch?","options":["main","dev"]}
-//! {"v":1,"id":"3f9c0a7e5d2b4c1a","at":1767225660.0,"outcome":"answer","text":"main"}
+//! {"v":2,"id":"3f9c0a7e5d2b4c1a","at":1767225660.0,"outcome":"answer","text":"main"}
 //! ```
 //!
 //! Both files are untrusted where they are read: a request is what an agent wrote, an answer
@@ -29,8 +29,9 @@ use serde_json::Value;
 
 use crate::cut;
 
-/// The protocol version every request and answer carries as `v`.
-pub const PROTOCOL: u32 = 1;
+/// The protocol version every request and answer carries as `v`. 2: an `allow` names the call
+/// it allows ([`ToolCall::digest`]); a version 1 hook, which could not check it, never reads it.
+pub const PROTOCOL: u32 = 2;
 /// A request or answer file larger than this is refused.
 pub const MAX_FILE_BYTES: usize = 64 * 1024;
 /// Question and progress texts, reasons and answers are cut (not refused) to this many chars.
@@ -68,7 +69,9 @@ pub fn request_file_name(req: &Request) -> String {
             let turn = req.turn.as_deref().filter(|t| is_turn_word(t)).unwrap_or("none");
             format!("progress-{turn}.json")
         }
-        Ask::Question { .. } | Ask::Approval { .. } if valid_request_id(&req.id) => format!("{}.json", req.id),
+        Ask::Question { .. } | Ask::Approval { .. } | Ask::Tampered { .. } if valid_request_id(&req.id) => {
+            format!("{}.json", req.id)
+        }
         _ => "invalid-id.json".into(),
     }
 }
@@ -108,6 +111,13 @@ pub enum Ask {
     Progress {
         text: String,
         pct: Option<u8>,
+    },
+    /// The hook's notice that the approval `request` was decided on another call than `held`,
+    /// the one it held, which it denied: the request was changed after it wrote it. Written
+    /// where the agent can write, so information only; the deny was the hook's own.
+    Tampered {
+        request: String,
+        held: ToolCall,
     },
 }
 
@@ -208,12 +218,12 @@ impl Request {
                     }
                 }
             }
-            Ask::Approval { tool } => {
-                if tool.name.is_empty() {
-                    return Err(RequestError::EmptyToolName);
+            Ask::Approval { tool } => check_call(tool)?,
+            Ask::Tampered { request, held } => {
+                if !valid_request_id(request) {
+                    return Err(RequestError::BadField { field: "request", why: "not a request id".into() });
                 }
-                check_label("tool.name", Some(&tool.name))?;
-                check_label("tool.use_id", tool.use_id.as_deref())?;
+                check_call(held)?;
             }
             Ask::Progress { text, pct } => {
                 if text.trim().is_empty() {
@@ -251,8 +261,11 @@ pub struct Answer {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
+    /// `call`: the [`ToolCall::digest`] of the call the relay read and the person was shown.
+    /// The hook allows only the call it holds: another digest means the request was changed.
     Allow {
         reason: Option<String>,
+        call: String,
     },
     Deny {
         reason: Option<String>,
@@ -276,9 +289,9 @@ impl Answer {
             return Err(RequestError::BadId(cut::chars(&answer.id, 80).0.to_string()));
         }
         match &mut answer.outcome {
-            Outcome::Allow { reason: Some(text) } | Outcome::Deny { reason: Some(text) } => cut_text(text),
+            Outcome::Allow { reason: Some(text), .. } | Outcome::Deny { reason: Some(text) } => cut_text(text),
             Outcome::Answer { text } | Outcome::Expired { reason: text } => cut_text(text),
-            Outcome::Allow { reason: None } | Outcome::Deny { reason: None } => {}
+            Outcome::Allow { reason: None, .. } | Outcome::Deny { reason: None } => {}
         }
         Ok(answer)
     }
@@ -325,6 +338,15 @@ fn cut_text(text: &mut String) {
     }
 }
 
+/// A tool call's name and use id: labels, the name not empty.
+fn check_call(tool: &ToolCall) -> Result<(), RequestError> {
+    if tool.name.is_empty() {
+        return Err(RequestError::EmptyToolName);
+    }
+    check_label("tool.name", Some(&tool.name))?;
+    check_label("tool.use_id", tool.use_id.as_deref())
+}
+
 /// At most [`MAX_LABEL_CHARS`] chars and no control characters: these end up in logs and lists.
 fn check_label(field: &'static str, value: Option<&str>) -> Result<(), RequestError> {
     let Some(value) = value else { return Ok(()) };
@@ -363,6 +385,51 @@ impl ToolCall {
             }
             keep /= 2;
         }
+    }
+}
+
+impl ToolCall {
+    /// A canonical digest of the call: SHA-256 over its JSON with every object's keys sorted,
+    /// as lowercase hex. What binds a decision to the call it decides: the relay computes it on
+    /// the call it read (before redaction), the hook on the call it wrote, read back from the
+    /// bytes it wrote (a float read from JSON may differ from the one written in its last
+    /// place), so both hash the same value.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest as _, Sha256};
+        let mut text = String::new();
+        canonical(&serde_json::json!({"name": self.name, "input": self.input, "use_id": self.use_id}), &mut text);
+        Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// `v` as JSON with the keys of every object sorted, whatever the map's order.
+fn canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&o[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(x, out);
+            }
+            out.push(']');
+        }
+        _ => out.push_str(&v.to_string()),
     }
 }
 
@@ -710,11 +777,11 @@ mod tests {
         let json: Value = serde_json::from_str(&question("Which?", &["a"]).to_json()).unwrap();
         assert_eq!(
             json,
-            json!({"v": 1, "id": "q1234567", "session": "fix-ci", "turn": "turn_2", "created_at": 1767225600.5,
+            json!({"v": 2, "id": "q1234567", "session": "fix-ci", "turn": "turn_2", "created_at": 1767225600.5,
                    "kind": "question", "text": "Which?", "options": ["a"]})
         );
         // options may be left out; unknown fields are ignored (a later version may add some).
-        let r = Request::parse(br#"{"v":1,"id":"abcdefgh","created_at":1,"kind":"question","text":"hi","x":1}"#);
+        let r = Request::parse(br#"{"v":2,"id":"abcdefgh","created_at":1,"kind":"question","text":"hi","x":1}"#);
         let r = r.unwrap();
         assert_eq!(r.ask, Ask::Question { text: "hi".into(), options: vec![] });
         assert_eq!((r.session, r.turn), (None, None));
@@ -742,7 +809,7 @@ mod tests {
         let r = Request::parse(question(&long, &[]).to_json().as_bytes()).unwrap();
         let Ask::Question { text, .. } = r.ask else { panic!() };
         assert_eq!(text.chars().count(), MAX_TEXT_CHARS);
-        let a = Answer { v: 1, id: "abcdefgh".into(), at: 2.0, outcome: Outcome::Answer { text: long.clone() } };
+        let a = Answer { v: PROTOCOL, id: "abcdefgh".into(), at: 2.0, outcome: Outcome::Answer { text: long.clone() } };
         let Outcome::Answer { text } = Answer::parse(a.to_json().as_bytes()).unwrap().outcome else { panic!() };
         assert_eq!(text.chars().count(), MAX_TEXT_CHARS);
         let a = Answer { outcome: Outcome::Deny { reason: Some(long) }, ..a };
@@ -762,9 +829,9 @@ mod tests {
         };
         assert!(Request::parse(b"nope").unwrap_err().to_string().starts_with("not JSON"));
         assert!(Request::parse(b"[1]").unwrap_err().to_string().contains("not a JSON object"));
-        let big = format!("{{\"v\":1,\"pad\":\"{}\"}}", "x".repeat(MAX_FILE_BYTES));
+        let big = format!("{{\"v\":2,\"pad\":\"{}\"}}", "x".repeat(MAX_FILE_BYTES));
         assert!(Request::parse(big.as_bytes()).unwrap_err().to_string().contains("at most 65536 bytes"));
-        assert_eq!(with("v", json!(2)), "unknown protocol version 2 (this hangar speaks version 1)");
+        assert_eq!(with("v", json!(1)), "unknown protocol version 1 (this hangar speaks version 2)");
         assert!(with("v", json!("1")).contains("`v` is not a version number"));
         let mut no_v = base();
         no_v.as_object_mut().unwrap().remove("v");
@@ -784,17 +851,25 @@ mod tests {
         assert!(with("turn", json!("t".repeat(300))).contains("over 256"));
         assert!(with("created_at", json!("now")).starts_with("not a hangar request"));
         let progress = |pct: Value| {
-            parse_err(json!({"v": 1, "id": "abcdefgh", "created_at": 1, "kind": "progress", "text": "x", "pct": pct}))
+            parse_err(json!({"v": 2, "id": "abcdefgh", "created_at": 1, "kind": "progress", "text": "x", "pct": pct}))
         };
         assert_eq!(progress(json!(101)), "pct 101 is over 100");
         assert_eq!(progress(json!(300)), "pct 300 is over 100");
         assert!(progress(json!(-1)).starts_with("not a hangar request"));
-        let e = parse_err(json!({"v": 1, "id": "abcdefgh", "created_at": 1, "kind": "progress", "text": ""}));
+        let e = parse_err(json!({"v": 2, "id": "abcdefgh", "created_at": 1, "kind": "progress", "text": ""}));
         assert_eq!(e, "progress needs a text");
         let approval = |tool: Value| {
-            parse_err(json!({"v": 1, "id": "abcdefgh", "created_at": 1, "kind": "approval", "tool": tool}))
+            parse_err(json!({"v": 2, "id": "abcdefgh", "created_at": 1, "kind": "approval", "tool": tool}))
         };
         assert_eq!(approval(json!({"name": ""})), "the tool call has an empty tool name");
+        let tampered = |request: Value| {
+            let held = json!({"name": "Bash", "input": {"command": "git push --force"}, "use_id": null});
+            json!({"v": 2, "id": "abcdefgh", "created_at": 1, "kind": "tampered", "request": request, "held": held})
+        };
+        let notice = Request::parse(tampered(json!("0123456789abcdef")).to_string().as_bytes()).unwrap();
+        assert_eq!(request_file_name(&notice), "abcdefgh.json");
+        assert!(matches!(notice.ask, Ask::Tampered { ref request, .. } if request == "0123456789abcdef"));
+        assert_eq!(parse_err(tampered(json!("../x"))), "`request`: not a request id");
         assert!(approval(json!({"input": {}})).contains("missing field `name`"));
         // check() also refuses what would not fit in a file, and what parse would refuse.
         let huge = Request {
@@ -812,8 +887,8 @@ mod tests {
     #[test]
     fn answers_round_trip_and_refusals() {
         let outcomes = [
-            Outcome::Allow { reason: None },
-            Outcome::Allow { reason: Some("fine".into()) },
+            Outcome::Allow { reason: None, call: "ab".repeat(32) },
+            Outcome::Allow { reason: Some("fine".into()), call: "cd".repeat(32) },
             Outcome::Deny { reason: Some("not on main".into()) },
             Outcome::Answer { text: "main".into() },
             Outcome::Expired { reason: "nobody answered in 10 minutes".into() },
@@ -823,19 +898,22 @@ mod tests {
             assert_eq!(Answer::parse(a.to_json().as_bytes()).unwrap(), a);
         }
         let v: Value = serde_json::from_str(
-            &Answer { v: 1, id: "abcdefgh".into(), at: 1.0, outcome: Outcome::Answer { text: "main".into() } }
+            &Answer { v: PROTOCOL, id: "abcdefgh".into(), at: 1.0, outcome: Outcome::Answer { text: "main".into() } }
                 .to_json(),
         )
         .unwrap();
-        assert_eq!(v, json!({"v": 1, "id": "abcdefgh", "at": 1.0, "outcome": "answer", "text": "main"}));
+        assert_eq!(v, json!({"v": 2, "id": "abcdefgh", "at": 1.0, "outcome": "answer", "text": "main"}));
         let err = |s: &str| Answer::parse(s.as_bytes()).unwrap_err().to_string();
-        assert!(err(r#"{"v":1,"id":"abcdefgh","at":1,"outcome":"maybe"}"#).contains("unknown variant"));
-        assert!(err(r#"{"v":1,"id":"abcdefgh","at":1,"outcome":"answer"}"#).contains("missing field `text`"));
-        assert!(err(r#"{"v":1,"id":"ab","at":1,"outcome":"allow"}"#).starts_with("bad id"));
+        assert!(err(r#"{"v":2,"id":"abcdefgh","at":1,"outcome":"maybe"}"#).contains("unknown variant"));
+        assert!(err(r#"{"v":2,"id":"abcdefgh","at":1,"outcome":"answer"}"#).contains("missing field `text`"));
+        assert!(err(r#"{"v":2,"id":"ab","at":1,"outcome":"allow","call":"x"}"#).starts_with("bad id"));
+        // An allow names the call it allows; a version 1 answer (which did not) is not read.
+        assert!(err(r#"{"v":2,"id":"abcdefgh","at":1,"outcome":"allow"}"#).contains("missing field `call`"));
+        assert!(err(r#"{"v":1,"id":"abcdefgh","at":1,"outcome":"allow"}"#).starts_with("unknown protocol version 1"));
         assert!(err(r#"{"v":9,"id":"abcdefgh","at":1,"outcome":"allow"}"#).starts_with("unknown protocol version 9"));
-        assert!(err(r#"{"v":1,"id":"abcdefgh","at":1,"outcome":"answer","text":"hal"#).starts_with("not JSON"));
+        assert!(err(r#"{"v":2,"id":"abcdefgh","at":1,"outcome":"answer","text":"hal"#).starts_with("not JSON"));
         // A reason may be left out of allow and deny.
-        let a = Answer::parse(br#"{"v":1,"id":"abcdefgh","at":1,"outcome":"deny"}"#).unwrap();
+        let a = Answer::parse(br#"{"v":2,"id":"abcdefgh","at":1,"outcome":"deny"}"#).unwrap();
         assert_eq!(a.outcome, Outcome::Deny { reason: None });
     }
 
@@ -848,11 +926,11 @@ mod tests {
             vec![],
             vec![0xff, 0xfe, 0x00],
             b"\0".to_vec(),
-            b"{\"v\":1,\"id\":\"abcdefgh\",\"created_at\":1,\"kind\":\"question\",\"text\":\"\\u0000\"}".to_vec(),
-            b"{\"v\":1,\"id\":\"abcdefgh\xff\",\"created_at\":1}".to_vec(),
+            b"{\"v\":2,\"id\":\"abcdefgh\",\"created_at\":1,\"kind\":\"question\",\"text\":\"\\u0000\"}".to_vec(),
+            b"{\"v\":2,\"id\":\"abcdefgh\xff\",\"created_at\":1}".to_vec(),
             b"{\"v\":18446744073709551616}".to_vec(),
-            b"{\"v\":1,\"id\":\"abcdefgh\",\"created_at\":1e999,\"kind\":\"question\",\"text\":\"x\"}".to_vec(),
-            b"{\"v\":1,\"id\":\"abcdefgh\",\"created_at\":1,\"kind\":\"progress\",\"text\":\"x\",\"pct\":1e3}".to_vec(),
+            b"{\"v\":2,\"id\":\"abcdefgh\",\"created_at\":1e999,\"kind\":\"question\",\"text\":\"x\"}".to_vec(),
+            b"{\"v\":2,\"id\":\"abcdefgh\",\"created_at\":1,\"kind\":\"progress\",\"text\":\"x\",\"pct\":1e3}".to_vec(),
             deep.clone().into_bytes(),
             deep_obj.into_bytes(),
             deep_input.into_bytes(),
@@ -910,6 +988,26 @@ mod tests {
         assert!(json_len(&f.input) <= 1024 && f.input.is_string());
         let f = many.fitted(0);
         assert!(f.input.is_string());
+    }
+
+    #[test]
+    fn digests_bind_the_call_and_not_the_order_of_its_keys() {
+        let a = call("Bash", json!({"command": "git push --force", "description": "push"}));
+        let reordered: Value = serde_json::from_str(r#"{"description":"push","command":"git push --force"}"#).unwrap();
+        assert_eq!(a.digest(), call("Bash", reordered).digest());
+        assert_eq!(a.digest().len(), 64);
+        assert!(a.digest().bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        // Any change of what the call does is another digest: the input, the tool, the use id.
+        let swapped = call("Bash", json!({"command": "git status", "description": "push"}));
+        assert_ne!(a.digest(), swapped.digest());
+        assert_ne!(a.digest(), call("Write", a.input.clone()).digest());
+        assert_ne!(a.digest(), ToolCall { use_id: None, ..a.clone() }.digest());
+        let nested = |x: Value| call("X", json!({"a": [1, {"b": x}]})).digest();
+        assert_ne!(nested(json!("1")), nested(json!(1)));
+        // A written request read back digests as the call the hook wrote.
+        let req = Request { ask: Ask::Approval { tool: a.clone() }, ..question("x", &[]) };
+        let Ask::Approval { tool } = Request::parse(req.to_json().as_bytes()).unwrap().ask else { panic!() };
+        assert_eq!(tool.digest(), a.digest());
     }
 
     fn policy(p: &[&str]) -> Policy {

@@ -31,7 +31,7 @@ pub mod redact;
 pub mod summary;
 
 pub use event::{Event, EventType};
-pub use lines::{Line, Lines};
+pub use lines::{Line, Lines, Mark};
 pub use parse::{Format, Parser};
 pub use redact::Redactor;
 pub use summary::Summary;

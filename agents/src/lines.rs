@@ -4,9 +4,65 @@
 //! an incomplete last line until its `'\n'` arrives, so a chunk boundary never changes the lines
 //! that come out. A line longer than [`MAX_LINE`] is not kept while it goes on: it comes out as
 //! [`Line::Dropped`] with its offset and length, so one huge tool result cannot grow memory.
+//!
+//! The turn's log writer (`hangar-envd turn-log`) cuts such lines before they reach the log and
+//! says what it did with a [`Mark`] at the end of a line; [`Lines`] gives those lines as
+//! [`Line::Marked`]. The mark starts with [`MARK_BYTE`], which the writer never passes through
+//! from the harness's output, so where that writer runs a mark is always its own.
 
 /// The longest line kept, in bytes, without its `'\n'`.
 pub const MAX_LINE: usize = 1 << 20; // 1 MiB
+
+/// The byte a [`Mark`] starts with (ASCII's record separator). The writer writes the harness's
+/// own as [`MARK_BYTE_SUBSTITUTE`].
+pub const MARK_BYTE: u8 = 0x1e;
+/// What the writer writes for a [`MARK_BYTE`] of the harness's output (ASCII's substitute).
+pub const MARK_BYTE_SUBSTITUTE: u8 = 0x1a;
+/// The longest a mark is, in bytes: a line cut by the writer keeps `MAX_LINE - MARK_MAX` bytes of
+/// its start, so with its mark it is never longer than [`MAX_LINE`].
+pub const MARK_MAX: usize = 48;
+
+/// What the log's writer says at the end of a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
+    /// The line was longer than [`MAX_LINE`]: its start is kept, `dropped` bytes after it are not.
+    Cut { dropped: u64 },
+    /// The log reached its size limit, `limit` bytes: what the harness writes after is not kept
+    /// (but its last line, which follows this one).
+    LogFull { limit: u64 },
+}
+
+impl Mark {
+    /// The mark's bytes, [`MARK_BYTE`] first, without a `'\n'`.
+    pub fn to_bytes(self) -> Vec<u8> {
+        let text = match self {
+            Mark::Cut { dropped } => format!("hangar:cut {dropped}"),
+            Mark::LogFull { limit } => format!("hangar:log_full {limit}"),
+        };
+        let mut out = vec![MARK_BYTE];
+        out.extend_from_slice(text.as_bytes());
+        out
+    }
+
+    /// The mark that ends `line`, if one does, and where it starts.
+    pub fn at_end(line: &[u8]) -> Option<(usize, Mark)> {
+        let from = line.len().saturating_sub(MARK_MAX);
+        let at = from + line[from..].iter().rposition(|&b| b == MARK_BYTE)?;
+        let text = std::str::from_utf8(&line[at + 1..]).ok()?;
+        let (kind, n) = text.strip_prefix("hangar:")?.split_once(' ')?;
+        // Digits only: `u64::from_str` would take a sign.
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u64 = n.parse().ok()?;
+        let mark = match kind {
+            "cut" => Mark::Cut { dropped: n },
+            "log_full" => Mark::LogFull { limit: n },
+            _ => return None,
+        };
+        Some((at, mark))
+    }
+}
 
 /// One complete line of the log.
 #[derive(Debug, PartialEq)]
@@ -15,6 +71,9 @@ pub enum Line {
     Text { offset: u64, bytes: Vec<u8> },
     /// A line longer than [`MAX_LINE`]: `len` bytes (without its `'\n'`) starting at `offset`.
     Dropped { offset: u64, len: u64 },
+    /// A line ending in the writer's [`Mark`]: `kept` bytes of the harness's (not parsed: a
+    /// line's cut start, or what fitted before the log was full), then the mark.
+    Marked { offset: u64, kept: u64, mark: Mark },
 }
 
 /// A line splitter over a byte stream. See the module doc.
@@ -66,6 +125,12 @@ impl Lines {
         self.buf.len()
     }
 
+    /// The offset just past the last byte pushed: where the next read of the log starts. Not
+    /// `consumed() + pending()`: a line being dropped holds none of its bytes.
+    pub fn position(&self) -> u64 {
+        self.start + self.len
+    }
+
     fn take(&mut self, seg: &[u8]) {
         self.len += seg.len() as u64;
         if self.dropping {
@@ -86,7 +151,11 @@ impl Lines {
         let line = if self.dropping {
             Line::Dropped { offset, len }
         } else {
-            Line::Text { offset, bytes: std::mem::take(&mut self.buf) }
+            let bytes = std::mem::take(&mut self.buf);
+            match Mark::at_end(&bytes) {
+                Some((kept, mark)) => Line::Marked { offset, kept: kept as u64, mark },
+                None => Line::Text { offset, bytes },
+            }
         };
         self.start += len + 1;
         self.len = 0;
@@ -151,6 +220,7 @@ mod tests {
         assert_eq!(lines.pending(), 0, "an oversize line's bytes are not held");
         assert!(lines.push(&big).is_empty(), "still the same line");
         assert_eq!(lines.consumed(), 2);
+        assert_eq!(lines.position(), 2 + 2 * (MAX_LINE as u64 + 1), "reading goes on past what was dropped");
         let out = lines.push(b"\nb\n");
         assert_eq!(
             out,
@@ -177,5 +247,47 @@ mod tests {
             assert_eq!(all(0, &[a, b]), whole, "split at {i}");
         }
         assert_eq!(whole.0[0], Line::Dropped { offset: 0, len: MAX_LINE as u64 + 5 });
+    }
+
+    #[test]
+    fn the_position_is_every_byte_pushed() {
+        let mut lines = Lines::new(5);
+        lines.push(b"ab\ncd");
+        assert_eq!((lines.consumed(), lines.position()), (8, 10));
+        lines.push(&vec![b'x'; MAX_LINE + 1]);
+        assert_eq!((lines.consumed(), lines.pending(), lines.position()), (8, 0, 10 + MAX_LINE as u64 + 1));
+    }
+
+    #[test]
+    fn marks_end_lines_and_nothing_else_passes_for_one() {
+        for mark in [Mark::Cut { dropped: 0 }, Mark::Cut { dropped: u64::MAX }, Mark::LogFull { limit: 1 << 28 }] {
+            let bytes = mark.to_bytes();
+            assert!(bytes.len() <= MARK_MAX, "{mark:?}");
+            let mut line = b"{\"type\":\"assis".to_vec();
+            line.extend_from_slice(&bytes);
+            assert_eq!(Mark::at_end(&line), Some((14, mark)));
+            let mut input = line.clone();
+            input.extend_from_slice(b"\nnext\n");
+            assert_eq!(
+                all(0, &[&input]).0,
+                vec![
+                    Line::Marked { offset: 0, kept: 14, mark },
+                    Line::Text { offset: line.len() as u64 + 1, bytes: b"next".to_vec() }
+                ]
+            );
+        }
+        for not in [
+            &b"plain"[..],
+            b"\x1ehangar:cut",
+            b"\x1ehangar:cut ",
+            b"\x1ehangar:cut +5",
+            b"\x1ehangar:cut 5 ",
+            b"\x1ehangar:cut 99999999999999999999999",
+            b"\x1ehangar:other 5",
+            b"\x1ehangar:cut 5\x1ex",
+            b"\x1ecut 5",
+        ] {
+            assert_eq!(Mark::at_end(not), None, "{}", String::from_utf8_lossy(not));
+        }
     }
 }

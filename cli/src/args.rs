@@ -108,6 +108,17 @@ pub enum SandboxesCmd {
     Create(CreateSandboxArgs),
     /// Destroy a sandbox and everything running in it.
     Rm(SandboxArg),
+    /// Set whom a sandbox is shared with (its owner or an admin): the persons named, replacing
+    /// those before; none: shared with nobody.
+    Share(ShareSandboxArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShareSandboxArgs {
+    /// The sandbox's name or id.
+    pub sandbox: String,
+    /// A person's id, or `*` for every person.
+    pub persons: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +131,10 @@ pub struct CreateSandboxArgs {
     /// A provider option, KEY=VALUE (VALUE is JSON if it parses as JSON, else a string); repeatable.
     #[arg(long = "option", value_name = "KEY=VALUE", value_parser = parse_option)]
     pub options: Vec<(String, serde_json::Value)>,
+    /// Share it with this person (its id; `*`: every person), who may then run commands, processes,
+    /// watches and sessions in it; repeatable.
+    #[arg(long = "share", value_name = "PERSON")]
+    pub share: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -61,6 +61,12 @@ pub struct Bound {
     pub mcp_allowed_hosts: Vec<String>,
 }
 
+/// What each of the relay's threads does as it starts: asks for the configured scheduling slice
+/// (`--sched-slice-us`), a refusal logged once.
+pub fn thread_start(slice_us: u32) -> impl Fn() + Clone + Send + Sync + 'static {
+    move || hangar_sched::request_for_thread(slice_us, |error| events::SchedSliceRefused { slice_us, error }.emit())
+}
+
 pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     let dir = &config.state_dir;
     let io = |source| StartError::StateDir { path: dir.clone(), source };
@@ -69,27 +75,31 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
     }
-    let store = Arc::new(store::Store::open(&dir.join("relay.sqlite"))?);
+    let store = Arc::new(store::Store::open(&dir.join("relay.sqlite"), thread_start(config.sched_slice_us)).await?);
     let key = auth::MacKey::load_or_create(&dir.join("mac.key")).map_err(StartError::Key)?;
 
     let mut generated_admin_secret = None;
     // An empty variable is no token: it must never become a secret that an empty header matches.
     match config.admin_token.as_deref().filter(|t| !t.trim().is_empty()) {
-        Some(secret) if auth::verify(&store, secret)?.is_none() => {
-            store.insert_token(&auth::adopt("admin", store::Scope::Admin, secret))?;
+        Some(secret) if auth::verify(&store, secret).await?.is_none() => {
+            store.insert_token(&auth::adopt("admin", store::Scope::Admin, secret)).await?;
         }
         Some(_) => {}
-        None if !store.any_admin()? => {
+        None if !store.any_admin().await? => {
             let (row, secret) = auth::mint("admin", store::Scope::Admin);
-            store.insert_token(&row)?;
+            store.insert_token(&row).await?;
             generated_admin_secret = Some(secret);
         }
         None => {}
     }
 
-    let local =
-        providers::local::LocalProvider::new(dir.join("sandboxes"), config.envd_bin(), config.test_disable_isolation)
-            .map_err(io)?;
+    let local = providers::local::LocalProvider::new(
+        dir.join("sandboxes"),
+        config.envd_bin(),
+        config.test_disable_isolation,
+        config.local_disk_mib,
+    )
+    .map_err(io)?;
     let reason = match local.support() {
         providers::local::Support::Namespaces { .. } => None,
         providers::local::Support::Unavailable(why) => Some(why.as_str()),
@@ -100,6 +110,14 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         unisolated_allowed: config.allow_unisolated_sandboxes,
     }
     .emit();
+    match local.disk() {
+        providers::local::DiskSupport::Images { default_mib, .. } => {
+            events::LocalDisk { default_mib: Some(*default_mib), reason: None }.emit()
+        }
+        providers::local::DiskSupport::Unavailable(why) => {
+            events::LocalDisk { default_mib: None, reason: Some(why) }.emit()
+        }
+    }
     // Docker is reached lazily: the relay starts without it, and says in its log whether it is there.
     let docker = providers::docker::DockerProvider::new();
     docker.connect_in_background();
@@ -137,10 +155,12 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         follow_logs: s.stream_turn_logs,
         retention_days: s.event_retention_days.max(0.0),
         max_events: s.event_max.max(1),
+        turn_event_max: s.turn_event_max.max(1),
+        log_max_bytes: s.turn_log_max_bytes.max(64 * 1024),
     };
-    let secrets = secrets::Secrets::new(store.clone()).map_err(StartError::Secrets)?;
-    let open_items = store.open_items()?;
-    fleet.load(&store, &secrets.redactor())?;
+    let secrets = secrets::Secrets::new(store.clone()).await.map_err(StartError::Secrets)?;
+    let open_items = store.open_items().await?;
+    fleet.load(&store, &secrets.redactor()).await?;
     let relay = Arc::new(Relay {
         store,
         key,
@@ -184,7 +204,7 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     // Live turns carry on from their saved positions.
     let turns = tokio::spawn(sessions::resume(relay.clone()));
     // So do live jobs (each from its recorded state).
-    jobs::resume(&relay);
+    jobs::resume(&relay).await;
     // Open approvals and questions expire on time.
     let inbox_clock = tokio::spawn(inbox::run(relay.clone()));
     // The fleet hears of inbox items as they open and end.

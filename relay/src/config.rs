@@ -50,6 +50,13 @@ pub struct Config {
     #[arg(long, env = "HANGAR_ALLOW_UNISOLATED_SANDBOXES", action = ArgAction::SetTrue, value_parser = FalseyValueParser::new())]
     pub allow_unisolated_sandboxes: bool,
 
+    /// The size in MiB of a new local sandbox's own filesystem when its `disk_mib` option does
+    /// not say (only where sandboxes are isolated: docs/operations.md).
+    #[arg(long, env = "HANGAR_LOCAL_DISK_MIB", default_value_t = crate::providers::local::DEFAULT_DISK_MIB,
+          value_parser = clap::value_parser!(u64).range(
+              crate::providers::local::MIN_DISK_MIB..=crate::providers::local::MAX_DISK_MIB))]
+    pub local_disk_mib: u64,
+
     /// For tests only: start local sandboxes without namespaces or a user of their own, as a
     /// relay that cannot isolate them would.
     #[arg(long, env = "HANGAR_TEST_DISABLE_ISOLATION", hide = true, action = ArgAction::SetTrue,
@@ -170,6 +177,17 @@ pub struct SessionSettings {
     /// Events kept per session (the newest).
     #[arg(long, env = "HANGAR_RUN_EVENT_MAX", default_value_t = 20_000)]
     pub event_max: i64,
+
+    /// Events a turn's log makes that are recorded, as they are written; past it they are
+    /// counted in one `harness.truncated`, and the last `run.result`, `usage`, `rate_limit` and
+    /// `input.requested` are still kept.
+    #[arg(long, env = "HANGAR_TURN_EVENT_MAX", default_value_t = 20_000)]
+    pub turn_event_max: u64,
+
+    /// The most a turn's log holds, in bytes; past it the harness's output is read and dropped
+    /// (its last line aside) and the turn gets a `harness.truncated` with `reason: "log_full"`.
+    #[arg(long, env = "HANGAR_TURN_LOG_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub turn_log_max_bytes: u64,
 
     /// Seconds an approval or an agent's question waits for a person before it ends by itself
     /// (the call denied, the question unanswered).

@@ -55,6 +55,34 @@ impl SandboxChanged<'_> {
     }
 }
 
+/// Whom a sandbox is shared with changed: `by` (a token's id) set it to `shared_with`.
+pub struct SandboxShared<'a> {
+    pub sandbox: &'a str,
+    pub by: &'a str,
+    pub shared_with: &'a [String],
+}
+impl SandboxShared<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "sandbox_shared", sandbox = self.sandbox, by = self.by,
+            shared_with = ?self.shared_with, "sandbox sharing changed");
+    }
+}
+
+/// A token was refused work inside, or the management of, a sandbox that is not its person's.
+pub struct SandboxRefused<'a> {
+    pub sandbox: &'a str,
+    pub token: &'a str,
+    pub person: &'a str,
+    /// `use` or `manage`.
+    pub what: &'a str,
+}
+impl SandboxRefused<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "sandbox_refused", sandbox = self.sandbox, token = self.token,
+            person = self.person, what = self.what, "sandbox refused to a person it is not shared with");
+    }
+}
+
 pub struct DaemonStarted<'a> {
     pub sandbox: &'a str,
     pub url: &'a str,
@@ -93,6 +121,63 @@ impl LocalIsolation<'_> {
                 "local sandboxes isolate nothing: their commands run as the relay's user, and every token may use them (--allow-unisolated-sandboxes): any token can take the relay over")
             }
         }
+    }
+}
+
+/// At start: whether new local sandboxes get a filesystem of their own, of what size, and if
+/// not, why.
+pub struct LocalDisk<'a> {
+    /// The size a new sandbox gets when it asks for none; `None` when they get none.
+    pub default_mib: Option<u64>,
+    pub reason: Option<&'a str>,
+}
+impl LocalDisk<'_> {
+    pub fn emit(self) {
+        match (self.default_mib, self.reason) {
+            (Some(mib), _) => tracing::info!(target: TARGET, event = "local_disk", default_mib = mib,
+                "local sandboxes' work directories are filesystems of their own (disk_mib)"),
+            (None, reason) => tracing::warn!(target: TARGET, event = "local_disk", reason,
+                "local sandboxes' work directories share the state directory's filesystem: a sandbox can fill it"),
+        }
+    }
+}
+
+/// A local sandbox's filesystem could not be made, mounted or unmounted (`step`).
+pub struct LocalDiskFailed<'a> {
+    pub sandbox: &'a str,
+    pub step: &'a str,
+    pub error: &'a str,
+}
+impl LocalDiskFailed<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "local_disk_failed", sandbox = self.sandbox, step = self.step,
+            error = self.error, "a local sandbox's filesystem failed");
+    }
+}
+
+/// A local sandbox's filesystem was not mounted (the host restarted) and was mounted again
+/// before its daemon started.
+pub struct LocalDiskRemounted<'a> {
+    pub sandbox: &'a str,
+    pub path: &'a str,
+}
+impl LocalDiskRemounted<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "local_disk_remounted", sandbox = self.sandbox, path = self.path,
+            "a local sandbox's filesystem was mounted again");
+    }
+}
+
+/// A destroyed local sandbox's filesystem was busy: it was detached (a lazy unmount) and is
+/// freed when its last user lets go.
+pub struct LocalDiskDetached<'a> {
+    pub sandbox: &'a str,
+    pub path: &'a str,
+}
+impl LocalDiskDetached<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "local_disk_detached", sandbox = self.sandbox, path = self.path,
+            "a destroyed local sandbox's filesystem was busy: detached, freed when no longer used");
     }
 }
 
@@ -431,6 +516,42 @@ impl SessionsNotResumed<'_> {
     }
 }
 
+/// At open: a database made before incremental vacuuming switched to it, with the one VACUUM
+/// that takes (it rewrites the whole file).
+pub struct StoreVacuumed<'a> {
+    pub path: &'a str,
+    pub before: u64,
+    pub after: u64,
+}
+impl StoreVacuumed<'_> {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "store_vacuumed", path = self.path, bytes_before = self.before, bytes_after = self.after, "the store switched to incremental vacuuming");
+    }
+}
+
+/// After a prune: the pages it freed given back, the WAL cut back (bytes of both files).
+pub struct StoreCompacted {
+    pub before: u64,
+    pub after: u64,
+}
+impl StoreCompacted {
+    pub fn emit(self) {
+        tracing::info!(target: TARGET, event = "store_compacted", bytes_before = self.before, bytes_after = self.after, "the store gave freed space back");
+    }
+}
+
+/// The store's writer could not start or commit a batch (a full disk, a broken file): every
+/// write in it was answered with the error.
+pub struct StoreWriteFailed<'a> {
+    pub what: &'a str,
+    pub error: &'a str,
+}
+impl StoreWriteFailed<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "store_write_failed", what = self.what, error = self.error, "a store write failed");
+    }
+}
+
 pub struct EventsPruned {
     pub events: usize,
 }
@@ -443,11 +564,13 @@ impl EventsPruned {
 /// A secret stored or deleted: its name only, never its value.
 pub struct SecretChanged<'a> {
     pub name: &'a str,
+    /// The person it belongs to; empty: the admins'.
+    pub owner: &'a str,
     pub change: &'a str,
 }
 impl SecretChanged<'_> {
     pub fn emit(self) {
-        tracing::info!(target: TARGET, event = "secret_changed", name = self.name, change = self.change, "secret changed");
+        tracing::info!(target: TARGET, event = "secret_changed", name = self.name, owner = self.owner, change = self.change, "secret changed");
     }
 }
 
@@ -521,6 +644,18 @@ pub struct InboxRequestRefused<'a> {
 impl InboxRequestRefused<'_> {
     pub fn emit(self) {
         tracing::warn!(target: TARGET, event = "inbox_request_refused", file = self.file, why = self.why, "inbox request refused");
+    }
+}
+
+/// Files in an agent's inbox that are no request hangar takes, moved aside into its `refused/`
+/// directory (each with its reason in `refused/.reasons`), counted once per scan.
+pub struct InboxFilesRefused<'a> {
+    pub sandbox: &'a str,
+    pub files: usize,
+}
+impl InboxFilesRefused<'_> {
+    pub fn emit(self) {
+        tracing::warn!(target: TARGET, event = "inbox_files_refused", sandbox = self.sandbox, files = self.files, "inbox files moved aside");
     }
 }
 

@@ -187,8 +187,15 @@ impl ExecRequest {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ExecResult {
     pub exit_code: i32,
+    /// The last `RESULT_TAIL_BYTES` of each output, as text.
     pub stdout: String,
     pub stderr: String,
+    /// The bytes of each output that came before what `stdout` and `stderr` hold (not shown
+    /// when none did).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stdout_dropped: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stderr_dropped: u64,
     /// Whether output reached the client as it was printed.
     pub streamed: bool,
     /// Why the command was cut off, when it was.
@@ -198,10 +205,35 @@ pub struct ExecResult {
     pub error: Option<String>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl ExecResult {
+    /// A result of the outputs' tails.
+    fn of(
+        exit_code: i32,
+        out: &Tail,
+        err: &Tail,
+        streamed: bool,
+        closed: Option<Reason>,
+        error: Option<String>,
+    ) -> Self {
+        ExecResult {
+            exit_code,
+            stdout: out.text(),
+            stderr: err.text(),
+            stdout_dropped: out.text_dropped(),
+            stderr_dropped: err.text_dropped(),
+            streamed,
+            closed,
+            error,
+        }
+    }
+
     /// A command cut off before its end: what was seen of its output, and why.
     fn cut(out: &Tail, err: &Tail, streamed: bool, closed: Reason, error: Option<String>) -> ExecResult {
-        ExecResult { exit_code: -1, stdout: out.text(), stderr: err.text(), streamed, closed: Some(closed), error }
+        ExecResult::of(-1, out, err, streamed, Some(closed), error)
     }
 
     fn emit(&self, sandbox: &str) {
@@ -379,10 +411,7 @@ fn daemon_events(
                 },
                 Some(process_event::Event::End(end)) => {
                     guard.armed = false;
-                    yield ExecEvent::Result(ExecResult {
-                        exit_code: end.exit_code, stdout: out.text(), stderr: err.text(), streamed: true,
-                        closed: None, error: end.error,
-                    });
+                    yield ExecEvent::Result(ExecResult::of(end.exit_code, &out, &err, true, None, end.error));
                     return;
                 }
                 Some(process_event::Event::Keepalive(_)) | None => {}
@@ -396,7 +425,7 @@ fn daemon_events(
 /// and counts against `HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN` until then, even when the client
 /// that asked is gone.
 pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
-    let mut row = relay.sandboxes.enter(reference, caller)?;
+    let mut row = relay.sandboxes.enter(reference, caller).await?;
     relay.sandboxes.runnable(&row)?;
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
     let slot = relay.unstreamed.take(&caller.token_id, relay.limits.unstreamed_execs_per_token)?;
@@ -447,7 +476,7 @@ pub async fn stream(
     mut req: ExecRequest,
     front: Front,
 ) -> Result<impl Stream<Item = ExecEvent> + Send + 'static> {
-    let mut row = relay.sandboxes.enter(reference, caller)?;
+    let mut row = relay.sandboxes.enter(reference, caller).await?;
     relay.sandboxes.runnable(&row)?;
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
     let mut stream = relay.streams.open(caller, &row.id, Kind::Exec, front)?;
@@ -481,14 +510,10 @@ pub async fn stream(
                     .flat_map(|r| {
                         let r = match r {
                             Ok(o) => from_fallback(o),
-                            Err(e) => ExecResult {
-                                exit_code: -1,
-                                stdout: String::new(),
-                                stderr: String::new(),
-                                streamed: false,
-                                closed: Some(Reason::Error),
-                                error: Some(e.to_string()),
-                            },
+                            Err(e) => {
+                                let none = Tail::new(0);
+                                ExecResult::of(-1, &none, &none, false, Some(Reason::Error), Some(e.to_string()))
+                            }
                         };
                         // Without a daemon the output arrives in one piece at the end.
                         let mut v = Vec::new();
@@ -525,7 +550,7 @@ pub async fn stream(
                     if matches!(reason, Reason::Shutdown | Reason::Paused | Reason::Destroyed) {
                         spare.store(true, Ordering::SeqCst);
                         // A restarted relay must know this one was spared, not orphaned.
-                        if let Err(e) = relay.store.spare_exec(&sandbox_id, &tag) {
+                        if let Err(e) = relay.store.spare_exec(&sandbox_id, &tag).await {
                             events::CleanupFailed { what: "recording a spared command", error: &e.to_string() }.emit();
                         }
                     }
@@ -577,14 +602,18 @@ pub fn from_fallback(o: ExecOutput) -> ExecResult {
     let (mut out, mut err) = (Tail::new(RESULT_TAIL_BYTES), Tail::new(RESULT_TAIL_BYTES));
     out.push(&o.stdout);
     err.push(&o.stderr);
-    ExecResult {
-        exit_code: o.exit_code,
-        stdout: out.text(),
-        stderr: err.text(),
-        streamed: false,
-        closed: o.timed_out.then_some(Reason::Lifetime),
-        error: o.timed_out.then(|| "the command timed out and was killed".to_string()),
-    }
+    let mut r = ExecResult::of(
+        o.exit_code,
+        &out,
+        &err,
+        false,
+        o.timed_out.then_some(Reason::Lifetime),
+        o.timed_out.then(|| "the command timed out and was killed".to_string()),
+    );
+    // What the provider dropped before the relay saw it.
+    r.stdout_dropped += o.stdout_dropped;
+    r.stderr_dropped += o.stderr_dropped;
+    r
 }
 
 #[cfg(test)]
@@ -610,6 +639,7 @@ mod tests {
             daemon_kind: None,
             created_at: 0,
             owner: None,
+            shared_with: vec![],
             provider_ref: None,
         }
     }
@@ -663,12 +693,7 @@ mod tests {
         }
         // Offsets count each output's text: stdout's 2 bytes were sent, 3 lost; stderr's first 3 lost.
         assert_eq!(shown(&q), ["gap Stderr 0..3", "gap Stdout 2..5", "out f"].map(String::from));
-        q.push_back(ExecEvent::Result(from_fallback(ExecOutput {
-            exit_code: 0,
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-            timed_out: false,
-        })));
+        q.push_back(ExecEvent::Result(from_fallback(ExecOutput::default())));
         shed.shed(&mut q);
         assert_eq!(shown(&q), ["gap Stderr 0..3", "gap Stdout 2..6", "result"].map(String::from));
         assert_eq!(shed.shed(&mut q), 0, "the result is never shed");

@@ -3,8 +3,8 @@ use std::io::Write as _;
 
 use clap::Parser;
 use hangar_relay::{
+    app,
     config::{Cli, Command, Config},
-    events,
 };
 
 fn main() -> std::process::ExitCode {
@@ -15,13 +15,10 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let Cli { command: Command::Serve(config) } = Cli::parse();
-    let slice_us = config.sched_slice_us;
-    let request_slice = move || {
-        hangar_sched::request_for_thread(slice_us, |error| events::SchedSliceRefused { slice_us, error }.emit())
-    };
+    let request_slice = app::thread_start(config.sched_slice_us);
     // Every thread: the main one (it accepts connections in `block_on`), the workers and the
-    // blocking pool (tokio has no hook for workers alone). Processes the relay starts keep the
-    // kernel's default.
+    // blocking pool (tokio has no hook for workers alone), and the store's writer (`app::bind`).
+    // Processes the relay starts keep the kernel's default.
     request_slice();
     let runtime = tokio::runtime::Builder::new_multi_thread().on_thread_start(request_slice).enable_all().build();
     match runtime {

@@ -38,14 +38,14 @@ pub struct Recovered {
 
 /// Looks at every running sandbox once, at start.
 pub async fn recover(relay: Arc<Relay>) {
-    let sandboxes = match relay.sandboxes.list() {
+    let sandboxes = match relay.sandboxes.list().await {
         Ok(s) => s,
         Err(e) => {
             events::RecoveryFailed { sandbox: "*", error: &e.to_string() }.emit();
             return;
         }
     };
-    let revoked = match relay.store.revoked_tokens() {
+    let revoked = match relay.store.revoked_tokens().await {
         Ok(r) => r,
         Err(e) => {
             events::RecoveryFailed { sandbox: "*", error: &e.to_string() }.emit();
@@ -82,7 +82,7 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
         return Ok(done);
     };
     let list = running(&envd).await?;
-    let spared = relay.store.spared_execs(&row.id)?;
+    let spared = relay.store.spared_execs(&row.id).await?;
     let mut running_tags = Vec::new();
     for (pid, tag) in &list {
         let Some(tag) = tag.as_deref() else { continue };
@@ -113,7 +113,7 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
             done.adopted += 1;
         }
     }
-    relay.store.forget_spared_execs(&row.id, &running_tags)?;
+    relay.store.forget_spared_execs(&row.id, &running_tags).await?;
     // Background processes: a revoked token's are killed; the rest are adopted when listed (on
     // hangar-envd, whose ring kept their output), or followed again now (on E2B's envd, where
     // what they print while nobody follows them is lost).
@@ -123,7 +123,7 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
     }
     if envd.is_e2b() {
         let live: Vec<String> =
-            relay.store.tokens()?.into_iter().filter(|t| t.revoked_at.is_none()).map(|t| t.id).collect();
+            relay.store.tokens().await?.into_iter().filter(|t| t.revoked_at.is_none()).map(|t| t.id).collect();
         done.followed = processes::recover_followed(relay, row, &envd, &live).await?;
     }
     Ok(done)

@@ -22,7 +22,7 @@ pub struct Revoked {
 
 /// Revokes a live token, then ends what it has open and running.
 pub async fn revoke(relay: &Relay, token_id: &str) -> Result<Revoked> {
-    if !relay.store.revoke_token(token_id)? {
+    if !relay.store.revoke_token(token_id).await? {
         return Err(Error::not_found(format!("no live token {token_id:?}")));
     }
     events::TokenRevoked { id: token_id }.emit();
@@ -46,7 +46,7 @@ pub async fn recheck(relay: Arc<Relay>) {
     loop {
         tick.tick().await;
         for token in relay.streams.tokens() {
-            match relay.store.token(&token) {
+            match relay.store.token(&token).await {
                 Ok(Some(t)) if t.revoked_at.is_none() => {}
                 Ok(_) => {
                     revoked(&relay, &token).await;

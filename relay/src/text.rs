@@ -120,20 +120,23 @@ impl OffsetText {
     }
 }
 
-/// The last `cap` bytes of an output.
+/// The last `cap` bytes of an output, and how many bytes came before them.
 #[derive(Debug)]
 pub struct Tail {
     cap: usize,
     buf: Vec<u8>,
+    /// Every byte pushed.
+    total: u64,
 }
 
 impl Tail {
     pub fn new(cap: usize) -> Tail {
-        Tail { cap, buf: Vec::new() }
+        Tail { cap, buf: Vec::new(), total: 0 }
     }
 
     pub fn push(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
+        self.total += b.len() as u64;
         // Trim only once it is twice the cap, so pushes cost amortized O(1).
         if self.buf.len() > self.cap.saturating_mul(2) {
             self.buf.drain(..self.buf.len() - self.cap);
@@ -150,18 +153,33 @@ impl Tail {
         self.buf
     }
 
+    /// The bytes pushed that `bytes` no longer holds.
+    pub fn dropped(&self) -> u64 {
+        self.total - self.bytes().len() as u64
+    }
+
+    /// The bytes pushed that `text` does not show: those `bytes` dropped, and the rest of a
+    /// character they cut.
+    pub fn text_dropped(&self) -> u64 {
+        self.dropped() + (self.bytes().len() - text_start(self.bytes()).len()) as u64
+    }
+
     /// The tail as text, starting at a character boundary.
     pub fn text(&self) -> String {
-        let mut tail = self.bytes();
-        while let [first, rest @ ..] = tail {
-            if first & 0b1100_0000 == 0b1000_0000 {
-                tail = rest;
-            } else {
-                break;
-            }
-        }
-        String::from_utf8_lossy(tail).into_owned()
+        String::from_utf8_lossy(text_start(self.bytes())).into_owned()
     }
+}
+
+/// `tail` from its first byte that is not a UTF-8 continuation byte.
+fn text_start(mut tail: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = tail {
+        if first & 0b1100_0000 == 0b1000_0000 {
+            tail = rest;
+        } else {
+            break;
+        }
+    }
+    tail
 }
 
 /// The last `cap` bytes of `s`, starting on a character boundary.
@@ -191,6 +209,19 @@ pub fn sh_quote(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tail_counts_what_it_dropped_and_what_its_text_does_not_show() {
+        let mut t = Tail::new(4);
+        t.push(b"ab");
+        assert_eq!((t.bytes(), t.dropped(), t.text_dropped()), (&b"ab"[..], 0, 0));
+        // 7 bytes pushed in all: "a" and the euro sign's first two bytes are gone.
+        t.push("€".as_bytes());
+        t.push(b"xy");
+        assert_eq!((t.text(), t.dropped(), t.text_dropped()), ("xy".to_string(), 3, 5));
+        t.push(&[b'z'; 20]);
+        assert_eq!((t.dropped(), t.text_dropped()), (23, 23));
+    }
 
     #[test]
     fn split_characters_decode_once_whole() {

@@ -47,7 +47,7 @@ pub async fn watch(
     recursive: bool,
     front: Front,
 ) -> Result<impl Stream<Item = WatchItem> + Send + 'static> {
-    let mut row = relay.sandboxes.enter(reference, caller)?;
+    let mut row = relay.sandboxes.enter(reference, caller).await?;
     let path = relay.sandboxes.resolve_path(&row, path)?;
     let envd = relay.sandboxes.require_daemon(&mut row, "watching a directory").await?;
     let mut admitted = relay.streams.open(caller, &row.id, Kind::Watch, front)?;

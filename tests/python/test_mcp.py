@@ -63,6 +63,17 @@ class Relay:
         if self.url is None:
             self.stop()
             pytest.fail(f"hangar-relay printed no address:\n{self.log_path.read_text(errors='replace')}")
+        # These tests use the default sandbox with agents' tokens: shared with every person, as a
+        # team relay would share it (it is the admins' until then).
+        self.share("default", ["*"])
+
+    def share(self, sandbox: str, persons):
+        r = httpx.patch(
+            f"{self.url}/api/sandboxes/{sandbox}",
+            json={"shared_with": persons},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+        assert r.status_code == 200, r.text
 
     def token(self, name: str, scope: str = "mcp") -> str:
         return self.token_with_id(name, scope)[1]
@@ -743,6 +754,8 @@ def test_without_a_daemon_exec_comes_in_one_piece_and_a_watch_says_it_needs_one(
         timeout=120,
     )
     assert r.status_code == 201, r.text
+    # The admin's sandbox, shared with the agent's person (every person).
+    relay.share(name, ["*"])
     try:
 
         async def main():

@@ -34,6 +34,41 @@ pub fn cgroup_dir(path: &str) -> Option<PathBuf> {
     })
 }
 
+/// The mount points at or under `dir` in this process's mount namespace, deepest first (as
+/// `/proc/self/mountinfo` lists them, its octal escapes undone).
+pub fn mount_points_under(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .map(|p| PathBuf::from(unescape_mountinfo(p)))
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points
+}
+
+/// mountinfo writes a space, tab, newline and backslash in a path as `\ooo`.
+fn unescape_mountinfo(p: &str) -> String {
+    let mut out = Vec::new();
+    let b = p.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let code = b.get(i + 1..i + 4).and_then(|o| u8::from_str_radix(std::str::from_utf8(o).ok()?, 8).ok());
+        match (b[i], code) {
+            (b'\\', Some(c)) => {
+                out.push(c);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The directory of this process's cgroup v2.
 pub fn own_cgroup_dir() -> Option<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;

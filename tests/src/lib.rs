@@ -24,6 +24,7 @@
 //! - [`watch`]: the watch and follow tests' helpers.
 //! - [`relay`]: the `hangar-relay` under test, its REST calls and SSE streams.
 //! - [`cli`]: the `hangar` command-line client, run as a person would (`Hangar`).
+//! - [`mcp`]: the relay's MCP endpoint over raw HTTP (a 2025-era session, one tool call).
 //! - [`docker`]: containers for the tests that need Docker.
 //! - [`e2b_api`]: a test double of E2B's REST API and edge, checked against E2B's published spec.
 //! - [`kube`]: a Kubernetes API server double (its pods run as Docker containers), for the
@@ -41,6 +42,7 @@ pub mod events;
 pub mod files;
 pub mod host;
 pub mod kube;
+pub mod mcp;
 pub mod platform;
 pub mod procfs;
 pub mod relay;

@@ -55,6 +55,19 @@ impl StateDir {
             })
             .collect()
     }
+
+    /// The host pid of one sandbox's daemon (not its `unshare`), found by the token file its
+    /// command line names; fails the test unless there is exactly one.
+    pub fn daemon_of(&self, sandbox_id: &str) -> u32 {
+        let token_file = format!("{}/sandboxes/{sandbox_id}/envd.token", self.0.display());
+        let pids: Vec<u32> = self
+            .daemons()
+            .into_iter()
+            .filter(|p| cmdline(*p).is_some_and(|c| c.split('\0').any(|a| a == token_file)))
+            .collect();
+        assert_eq!(pids.len(), 1, "one daemon for {sandbox_id}: {pids:?}");
+        pids[0]
+    }
 }
 
 impl Default for StateDir {
@@ -71,6 +84,15 @@ impl Drop for StateDir {
                 unsafe { libc::kill(p.pid as i32, libc::SIGKILL) };
             }
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        // Local sandboxes' work directories are filesystems mounted on the host (when the relay
+        // is root): unmounted first, or removing the directory would leave them, and their loop
+        // devices, behind.
+        for point in crate::mount_points_under(&self.0) {
+            if let Ok(c) = std::ffi::CString::new(point.as_os_str().as_encoded_bytes()) {
+                // SAFETY: umount2(2) on a mount under this test's own state directory.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
         }
         let _ = std::fs::remove_dir_all(&self.0);
     }
@@ -91,10 +113,23 @@ pub struct Relay {
 impl Relay {
     /// Starts a relay on `state` with the admin token `ADMIN` and `env` added.
     pub fn start(state: &Path, env: &[(&str, &str)]) -> Relay {
+        Relay::start_under(&[], state, env)
+    }
+
+    /// As `start`, with the relay run by the command `wrapper` (its program and arguments, the
+    /// relay's command line following), such as `unshare` into a scratch mount namespace.
+    pub fn start_under(wrapper: &[&str], state: &Path, env: &[(&str, &str)]) -> Relay {
         std::fs::create_dir_all(state.parent().unwrap_or(Path::new("/tmp"))).expect("temp dir");
         let stderr_path = state.with_extension(format!("stderr-{}.log", COUNTER.fetch_add(1, Ordering::SeqCst)));
         let stderr = std::fs::File::create(&stderr_path).expect("relay log file");
-        let mut cmd = Command::new(relay_bin());
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(relay_bin());
+                c
+            }
+            None => Command::new(relay_bin()),
+        };
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(state)
             .env("HANGAR_ADMIN_TOKEN", ADMIN)
@@ -189,6 +224,20 @@ impl Relay {
         let v = r.json();
         let field = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("token without {k}: {v}")).to_string();
         Token { id: field("id"), secret: field("secret") }
+    }
+
+    /// Shares a sandbox (with the admin token) with `persons` (`"*"`: every person), replacing
+    /// whom it was shared with.
+    pub async fn share(&self, sandbox: &str, persons: &[&str]) {
+        let body = serde_json::json!({ "shared_with": persons });
+        let r = self.call("PATCH", &format!("/api/sandboxes/{sandbox}"), Some(ADMIN), Some(body)).await;
+        assert_eq!(r.status, 200, "sharing sandbox {sandbox:?}: {r:?}");
+    }
+
+    /// Shares the `default` sandbox, which is the admins' alone until then, with every person:
+    /// for tests that use it with other tokens than the admin's.
+    pub async fn share_default(&self) {
+        self.share("default", &["*"]).await;
     }
 
     /// One request, the whole response.

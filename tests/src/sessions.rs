@@ -145,3 +145,14 @@ pub fn states(events: &[Value]) -> Vec<String> {
         })
         .collect()
 }
+
+/// The log hangar reads for a session's first turn: its trusted copy where the split holds.
+pub async fn log_path(relay: &Relay, s: &Value) -> String {
+    let turn = s["turns"][0]["id"].as_str().expect("turn");
+    if s["split"] == json!(true) {
+        let sandbox = relay.call("GET", "/api/sandboxes/default", Some(crate::relay::ADMIN), None).await.json();
+        format!("/var/lib/hangar/runs/{}/{turn}.log", sandbox["id"].as_str().expect("id"))
+    } else {
+        format!("{}/.hangar/runs/{turn}.log", s["cwd"].as_str().expect("cwd"))
+    }
+}

@@ -103,12 +103,22 @@ async fn sandboxes_are_listed_created_and_removed() {
         "{out}"
     );
 
-    let created = hangar.run(&["sandboxes", "create", "cli-box", "--provider", "local"]).await.ok().stdout;
+    let created =
+        hangar.run(&["sandboxes", "create", "cli-box", "--provider", "local", "--share", "ana"]).await.ok().stdout;
     assert!(created.starts_with("created sandbox cli-box (sbx_"), "{created}");
     let v = hangar.run(&["sandboxes", "--json"]).await.ok().json();
     let names: Vec<&str> =
         v["sandboxes"].as_array().expect("sandboxes").iter().filter_map(|s| s["name"].as_str()).collect();
     assert!(names.contains(&"cli-box") && names.contains(&"default"), "{v}");
+    let cli_box = v["sandboxes"].as_array().and_then(|l| l.iter().find(|s| s["name"] == "cli-box")).cloned();
+    assert_eq!(cli_box.map(|s| s["shared_with"].clone()), Some(serde_json::json!(["ana"])), "{v}");
+    let shared = hangar.run(&["sandboxes", "share", "cli-box", "sean", "*"]).await.ok().stdout;
+    assert_eq!(shared, "sandbox cli-box is shared with everyone\n");
+    let shared = hangar.run(&["sandboxes", "share", "cli-box"]).await.ok().stdout;
+    assert_eq!(shared, "sandbox cli-box is shared with nobody\n");
+    let bad = hangar.run(&["sandboxes", "share", "cli-box", "a\u{1}b"]).await;
+    assert_eq!(bad.code, Some(1), "{bad:?}");
+    assert!(bad.stderr.contains("(invalid_argument, HTTP 400)"), "{bad:?}");
 
     let again = hangar.run(&["sandboxes", "create", "cli-box"]).await;
     assert_eq!(again.code, Some(1), "{again:?}");

@@ -164,8 +164,10 @@ async fn a_full_disk_is_an_error_and_loses_nothing_recorded() {
         return;
     }
     let state = StateDir::new();
-    let disk = SmallDisk::mount(&state.0, "8m");
-    let relay = Relay::start(&state.0, &[]);
+    // Room for two local sandboxes' reserved 64 MiB filesystems (default and "kept") and a
+    // little more: what fills up is the relay's own state.
+    let disk = SmallDisk::mount(&state.0, "136m");
+    let relay = Relay::start(&state.0, &[("HANGAR_LOCAL_DISK_MIB", "64")]);
     let before = relay.token("before", "user").await;
     let r = relay.call("POST", "/api/sandboxes", Some(ADMIN), Some(json!({"name": "kept"}))).await;
     assert_eq!(r.status, 201, "{r:?}");

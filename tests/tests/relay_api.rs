@@ -178,6 +178,7 @@ async fn sandboxes_crud_and_bad_input() {
 async fn exec_returns_the_result_at_the_end() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let user = relay.token("u", "user").await.secret;
     let r = relay
         .call(
@@ -333,4 +334,46 @@ async fn a_restarted_relay_finds_its_sandboxes_daemons_again() {
     let after = state.daemons();
     assert_eq!(after.len(), 1);
     assert_ne!(after, before);
+}
+
+/// A local sandbox whose daemon cannot start runs a command through the provider's own exec:
+/// each output costs the relay its last 256 KiB as it is read, however much the command prints
+/// (1 GiB from /dev/zero here, a second or two), and the result is that tail.
+#[tokio::test]
+async fn the_local_exec_keeps_only_the_last_256_kib_of_each_output() {
+    let state = StateDir::new();
+    let unisolated = ("HANGAR_TEST_DISABLE_ISOLATION", "1");
+    // A sandbox made with its daemon, which then dies and cannot start again (the relay comes
+    // back with a daemon binary that is not there): its commands take the provider's exec.
+    drop(Relay::start(&state.0, &[unisolated]));
+    let daemons = state.daemons();
+    assert!(!daemons.is_empty(), "the default sandbox's daemon runs");
+    for pid in daemons {
+        // SAFETY: kill(2) on the daemon this test's relay started.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    wait_until(STEP, "the daemon gone", || state.daemons().is_empty()).await;
+    let relay = Relay::start(&state.0, &[unisolated, ("HANGAR_ENVD_BIN", "/nonexistent/hangar-envd")]);
+
+    let command = "head -c 1073741824 /dev/zero; printf end; head -c 300000 /dev/zero >&2; printf err-end >&2";
+    let r = relay.call("POST", "/api/sandboxes/default/exec", Some(ADMIN), Some(json!({ "command": command }))).await;
+    assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body[..r.body.len().min(300)]));
+    let v = r.json();
+    assert_eq!(
+        (v["exit_code"].clone(), v["streamed"].clone()),
+        (json!(0), json!(false)),
+        "through the provider's exec"
+    );
+    let printed = [("stdout", "end", (1u64 << 30) + 3), ("stderr", "err-end", 300_007)];
+    for (name, end, total) in printed {
+        let text = v[name].as_str().unwrap_or_else(|| panic!("no {name}"));
+        assert_eq!(text.len(), 256 * 1024, "{name}: its last 256 KiB");
+        assert!(text.ends_with(end) && text[..text.len() - end.len()].bytes().all(|b| b == 0), "{name}: its end");
+        // And how much came before it, so a client knows the result is a tail.
+        assert_eq!(v[format!("{name}_dropped")], json!(total - 256 * 1024), "{name}: the bytes dropped");
+    }
+    assert!(state.daemons().is_empty(), "no daemon ran the command");
+    let peak = hangar_e2e::vm_hwm_kib(relay.pid()).expect("the relay's VmHWM");
+    eprintln!("the relay's peak resident memory: {peak} KiB");
+    assert!(peak < 256 * 1024, "the relay held what the command printed: a peak of {peak} KiB");
 }

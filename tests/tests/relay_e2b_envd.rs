@@ -195,6 +195,8 @@ async fn a_background_process_is_followed_by_the_relay_with_since_and_gaps() {
     let v = until(&relay, ADMIN, &sbx, &cat, "cat ends", |v| v["process"]["state"] == json!("exited")).await;
     assert_eq!((v["output"].clone(), v["process"]["exit_code"].clone()), (json!("hello\n"), json!(0)), "{v}");
     let sleeper = start(&relay, ADMIN, &sbx, "sleep 300").await;
+    // Shared with everyone: what keeps another token out is the process's owner, not the sandbox's.
+    relay.share(&sbx, &["*"]).await;
     let other = relay.token("other", "user").await;
     let (status, v) =
         call(&relay, &other.secret, "GET", &format!("/api/sandboxes/{sbx}/processes/{sleeper}"), None).await;
@@ -248,6 +250,7 @@ async fn after_a_restart_processes_are_adopted_by_tag_and_the_earlier_output_is_
         return;
     };
     let (sbx, sbx_id) = e2b_sandbox(&relay, &mut containers).await;
+    relay.share(&sbx, &["*"]).await;
     let user = relay.token("someone", "user").await;
     let echo = start(&relay, &user.secret, &sbx, "echo before; cat").await;
     let ended = start(&relay, &user.secret, &sbx, "cat").await;

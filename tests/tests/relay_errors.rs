@@ -3,6 +3,8 @@
 use hangar_e2e::{
     docker::{self, Containers, PLAIN_IMAGE},
     relay::{Relay, StateDir, ADMIN},
+    sessions::{all_events, harness_file, profile, start, until_ended},
+    STEP,
 };
 use serde_json::{json, Value};
 
@@ -114,6 +116,7 @@ async fn times_are_epoch_seconds_everywhere() {
 async fn another_token_s_process_is_not_found_and_no_mac_is_shown() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let mine = relay.token("mine", "user").await;
     let theirs = relay.token("theirs", "user").await;
     let p = relay
@@ -137,4 +140,58 @@ async fn another_token_s_process_is_not_found_and_no_mac_is_shown() {
     }
     let r = relay.call("DELETE", &base, Some(&mine.secret), None).await;
     assert_eq!(r.status, 202, "{r:?}");
+}
+
+/// A session's events read with each parameter out of its range: a 400 naming the parameter and
+/// its range (never a clamp that reads something else), on the long poll and on both streams of
+/// events; the edges of each range are read as asked, and the refusals lose nothing.
+#[tokio::test]
+async fn out_of_range_event_reads_are_a_400_naming_the_range() {
+    let state = StateDir::new();
+    let quick = ["bash", "-c", "cat >/dev/null; echo one; echo two; echo three"].map(String::from);
+    let file = harness_file(&state.0, &[profile("quick", &quick, None, "text", "none")]);
+    let relay = Relay::start(&state.0, &[("HANGAR_HARNESSES", file.to_str().expect("path"))]);
+    let body = json!({"name": "ranges", "sandbox": "default", "harness": "quick", "prompt": "p"});
+    start(&relay, ADMIN, body).await;
+    until_ended(&relay, ADMIN, "ranges", STEP).await;
+    let all = all_events(&relay, ADMIN, "ranges").await;
+    assert!(all.len() >= 3, "{all:?}");
+
+    let events = "/api/sessions/ranges/events";
+    for (query, names) in [
+        ("since=-1", ["since: -1", "0 or more"]),
+        ("limit=5000", ["limit: 5000", "1 to 1000"]),
+        ("limit=0", ["limit: 0", "1 to 1000"]),
+        ("wait=26", ["wait: 26", "0 to 25 seconds"]),
+        ("wait=-1", ["wait: -1", "0 to 25 seconds"]),
+        ("wait=NaN", ["wait: NaN", "0 to 25 seconds"]),
+    ] {
+        let r = relay.call("GET", &format!("{events}?{query}"), Some(ADMIN), None).await;
+        assert_eq!(code(&r), (400, json!("invalid_argument")), "{query}: {r:?}");
+        let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+        for name in names {
+            assert!(message.contains(name), "{query}: the message says {name:?}: {message}");
+        }
+    }
+    for path in ["/api/sessions/ranges/events/stream?since=-1", "/api/jobs/job_x/events/stream?since=-1"] {
+        let r = relay.call("GET", path, Some(ADMIN), None).await;
+        assert_eq!(code(&r), (400, json!("invalid_argument")), "{path}: {r:?}");
+        assert!(String::from_utf8_lossy(&r.body).contains("since: -1"), "{path}: {r:?}");
+    }
+    let s = relay.sse_with("/api/sessions/ranges/events/stream", Some(ADMIN), &[("last-event-id", "-1")]).await;
+    assert_eq!(s.status, 400, "a Last-Event-ID before the first event");
+
+    // The edges are read as asked.
+    let r = relay.call("GET", &format!("{events}?since=0&limit=1000&wait=25"), Some(ADMIN), None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["events"], json!(all), "every event, once");
+    let r = relay.call("GET", &format!("{events}?since=1&limit=1&wait=0"), Some(ADMIN), None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let page = r.json();
+    assert_eq!(
+        (page["events"].clone(), page["next"].clone(), page["more"].clone()),
+        (json!([all[1]]), json!(2), json!(true))
+    );
+    // Nothing was lost to the refusals.
+    assert_eq!(all_events(&relay, ADMIN, "ranges").await, all);
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use hangar_e2e::{
     relay::{Relay, Sse, SseEvent, StateDir, ADMIN},
-    sessions::{fixture, harness_file, profile, put_secret},
+    sessions::{fixture, harness_file, profile},
     STEP,
 };
 use serde_json::{json, Value};
@@ -125,7 +125,16 @@ async fn the_read_joins_every_unit_with_its_work_and_each_person_sees_theirs() {
     let (sean, _) = person_token(&relay, "sean", "Sean", "user").await;
     let (ana, _) = person_token(&relay, "ana", "Ana", "user").await;
     let (ci, _) = person_token(&relay, "ci", "CI", "jobs").await;
-    put_secret(&relay, "ANTHROPIC_API_KEY", "sk-ant-fleet-0123").await;
+    // Ana's own key: a person may not use the admins' secrets unless the profile grants them.
+    let r = relay
+        .call(
+            "POST",
+            "/api/secrets",
+            Some(&ana),
+            Some(json!({"name": "ANTHROPIC_API_KEY", "value": "sk-ant-fleet-0123"})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
 
     // Sandboxes are their creator's; the default one is nobody's.
     assert_eq!(sandbox(&relay, &sean, "sean-1").await["owner"], json!("sean"));

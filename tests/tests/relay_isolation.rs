@@ -23,27 +23,10 @@ async fn exec(relay: &Relay, token: &str, sandbox: &str, command: &str) -> Value
     r.json()
 }
 
-async fn make_sandbox(relay: &Relay, name: &str) -> Value {
-    let r = relay.call("POST", "/api/sandboxes", Some(ADMIN), Some(json!({"name": name}))).await;
+async fn make_sandbox(relay: &Relay, token: &str, name: &str) -> Value {
+    let r = relay.call("POST", "/api/sandboxes", Some(token), Some(json!({"name": name}))).await;
     assert_eq!(r.status, 201, "creating {name}: {r:?}");
     r.json()
-}
-
-/// The host pid of a sandbox's daemon (not its `unshare`), found by its command line.
-fn daemon_pid(state: &StateDir, sandbox_id: &str) -> u32 {
-    let token_file = format!("{}/sandboxes/{sandbox_id}/envd.token", state.0.display());
-    let pids: Vec<u32> = state
-        .daemons()
-        .into_iter()
-        .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
-                let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
-                args.first().is_some_and(|a| a.ends_with(b"hangar-envd")) && args.contains(&token_file.as_bytes())
-            })
-        })
-        .collect();
-    assert_eq!(pids.len(), 1, "one daemon for {sandbox_id}: {pids:?}");
-    pids[0]
 }
 
 fn environ(pid: u32) -> Vec<String> {
@@ -73,7 +56,7 @@ async fn the_daemon_gets_only_an_allow_listed_environment() {
             .as_str()
             .expect("an id")
             .to_string();
-        let env = environ(daemon_pid(&state, &id));
+        let env = environ(state.daemon_of(&id));
         let allowed = ["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HANGAR_LOG"];
         for var in &env {
             let name = var.split('=').next().unwrap_or_default();
@@ -95,6 +78,7 @@ async fn a_command_cannot_read_the_relays_secrets() {
     }
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[("HANGAR_ISOLATION_CANARY", CANARY)]);
+    relay.share_default().await;
     let user = relay.token("u", "user").await.secret;
     let script = format!(
         "for f in /proc/[0-9]*/environ; do cat \"$f\" 2>/dev/null | tr '\\0' '\\n'; done \
@@ -116,9 +100,10 @@ async fn a_command_cannot_reach_the_state_directory() {
     }
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let user = relay.token("u", "user").await.secret;
     let own = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
-    let other = make_sandbox(&relay, "other").await;
+    let other = make_sandbox(&relay, ADMIN, "other").await;
     let s = state.0.display();
     let (own_id, other_id) = (own["id"].as_str().expect("id"), other["id"].as_str().expect("id"));
     let tries = [
@@ -158,8 +143,9 @@ async fn a_command_sees_only_its_own_sandbox() {
     }
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let user = relay.token("u", "user").await.secret;
-    make_sandbox(&relay, "other").await;
+    make_sandbox(&relay, ADMIN, "other").await;
     let marker = format!("hangar-elsewhere-{}", std::process::id());
     let r = relay
         .call(
@@ -197,6 +183,7 @@ async fn a_sandbox_says_how_it_is_isolated_and_runs_as_its_own_user() {
     }
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let user = relay.token("u", "user").await.secret;
     let v = relay.call("GET", "/api/sandboxes/default", Some(&user), None).await.json();
     assert_eq!(v["isolation"], json!("namespaces"), "{v}");
@@ -270,6 +257,7 @@ async fn a_sandbox_that_isolates_nothing_is_for_admins_unless_allowed() {
     let state = StateDir::new();
     let env = [("HANGAR_TEST_DISABLE_ISOLATION", "1"), ("HANGAR_ALLOW_UNISOLATED_SANDBOXES", "0")];
     let mut relay = Relay::start(&state.0, &env);
+    relay.share_default().await;
     let log = relay.log();
     assert!(
         log.contains("event=\"local_isolation\" isolation=\"none\"") && log.contains("unisolated_allowed=false"),
@@ -321,8 +309,9 @@ async fn destroying_leaves_no_survivor(env: &[(&str, &str)]) {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, env);
     let user = relay.token("u", "user").await.secret;
-    let created = make_sandbox(&relay, "doomed").await;
-    let daemon = daemon_pid(&state, created["id"].as_str().expect("id"));
+    // The user's own, which it may destroy.
+    let created = make_sandbox(&relay, &user, "doomed").await;
+    let daemon = state.daemon_of(created["id"].as_str().expect("id"));
     let marker = format!("hangar-doomed-{}-{}", std::process::id(), env.len());
     let r = relay
         .call(
@@ -367,4 +356,54 @@ async fn destroying_a_sandbox_without_isolation_leaves_no_survivor() {
         ("HANGAR_ALLOW_UNISOLATED_SANDBOXES", "true"),
     ])
     .await;
+}
+
+/// A package install replaces the host's `/etc/passwd` and `/etc/group` by a rename. Here the
+/// relay runs in a scratch mount namespace whose `/etc` is a copy, and the files are replaced
+/// in that copy: a sandbox started before still resolves its user (it ran into `setpriv: uid
+/// ... not found` when its passwd was a file bound over the host's), and reads what the host
+/// replaced elsewhere in `/etc` at once.
+#[tokio::test]
+async fn a_sandbox_keeps_its_user_when_the_host_replaces_its_passwd_by_a_rename() {
+    if skip_without(is_root(), "root (isolated local sandboxes, a scratch mount namespace)") {
+        return;
+    }
+    let state = StateDir::new();
+    std::fs::create_dir_all(&state.0).expect("state dir");
+    let etc = state.0.with_extension("etc");
+    let _ = std::fs::remove_dir_all(&etc);
+    let copied = std::process::Command::new("cp").arg("-a").arg("/etc").arg(&etc).status().expect("cp");
+    assert!(copied.success(), "copying /etc");
+    let etc_arg = etc.to_str().expect("path");
+    let wrapper = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        r#"mount --bind "$0" /etc && exec "$@""#,
+        etc_arg,
+    ];
+    let mut relay = Relay::start_under(&wrapper, &state.0, &[]);
+    relay.share_default().await;
+    let user = relay.token("u", "user").await.secret;
+    let who = exec(&relay, &user, "default", "id -un; cat /etc/hosts | tail -n 1").await;
+    let name = who["stdout"].as_str().unwrap_or_default().lines().next().unwrap_or_default().to_string();
+    assert!(name.starts_with("hangar-"), "{who}");
+
+    for (file, extra) in [("passwd", ""), ("group", ""), ("hosts", "10.9.8.7 replaced-by-rename\n")] {
+        let path = etc.join(file);
+        let mut text = std::fs::read_to_string(&path).expect("the copy's file");
+        text.push_str(extra);
+        let new = etc.join(format!("{file}.hangar-new"));
+        std::fs::write(&new, text).expect("writing the new file");
+        std::fs::rename(&new, &path).expect("renaming it over");
+    }
+    let who = exec(&relay, &user, "default", "id -un; tail -n 1 /etc/hosts").await;
+    assert_eq!(who["stdout"], json!(format!("{name}\n10.9.8.7 replaced-by-rename\n")), "{who}");
+    relay.stop();
+    drop(state);
+    let _ = std::fs::remove_dir_all(&etc);
 }

@@ -44,8 +44,22 @@ fn profiles() -> Vec<String> {
         profile("slow", &slow, None, "claude-stream-json", "none"),
         profile("sleeper", &argv(&["bash", "-c", "cat >/dev/null; exec sleep 60"]), None, "claude-stream-json", "none"),
         profile("fails", &argv(&["bash", "-c", "cat >/dev/null; echo oops >&2; exit 3"]), None, "text", "none"),
+        profile(
+            "forger",
+            &argv(&["bash", "-c", &format!("{FORGER}; echo '{result}'")]),
+            None,
+            "claude-stream-json",
+            "none",
+        ),
     ]
 }
+
+/// An agent that would forge its job's measured result: a login profile that makes `false`
+/// succeed, untracked files hidden from `git status` by the repository's configuration and its
+/// own exclude file, one of them left behind, and a commit.
+const FORGER: &str = "cat >/dev/null; echo 'false() { return 0; }' >> \"$HOME/.bash_profile\"; \
+     git config status.showUntrackedFiles no; echo left-behind.txt >> .git/info/exclude; \
+     echo half-done > left-behind.txt; git -c user.email=a@b -c user.name=agent commit -q --allow-empty -m work";
 
 fn relay(state: &StateDir) -> Relay {
     let file = harness_file(&state.0, &profiles());
@@ -192,6 +206,25 @@ async fn a_failing_verification_or_turn_fails_the_job_with_its_reason() {
 }
 
 #[tokio::test]
+async fn an_agent_cannot_forge_its_verification_or_hide_what_it_left_behind() {
+    let state = StateDir::new();
+    let relay = relay(&state);
+    repo(&relay).await;
+    let mut body = job_body("forger", "add the feature");
+    body["verify"] = json!("test -d .git && false");
+    let id = create(&relay, ADMIN, body).await["id"].as_str().expect("id").to_string();
+    let job = ended(&relay, ADMIN, &id).await;
+    // The agent's profile did run for a login shell, and git's own status hides the file.
+    let forged = exec(&relay, "bash -lc 'test -d .git && false' && echo passes; git status --porcelain").await;
+    assert_eq!(forged.trim(), "passes", "the agent's forgery is in place: {forged}");
+    assert_eq!((job["state"].clone(), job["reason"].clone()), (json!("failed"), json!("verify_failed")), "{job}");
+    let r = &job["result"];
+    assert_eq!(r["verification"]["exit_code"], json!(1), "{r}");
+    assert_eq!(r["dirty"], json!(true), "{r}");
+    assert_eq!(r["commits_ahead"], json!(1), "{r}");
+}
+
+#[tokio::test]
 async fn the_same_idempotency_key_returns_the_same_job_and_another_prompt_with_it_conflicts() {
     let state = StateDir::new();
     let relay = relay(&state);
@@ -214,6 +247,7 @@ async fn the_same_idempotency_key_returns_the_same_job_and_another_prompt_with_i
 async fn a_jobs_token_sees_only_its_own_jobs_and_no_sandbox_route() {
     let state = StateDir::new();
     let relay = relay(&state);
+    relay.share_default().await;
     repo(&relay).await;
     let a = relay.token("pipeline-a", "jobs").await;
     let b = relay.token("pipeline-b", "jobs").await;

@@ -1,60 +1,15 @@
 //! The relay's MCP endpoint over raw HTTP, where the status is what is tested (the SDKs hide
 //! it): ending a 2025-era session.
 use hangar_e2e::{
-    build_request, full_body, read_raw,
-    relay::{Relay, Sse, StateDir},
-    send_http1, within, RawResponse, STEP,
+    mcp::{open_session, request as mcp},
+    read_raw,
+    relay::{Relay, StateDir},
+    RawResponse,
 };
-use serde_json::{json, Value};
-
-const VERSION: &str = "2025-06-18";
-
-/// One request to `/mcp` with `token`, `session` and `extra` headers (which replace the
-/// defaults); the response unread.
-async fn mcp(
-    relay: &Relay,
-    method: &str,
-    token: Option<&str>,
-    session: Option<&str>,
-    extra: &[(&str, &str)],
-    body: Option<Value>,
-) -> hyper::Response<hyper::body::Incoming> {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut headers = vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
-    if let Some(a) = &auth {
-        headers.push(("authorization", a));
-    }
-    if let Some(s) = session {
-        headers.extend([("mcp-session-id", s), ("mcp-protocol-version", VERSION)]);
-    }
-    let body = full_body(body.map(|b| b.to_string().into()).unwrap_or_default());
-    let mut req = build_request(method, "/mcp", relay.addr, false, &headers, body);
-    // Replacing, not adding: `Host` is already set.
-    for (k, v) in extra {
-        let name = http::HeaderName::from_bytes(k.as_bytes()).expect("a header name");
-        req.headers_mut().insert(name, http::HeaderValue::from_str(v).expect("a header value"));
-    }
-    within(STEP, &format!("{method} /mcp"), send_http1(relay.addr, req)).await
-}
+use serde_json::json;
 
 async fn delete(relay: &Relay, token: Option<&str>, session: &str, extra: &[(&str, &str)]) -> RawResponse {
     read_raw(mcp(relay, "DELETE", token, Some(session), extra, None).await).await
-}
-
-/// A 2025-era session (initialize with a 2025 protocol version, then initialized): its id.
-async fn open_session(relay: &Relay, token: &str) -> String {
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}});
-    let resp = mcp(relay, "POST", Some(token), None, &[], Some(init)).await;
-    assert_eq!(resp.status(), 200, "initialize");
-    let session = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_string);
-    let session = session.expect("a 2025-era initialize gets an Mcp-Session-Id");
-    let answer = Sse::from_response(resp).next(STEP).await.expect("the initialize result").json();
-    assert_eq!(answer["result"]["protocolVersion"], json!(VERSION), "{answer}");
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let resp = mcp(relay, "POST", Some(token), Some(&session), &[], Some(initialized)).await;
-    assert!(resp.status().is_success(), "initialized: {}", resp.status());
-    session
 }
 
 /// `tools/list` in `session`: the HTTP status (200 while the session is open, 404 after).

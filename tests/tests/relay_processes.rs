@@ -174,6 +174,7 @@ async fn kill_reaches_the_whole_process_group() {
 async fn a_process_belongs_to_the_token_that_started_it() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let (a, b) = (relay.token("a", "user").await.secret, relay.token("b", "user").await.secret);
     let p = start(&relay, &a, "sleep 30").await;
     let id = p["process_id"].as_str().unwrap().to_string();
@@ -304,6 +305,7 @@ async fn only_the_real_one_is_seen(relay: &Relay, user: &str, real_id: &str, for
 async fn a_tag_made_up_inside_the_sandbox_is_never_adopted() {
     let state = StateDir::new();
     let mut relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let daemon = Daemon::of(&state, &relay, "default").await;
     let user = relay.token("a", "user").await.secret;
     let real = start(&relay, ADMIN, "sleep 30").await;
@@ -342,6 +344,7 @@ async fn a_tag_made_up_inside_the_sandbox_is_never_adopted() {
 async fn after_a_relay_restart_processes_are_adopted_by_their_token() {
     let state = StateDir::new();
     let mut relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let a = relay.token("a", "user").await.secret;
     let p = start(&relay, &a, "echo before; sleep 30").await;
     let id = p["process_id"].as_str().unwrap().to_string();
@@ -366,6 +369,7 @@ async fn after_a_relay_restart_processes_are_adopted_by_their_token() {
 async fn background_processes_per_token_are_limited() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[("HANGAR_BACKGROUND_MAX_PER_TOKEN", "2")]);
+    relay.share_default().await;
     let a = relay.token("a", "user").await.secret;
     start(&relay, &a, "sleep 30").await;
     let second = start(&relay, &a, "sleep 30").await;
@@ -402,6 +406,7 @@ async fn concurrent_starts_stay_within_the_per_token_limit() {
     const STARTS: usize = 12;
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[("HANGAR_BACKGROUND_MAX_PER_TOKEN", &LIMIT.to_string())]);
+    relay.share_default().await;
     let a = relay.token("a", "user").await.secret;
     let body = json!({"command": "sleep 30"});
     let answers = futures::future::join_all(

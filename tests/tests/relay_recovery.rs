@@ -71,6 +71,7 @@ fn revoke_in_store(state: &StateDir, token: &Token) {
 async fn after_a_crash_orphans_die_unstreamed_commands_run_on_and_revocations_apply() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let (kept, gone) = (relay.token("kept", "user").await, relay.token("gone", "user").await);
     let m = |w: &str| marker(w);
     let (orphan, unstreamed, bg, gone_bg, gone_exec) =
@@ -112,6 +113,7 @@ async fn after_a_crash_orphans_die_unstreamed_commands_run_on_and_revocations_ap
 async fn a_graceful_shutdown_spares_streamed_commands_across_a_restart() {
     let state = StateDir::new();
     let mut relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let token = relay.token("t", "user").await;
     let spared = marker("spared");
     let mut stream = streamed_exec(&relay, &token, &spared).await;
@@ -129,6 +131,7 @@ async fn a_graceful_shutdown_spares_streamed_commands_across_a_restart() {
 async fn unstreamed_execs_count_until_they_end_whatever_their_clients_do() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[("HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN", "2")]);
+    relay.share_default().await;
     let (busy, other) = (relay.token("busy", "user").await, relay.token("other", "user").await);
     let (a, b) = (marker("a"), marker("b"));
     abandoned_exec(&relay, &busy, &a).await;

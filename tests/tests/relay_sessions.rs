@@ -10,7 +10,7 @@ use hangar_e2e::{
     is_root, pids_with, pids_with_all,
     relay::{Relay, StateDir, ADMIN},
     sessions::{
-        agent_events, all_events, assert_contiguous, fixture, get, golden, harness_file, profile, put_secret,
+        agent_events, all_events, assert_contiguous, fixture, get, golden, harness_file, log_path, profile, put_secret,
         replay_argv, start, states, until_ended,
     },
     wait_until, STEP,
@@ -321,9 +321,10 @@ async fn secrets_reach_the_harness_and_are_redacted_from_the_store_the_streams_a
     let listed = relay.call("GET", "/api/secrets", Some(ADMIN), None).await;
     assert_eq!(listed.json()["secrets"][0]["name"], json!("E2E_TOKEN"));
     assert!(!text(&listed).contains(value));
-    // Only admins manage secrets.
+    // A person sees its own secrets and those shared with it, never another's (the admins').
     let user = relay.token("u", "user").await;
-    assert_eq!(relay.call("GET", "/api/secrets", Some(&user.secret), None).await.status, 403);
+    let theirs = relay.call("GET", "/api/secrets", Some(&user.secret), None).await;
+    assert_eq!((theirs.status, theirs.json()["secrets"].clone()), (200, json!([])), "{theirs:?}");
 
     let mut b = body("sec", "secret");
     b["secrets"] = json!(["E2E_TOKEN"]);
@@ -364,7 +365,7 @@ async fn bad_requests_get_clear_errors_and_idempotency_keys_replay() {
         (json!({"name": "x", "sandbox": "nope", "harness": "replay", "prompt": "p"}), 404, "sandbox"),
         (
             json!({"name": "x", "sandbox": "default", "harness": "replay", "prompt": "p", "secrets": ["MISSING"]}),
-            400,
+            403,
             "MISSING",
         ),
         (
@@ -424,6 +425,7 @@ async fn bad_requests_get_clear_errors_and_idempotency_keys_replay() {
 async fn sessions_belong_to_the_person_behind_the_token() {
     let state = StateDir::new();
     let relay = relay_with(&state, &[("HANGAR_ALLOW_UNISOLATED_SANDBOXES", "true")]);
+    relay.share_default().await;
     let mk = |name: &'static str, person: Value| {
         let relay = &relay;
         async move {
@@ -660,17 +662,6 @@ fn step_numbers(events: &[Value]) -> Vec<i64> {
         .collect()
 }
 
-/// The log hangar reads for a turn: its trusted copy where the split holds.
-async fn log_path(relay: &Relay, s: &Value) -> String {
-    let turn = s["turns"][0]["id"].as_str().expect("turn");
-    if s["split"] == json!(true) {
-        let sandbox = relay.call("GET", "/api/sandboxes/default", Some(ADMIN), None).await.json();
-        format!("/var/lib/hangar/runs/{}/{turn}.log", sandbox["id"].as_str().expect("id"))
-    } else {
-        format!("{}/.hangar/runs/{turn}.log", s["cwd"].as_str().expect("cwd"))
-    }
-}
-
 #[tokio::test]
 async fn a_replaced_log_is_read_from_its_start_by_polling() {
     let state = StateDir::new();
@@ -693,6 +684,7 @@ async fn a_replaced_log_is_read_from_its_start_by_polling() {
 async fn a_killed_agent_is_a_crash_and_the_supervisor_is_nobodys_background_process() {
     let state = StateDir::new();
     let relay = relay_with(&state, &[]);
+    relay.share_default().await;
     let user = relay.token("runner", "user").await;
     start(&relay, &user.secret, body("agent", "sleeper")).await;
     let s = wait_state(&relay, "agent", "running").await;
@@ -717,6 +709,7 @@ async fn a_killed_agent_is_a_crash_and_the_supervisor_is_nobodys_background_proc
 async fn revoking_a_token_ends_its_streams_and_not_its_persons_turns() {
     let state = StateDir::new();
     let relay = relay_with(&state, &[]);
+    relay.share_default().await;
     let tok = relay.token("ada", "user").await;
     start(&relay, &tok.secret, body("kept", "sleeper")).await;
     wait_state(&relay, "kept", "running").await;
@@ -732,4 +725,37 @@ async fn revoking_a_token_ends_its_streams_and_not_its_persons_turns() {
     assert_eq!(s["state"], json!("running"), "the turn runs on: {s}");
     relay.call("POST", "/api/sessions/kept/cancel", Some(ADMIN), None).await;
     until_ended(&relay, ADMIN, "kept", STEP).await;
+}
+
+/// A flood of events through the real path (an agent printing 8,000 lines of 2 KB), then a
+/// restart whose prune keeps 10 events: the database file and its WAL shrink back.
+#[tokio::test]
+async fn the_store_shrinks_back_after_a_flood_is_pruned_at_restart() {
+    let state = StateDir::new();
+    let flood =
+        "cat >/dev/null; l=$(head -c 2000 /dev/zero | tr '\\0' x); for i in $(seq 8000); do echo \"$i $l\"; done";
+    let profiles =
+        vec![profile("flood", &[String::from("bash"), "-c".into(), flood.into()], None, "claude-stream-json", "none")];
+    let file = harness_file(&state.0, &profiles);
+    let harnesses = file.to_str().expect("path").to_string();
+    let mut relay = Relay::start(&state.0, &[("HANGAR_HARNESSES", &harnesses)]);
+    start(&relay, ADMIN, json!({"name": "flood", "sandbox": "default", "harness": "flood", "prompt": "go"})).await;
+    let s = until_ended(&relay, ADMIN, "flood", Duration::from_secs(120)).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    relay.stop();
+    let db = state.0.join("relay.sqlite");
+    let wal = state.0.join("relay.sqlite-wal");
+    let bytes = || std::fs::metadata(&db).map_or(0, |m| m.len()) + std::fs::metadata(&wal).map_or(0, |m| m.len());
+    let full = bytes();
+    assert!(full > 16 << 20, "8,000 events of 2 KB: {full} bytes");
+
+    let relay = Relay::start(&state.0, &[("HANGAR_HARNESSES", &harnesses), ("HANGAR_RUN_EVENT_MAX", "10")]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !relay.log().contains("events_pruned") {
+        assert!(std::time::Instant::now() < deadline, "no prune after the restart: {}", relay.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = bytes();
+    assert!(after < full / 4, "{full} bytes before the prune, {after} after");
+    assert_eq!(all_events(&relay, ADMIN, "flood").await.len(), 10);
 }

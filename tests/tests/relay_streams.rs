@@ -88,6 +88,7 @@ async fn a_watch_stays_inside_a_local_sandbox() {
 async fn limits_answer_429_and_name_the_limit() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_PER_TOKEN", "2"), ("HANGAR_WATCH_MAX_PER_TOKEN", "1")]);
+    relay.share_default().await;
     let a = relay.token("a", "user").await.secret;
     let _w = relay.sse("GET", "/api/sandboxes/default/watch?path=.", Some(&a), None).await;
     let r = relay.call("GET", "/api/sandboxes/default/watch?path=.", Some(&a), None).await;
@@ -118,6 +119,7 @@ async fn limits_answer_429_and_name_the_limit() {
 
     let state2 = StateDir::new();
     let relay2 = Relay::start(&state2.0, &[("HANGAR_STREAM_MAX_TOTAL", "1")]);
+    relay2.share_default().await;
     let _one = exec_stream(&relay2, ADMIN, "sleep 30").await;
     let c = relay2.token("c", "user").await.secret;
     let r = relay2.call("POST", "/api/sandboxes/default/exec/stream", Some(&c), Some(json!({"command": "true"}))).await;
@@ -129,6 +131,7 @@ async fn limits_answer_429_and_name_the_limit() {
 async fn revoking_a_token_ends_its_streams_and_kills_what_it_started() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let Token { id, secret } = relay.token("doomed", "user").await;
     let m = marker("revoke");
     let mut ex = exec_stream(&relay, &secret, &format!("echo go; exec -a {m}-exec sleep 300")).await;
@@ -382,6 +385,7 @@ async fn clients_that_stop_reading_never_slow_other_streams() {
     const QUIET: Duration = Duration::from_secs(3);
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let mut stalled_tokens = Vec::new();
     for name in ["stalled-1", "stalled-2"] {
         stalled_tokens.push(relay.token(name, "user").await.secret);
@@ -498,6 +502,7 @@ async fn a_streamed_command_whose_client_stops_reading_runs_on() {
     const LINE: u64 = 2010; // "%08d " + 2000 zeros + "\n"
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
     let done = workdir(&relay).await.join("printed-all");
     // 20 MB: more than all the buffers between the command and a client that does not read.
     let command = format!(

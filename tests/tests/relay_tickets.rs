@@ -44,6 +44,7 @@ async fn a_ticket_opens_its_stream_once() {
     let state = StateDir::new();
     // Debug logging too must not show a ticket.
     let relay = Relay::start(&state.0, &[("HANGAR_LOG", "debug")]);
+    relay.share_default().await;
     let user = relay.token("browser", "user").await;
     let mut issued = Vec::new();
 
@@ -91,21 +92,13 @@ async fn a_ticket_opens_its_stream_once() {
         .collect();
     assert_eq!(text, "hi\n", "{events:?}");
 
-    // Sessions' and jobs' streams take tickets too: past authentication, there is no such one.
-    for path in ["/api/sessions/nope/events/stream", "/api/jobs/job_nope/events/stream"] {
-        let t = ticket(&relay, &user.secret, path).await;
-        issued.push(t.clone());
-        let (status, message) = get(&relay, &format!("{path}?ticket={t}")).await;
-        assert_eq!(status, 404, "{path}: {message}");
-    }
-
     // Another path uses it up.
-    let t = ticket(&relay, &user.secret, "/api/sessions/a/events/stream").await;
+    let t = ticket(&relay, &user.secret, &stream).await;
     issued.push(t.clone());
-    let (status, message) = get(&relay, &format!("/api/sessions/b/events/stream?ticket={t}")).await;
+    let (status, message) = get(&relay, &format!("{watch}?path=.&ticket={t}")).await;
     assert_eq!(status, 401);
     assert!(message.contains("not for this path"), "{message}");
-    let (status, message) = get(&relay, &format!("/api/sessions/a/events/stream?ticket={t}")).await;
+    let (status, message) = get(&relay, &format!("{stream}?ticket={t}")).await;
     assert_eq!(status, 401);
     assert!(message.contains("already used"), "{message}");
 
@@ -141,11 +134,56 @@ async fn a_ticket_opens_its_stream_once() {
 
     // The route's scope still applies: tickets of a jobs token are for its jobs' streams.
     let jobs = relay.token("pipeline", "jobs").await;
-    issued.push(ticket(&relay, &jobs.secret, "/api/jobs/job_1/events/stream").await);
     let r = relay.call("POST", "/api/tickets", Some(&jobs.secret), Some(json!({ "path": watch }))).await;
     assert_eq!((r.status, r.json()["error"]["code"].clone()), (403, json!("permission_denied")), "{r:?}");
 
     logged(&relay, &issued);
+}
+
+/// A ticket only for a stream that is there for its token: a path its stream would answer 404
+/// (a way up spelled into a process id, a sandbox, process, session or job that does not exist,
+/// another token's process, a job of no pipeline's) gets that 404 and no ticket.
+#[tokio::test]
+async fn no_ticket_for_a_stream_that_is_not_there() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    relay.share_default().await;
+    let mine = relay.token("mine", "user").await;
+    let theirs = relay.token("theirs", "user").await;
+    let r = relay
+        .call("POST", "/api/sandboxes/default/processes", Some(&theirs.secret), Some(json!({"command": "sleep 30"})))
+        .await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.json()["process_id"].as_str().expect("process id").to_string();
+    let theirs_stream = format!("/api/sandboxes/default/processes/{id}/stream");
+    let paths = [
+        ("/api/sandboxes/default/processes/..%2f..%2f/stream", "../../"),
+        ("/api/sandboxes/default/processes/p_000000000000/stream", "p_000000000000"),
+        (theirs_stream.as_str(), id.as_str()),
+        ("/api/sandboxes/nope/processes/p_000000000000/stream", "nope"),
+        ("/api/sandboxes/nope/watch", "nope"),
+        ("/api/sessions/nope/events/stream", "nope"),
+        ("/api/jobs/job_nope/events/stream", "job_nope"),
+    ];
+    for (path, named) in paths {
+        let r = relay.call("POST", "/api/tickets", Some(&mine.secret), Some(json!({ "path": path }))).await;
+        assert_eq!((r.status, r.json()["error"]["code"].clone()), (404, json!("not_found")), "{path}: {r:?}");
+        let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert!(message.contains(named), "{path}: the message names {named:?}: {message}");
+        // What the stream itself answers.
+        let r = relay.call("GET", path, Some(&mine.secret), None).await;
+        assert_eq!(r.status, 404, "{path}: {r:?}");
+    }
+    let jobs = relay.token("pipeline", "jobs").await;
+    let r = relay
+        .call("POST", "/api/tickets", Some(&jobs.secret), Some(json!({ "path": "/api/jobs/job_1/events/stream" })))
+        .await;
+    assert_eq!((r.status, r.json()["error"]["code"].clone()), (404, json!("not_found")), "{r:?}");
+    // The owner's ticket is issued.
+    let r = relay.call("POST", "/api/tickets", Some(&theirs.secret), Some(json!({ "path": theirs_stream }))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let log = relay.log();
+    assert_eq!(log.matches("ticket_issued").count(), 1, "one ticket issued, the owner's: {log}");
 }
 
 #[tokio::test]

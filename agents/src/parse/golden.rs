@@ -34,7 +34,7 @@ fn events(name: &str, format: Format) -> Vec<Event> {
         for line in lines.push(chunk) {
             match line {
                 Line::Text { bytes, .. } => out.extend(parser.feed(&bytes)),
-                Line::Dropped { .. } => panic!("{name}: no fixture line is that long"),
+                Line::Dropped { .. } | Line::Marked { .. } => panic!("{name}: no fixture line is that long or marked"),
             }
         }
     }

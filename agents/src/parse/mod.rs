@@ -80,6 +80,20 @@ impl Parser {
         Parser { format, state: State::default() }
     }
 
+    /// A parser that goes on where one stopped, from what [`Parser::snapshot`] said of it: the
+    /// phase, the tool calls under way, the reply so far. A snapshot that does not read (written
+    /// by another version) starts afresh.
+    pub fn resume(format: Format, snapshot: &str) -> Parser {
+        Parser { format, state: serde_json::from_str(snapshot).unwrap_or_default() }
+    }
+
+    /// What the parser remembers between lines, as JSON: kept with the log's read position, so a
+    /// reader that restarts there makes the same events as one that never stopped (no second
+    /// `phase`, no `tool.end` without its tool's name).
+    pub fn snapshot(&self) -> String {
+        serde_json::to_string(&self.state).unwrap_or_default()
+    }
+
     /// One complete line of the log, without its '\n' (a trailing '\r' is ignored). The events it
     /// makes, in order.
     pub fn feed(&mut self, line: &[u8]) -> Vec<Event> {
@@ -116,7 +130,7 @@ impl Parser {
 const MAX_TOOLS: usize = 1024;
 
 /// A tool call under way.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Tool {
     name: String,
     /// The shell command, for shell tools: it decides whether the call ran tests.
@@ -124,9 +138,10 @@ struct Tool {
 }
 
 /// What a parser remembers between lines; each format uses the parts it needs.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 struct State {
-    phase: Option<&'static str>,
+    phase: Option<String>,
     tools: BTreeMap<String, Tool>,
     /// Tool ids in the order they started, to forget the oldest past [`MAX_TOOLS`].
     order: VecDeque<String>,
@@ -140,8 +155,8 @@ struct State {
 impl State {
     /// A `phase` event, if `phase` is not the current one.
     fn phase(&mut self, phase: &'static str, out: &mut Vec<Event>) {
-        if self.phase != Some(phase) {
-            self.phase = Some(phase);
+        if self.phase.as_deref() != Some(phase) {
+            self.phase = Some(phase.to_string());
             out.push(Event::agent(EventType::Phase, obj! {"phase" => phase}));
         }
     }
@@ -395,6 +410,37 @@ fn input_file(phase: Option<&str>, input: Option<&Map<String, Value>>) -> Option
 mod checks {
     use super::*;
     use serde_json::json;
+
+    /// A parser snapshotted and resumed after every line makes exactly the events of one that
+    /// never stopped, for every fixture of every format: a reader restarted anywhere in a log.
+    #[test]
+    fn a_resumed_parser_makes_the_same_events_as_one_that_never_stopped() {
+        let fixtures: &[(Format, &str)] = &[
+            (Format::ClaudeStreamJson, include_str!("../../fixtures/claude-long-turn.jsonl")),
+            (Format::ClaudeStreamJson, include_str!("../../fixtures/claude-stream-json-executor.jsonl")),
+            (Format::ClaudeStreamJson, include_str!("../../fixtures/claude-rate-limit-rejected.jsonl")),
+            (Format::CodexJsonl, include_str!("../../fixtures/codex-out-of-order.jsonl")),
+            (Format::CodexJsonl, include_str!("../../fixtures/codex-exec-json-minimal.jsonl")),
+            (Format::GeminiStreamJson, include_str!("../../fixtures/gemini-banner.jsonl")),
+        ];
+        for (format, text) in fixtures {
+            let mut whole = Parser::new(*format);
+            let expected: Vec<Event> = text.lines().flat_map(|l| whole.feed(l.as_bytes())).collect();
+            let mut got = Vec::new();
+            let mut snapshot = Parser::new(*format).snapshot();
+            for line in text.lines() {
+                let mut p = Parser::resume(*format, &snapshot);
+                got.extend(p.feed(line.as_bytes()));
+                snapshot = p.snapshot();
+            }
+            assert_eq!(got, expected, "{format:?}");
+        }
+        // A snapshot it cannot read starts afresh.
+        assert_eq!(
+            Parser::resume(Format::ClaudeStreamJson, "not json").snapshot(),
+            Parser::new(Format::ClaudeStreamJson).snapshot()
+        );
+    }
 
     #[test]
     fn format_names() {

@@ -66,15 +66,54 @@ fn decide(args: &ApproveArgs) -> Result<Option<(Decision, String)>, AgentError> 
         ask: Ask::Approval { tool: fitted(&call) },
     }
     .check()?;
+    let held = held_digest(&req)?;
     let _written = Written { path: files::write(&inbox, &req)? };
     let answer = files::wait(&answers, &req.id, Some(args.timeout))?;
     Ok(Some(match answer.outcome {
-        Outcome::Allow { reason } => (Decision::Allow, reason.unwrap_or_else(|| "approved in hangar".into())),
+        Outcome::Allow { reason, call } if call == held => {
+            (Decision::Allow, reason.unwrap_or_else(|| "approved in hangar".into()))
+        }
+        Outcome::Allow { .. } => {
+            say("the approval request was changed after this hook wrote it: the call is denied");
+            tell_tampered(&inbox, args, &req);
+            (Decision::Deny, CHANGED.into())
+        }
         Outcome::Deny { reason: Some(reason) } => (Decision::Deny, format!("denied in hangar: {reason}")),
         Outcome::Deny { reason: None } => (Decision::Deny, "denied in hangar".into()),
         Outcome::Expired { reason } => (Decision::Deny, format!("nobody approved it in time: {reason}")),
         Outcome::Answer { .. } => return Err(AgentError::Unexpected("answer", "an approval")),
     }))
+}
+
+/// What the hook says when the decision was on another call than the one it holds.
+const CHANGED: &str = "denied by hangar: the approval request was changed after the hook wrote it, so the decision \
+                       was on another call than this one";
+
+/// Tells the person that `req` was changed: a `tampered` notice naming the held call, which
+/// the relay makes a `denied` item. Left in the inbox for the relay (the hook is about to exit).
+/// Best effort: the deny does not depend on it.
+fn tell_tampered(inbox: &std::path::Path, args: &ApproveArgs, req: &Request) {
+    let Ask::Approval { tool } = &req.ask else { return };
+    let notice = Request {
+        v: PROTOCOL,
+        id: files::new_id(),
+        session: args.session.clone().or_else(|| env("HANGAR_SESSION")),
+        turn: args.turn.clone().or_else(|| env("HANGAR_TURN")),
+        created_at: files::now(),
+        ask: Ask::Tampered { request: req.id.clone(), held: tool.clone() },
+    };
+    if let Err(e) = notice.check().map_err(AgentError::from).and_then(|n| files::write(inbox, &n)) {
+        say(&format!("could not tell hangar the request was changed: {e}"));
+    }
+}
+
+/// The digest of the held call as the relay will read it: from the bytes the request is
+/// written as (a float read back may differ from the one in memory in its last place).
+fn held_digest(req: &Request) -> Result<String, AgentError> {
+    match Request::parse(req.to_json().as_bytes())?.ask {
+        Ask::Approval { tool } => Ok(tool.digest()),
+        _ => Err(AgentError::Unexpected("request", "an approval")),
+    }
 }
 
 /// The call as the person will see it: a Write's whole file does not fit in a request, so long

@@ -18,6 +18,7 @@
 mod approve;
 mod ask;
 mod files;
+mod turn_log;
 
 use std::{ffi::OsString, io::Write as _, path::PathBuf, process::ExitCode, time::Duration};
 
@@ -25,7 +26,7 @@ use clap::{Args, Parser, Subcommand};
 use hangar_agents::inbox::{PolicyError, RequestError};
 
 /// The subcommands that make `hangar-envd` run as an agent-side command.
-pub const SUBCOMMANDS: [&str; 3] = ["question", "progress", "approve"];
+pub const SUBCOMMANDS: [&str; 4] = ["question", "progress", "approve", "turn-log"];
 
 /// The name under which the binary is always an agent-side command (a symlink to it).
 pub const AGENT_NAME: &str = "hangar-agent";
@@ -35,7 +36,8 @@ pub const DAEMON_HELP_NOTE: &str =
     "Agent-side commands (inside a hangar turn; docs/envd.md, \"Agent-side commands\"):\n  \
      hangar-envd question TEXT [--option A]... [--timeout SECONDS]\n  \
      hangar-envd progress [--pct N] TEXT\n  \
-     hangar-envd approve --policy PATTERN...   (a Claude Code PreToolUse hook)\n\
+     hangar-envd approve --policy PATTERN...   (a Claude Code PreToolUse hook)\n  \
+     hangar-envd turn-log --max-bytes N        (the turn supervisor's log writer)\n\
      Each has its own --help; invoked as `hangar-agent`, the binary runs only these.";
 
 /// Whether this argv is an agent-side command rather than the daemon: argv[1] names one, or
@@ -61,6 +63,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Question(args) => ask::question(args),
         Command::Progress(args) => ask::progress(args),
         Command::Approve(args) => approve::run(args),
+        Command::TurnLog(args) => turn_log::run(args),
     };
     ExitCode::from(code)
 }
@@ -87,6 +90,10 @@ enum Command {
     /// A Claude Code PreToolUse hook: ask the person to approve a tool call that a policy
     /// pattern holds, and print the decision.
     Approve(ApproveArgs),
+    /// The turn supervisor's log writer: standard input to standard output (the log, opened
+    /// for appending), lines over 1 MiB cut and the log kept to --max-bytes, each said by a
+    /// mark in the log.
+    TurnLog(TurnLogArgs),
 }
 
 /// Where requests are written and answers read.
@@ -143,6 +150,14 @@ struct ApproveArgs {
     timeout: Duration,
     #[command(flatten)]
     dirs: Dirs,
+}
+
+#[derive(Debug, Args)]
+struct TurnLogArgs {
+    /// The most the log holds; past it only a mark saying so and the harness's last line are
+    /// written.
+    #[arg(long, value_name = "BYTES")]
+    max_bytes: u64,
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {

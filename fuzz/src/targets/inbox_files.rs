@@ -124,6 +124,11 @@ fn request(bytes: &[u8]) {
             text_ok("progress", text);
             assert!(pct.is_none_or(|p| p <= 100), "pct {pct:?}");
         }
+        Ask::Tampered { request, held } => {
+            assert!(plain_id(request), "request {request:?}");
+            assert!(!held.name.is_empty() && label_ok(&held.name), "tool name {:?}", held.name);
+            tool_call(held);
+        }
         Ask::Approval { tool } => {
             assert!(!tool.name.is_empty() && label_ok(&tool.name), "tool name {:?}", tool.name);
             assert!(tool.use_id.as_deref().is_none_or(label_ok), "use_id {:?}", tool.use_id);
@@ -160,7 +165,7 @@ fn answer(bytes: &[u8]) {
     assert!(plain_id(&a.id) && valid_request_id(&a.id), "id {:?}", a.id);
     assert!(a.at.is_finite());
     match &a.outcome {
-        Outcome::Allow { reason } | Outcome::Deny { reason } => {
+        Outcome::Allow { reason, .. } | Outcome::Deny { reason } => {
             if let Some(r) = reason {
                 text_ok("reason", r);
             }
@@ -207,8 +212,12 @@ fn same_json(a: &Value, b: &Value) -> bool {
 /// Requests equal but for floats (`created_at`, numbers in a tool's input) `close` to one another.
 fn same_request(a: &Request, b: &Request) -> bool {
     let ask = match (&a.ask, &b.ask) {
-        (Ask::Approval { tool: x }, Ask::Approval { tool: y }) => {
-            (&x.name, &x.use_id) == (&y.name, &y.use_id) && same_json(&x.input, &y.input)
+        (Ask::Approval { tool: x }, Ask::Approval { tool: y })
+        | (Ask::Tampered { held: x, .. }, Ask::Tampered { held: y, .. }) => {
+            (&x.name, &x.use_id) == (&y.name, &y.use_id)
+                && same_json(&x.input, &y.input)
+                && matches!((&a.ask, &b.ask), (Ask::Approval { .. }, Ask::Approval { .. }))
+                    | matches!((&a.ask, &b.ask), (Ask::Tampered { request: r, .. }, Ask::Tampered { request: s, .. }) if r == s)
         }
         (x, y) => x == y,
     };
@@ -750,7 +759,7 @@ fn request_input(case: &RequestCase) -> Vec<u8> {
 
 fn valid_answer() -> impl Strategy<Value = Answer> {
     let outcome = prop_oneof![
-        proptest::option::of(text()).prop_map(|reason| Outcome::Allow { reason }),
+        (proptest::option::of(text()), "[0-9a-f]{64}").prop_map(|(reason, call)| Outcome::Allow { reason, call }),
         proptest::option::of(text()).prop_map(|reason| Outcome::Deny { reason }),
         text().prop_map(|text| Outcome::Answer { text }),
         text().prop_map(|reason| Outcome::Expired { reason }),
@@ -773,7 +782,7 @@ fn break_answer(case: &AnswerCase) -> Option<String> {
     let which = (*which)?;
     let mut v = serde_json::to_value(a).ok()?;
     match which {
-        0 => v["v"] = json!(2),
+        0 => v["v"] = json!(PROTOCOL + 1),
         1 => v["id"] = json!(bad),
         2 => v["outcome"] = json!("maybe"),
         3 => {
@@ -953,7 +962,7 @@ fn props(runner: &mut Runs) -> Result<(), Failure> {
         let mut want = case.0.clone();
         match &mut want.ask {
             Ask::Question { text, .. } | Ask::Progress { text, .. } => *text = cut(text),
-            Ask::Approval { .. } => {}
+            Ask::Approval { .. } | Ask::Tampered { .. } => {}
         }
         match Request::parse(case.0.to_json().as_bytes()) {
             Ok(got) => assert!(same_request(&got, &want), "{got:?}"),
@@ -964,21 +973,21 @@ fn props(runner: &mut Runs) -> Result<(), Failure> {
         run(&answer_input(case));
         if let Some(text) = break_answer(case) {
             let got = Answer::parse(text.as_bytes());
-            let right = matches!(
-                (case.1, &got),
-                (Some(0), Err(RequestError::UnknownVersion(2)))
-                    | (Some(1), Err(RequestError::BadId(_)))
-                    | (Some(2..=4), Err(RequestError::Shape(_)))
-                    | (Some(5), Err(RequestError::TooBig { .. }))
-            );
+            let right = match (case.1, &got) {
+                (Some(0), Err(RequestError::UnknownVersion(n))) => *n == u64::from(PROTOCOL + 1),
+                (Some(1), Err(RequestError::BadId(_)))
+                | (Some(2..=4), Err(RequestError::Shape(_)))
+                | (Some(5), Err(RequestError::TooBig { .. })) => true,
+                _ => false,
+            };
             assert!(right, "break {:?} gave {got:?}", case.1);
             return;
         }
         let mut want = case.0.clone();
         match &mut want.outcome {
-            Outcome::Allow { reason: Some(t) } | Outcome::Deny { reason: Some(t) } => *t = cut(t),
+            Outcome::Allow { reason: Some(t), .. } | Outcome::Deny { reason: Some(t) } => *t = cut(t),
             Outcome::Answer { text: t } | Outcome::Expired { reason: t } => *t = cut(t),
-            Outcome::Allow { reason: None } | Outcome::Deny { reason: None } => {}
+            Outcome::Allow { reason: None, .. } | Outcome::Deny { reason: None } => {}
         }
         match Answer::parse(case.0.to_json().as_bytes()) {
             Ok(got) => assert!(same_answer(&got, &want), "{got:?}"),

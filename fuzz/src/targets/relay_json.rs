@@ -2,13 +2,13 @@
 //! process (`StartBody`), its input (`InputBody`), exec (`ExecBody`, then the checks of
 //! `exec_request`), creating a sandbox (`CreateSandbox`), a token (`CreateToken`), a session
 //! (`CreateSession`, its approval patterns too), a follow-up turn (`CreateTurn`), a secret
-//! (`CreateSecret`), a ticket (`CreateTicket`), and the inbox's decision on an approval
-//! (`Decide`) and answer to a question (`AnswerBody`).
+//! (`CreateSecret`), a ticket (`CreateTicket`), the inbox's decision on an approval (`Decide`)
+//! and answer to a question (`AnswerBody`), and a sandbox's sharing (`ShareSandbox`).
 //!
 //! Input: a selector byte (which body), then the body.
 use hangar_relay::api::rest::inputs::{
     exec_request, AnswerBody, CreateSandbox, CreateSecret, CreateSession, CreateTicket, CreateToken, CreateTurn,
-    Decide, ExecBody, InputBody, StartBody,
+    Decide, ExecBody, InputBody, ShareSandbox, StartBody,
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -19,7 +19,7 @@ use crate::{input::Input, property, Failure, Runs, Target};
 pub const TARGET: Target = Target {
     name: "relay_json",
     about: "every REST JSON body (processes' start and input, exec, sandboxes, tokens, sessions, \
-            turns, secrets, tickets, the inbox's decisions and answers) through the relay's \
+            turns, secrets, tickets, the inbox's decisions and answers, sandboxes' sharing) through the relay's \
             extractor, exec's through its checks: what is accepted is an object of known fields; \
             an exec's timeout is within its bounds; a decision is allow or deny, a reason or an \
             answer a string; a refusal is a 400 with a message",
@@ -32,7 +32,7 @@ const BODIES: &[(&str, &[&str])] = &[
     ("StartBody", &["command", "cwd"]),
     ("InputBody", &["input", "base64", "eof"]),
     ("ExecBody", &["command", "cwd", "timeout"]),
-    ("CreateSandbox", &["name", "provider", "options"]),
+    ("CreateSandbox", &["name", "provider", "options", "shared_with"]),
     ("CreateToken", &["name", "scope", "person"]),
     (
         "CreateSession",
@@ -54,6 +54,7 @@ const BODIES: &[(&str, &[&str])] = &[
     ("CreateTicket", &["path"]),
     ("Decide", &["decision", "reason"]),
     ("AnswerBody", &["answer"]),
+    ("ShareSandbox", &["shared_with"]),
 ];
 
 pub fn run(data: &[u8]) {
@@ -78,7 +79,8 @@ pub fn run(data: &[u8]) {
         7 => json::<CreateSecret>(body).map(drop),
         8 => json::<CreateTicket>(body).map(drop),
         9 => json::<Decide>(body).map(drop),
-        _ => json::<AnswerBody>(body).map(drop),
+        10 => json::<AnswerBody>(body).map(drop),
+        _ => json::<ShareSandbox>(body).map(drop),
     };
     match accepted {
         Ok(()) => {

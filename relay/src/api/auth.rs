@@ -23,7 +23,7 @@ use crate::{
 pub async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, next: Next) -> Response {
     let header = req.headers().get(http::header::AUTHORIZATION);
     let caller = if header.is_none() && has_ticket(req.uri()) {
-        match by_ticket(&relay, &mut req) {
+        match by_ticket(&relay, &mut req).await {
             Ok(c) => c,
             Err(e) => return e.into_response(),
         }
@@ -32,7 +32,11 @@ pub async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, nex
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim);
-        match presented.map(|p| auth::verify(&relay.store, p)) {
+        let verified = match presented {
+            Some(p) => Some(auth::verify(&relay.store, p).await),
+            None => None,
+        };
+        match verified {
             Some(Ok(Some(c))) => c,
             Some(Err(e)) => return ApiError::from(crate::error::Error::from(e)).into_response(),
             _ => {
@@ -73,7 +77,7 @@ fn has_ticket(uri: &http::Uri) -> bool {
 
 /// The caller a request's ticket stands for, with `ticket` taken out of its URI; or the 401.
 /// Neither the ticket nor the query reaches a log line or an answer.
-fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, ApiError> {
+async fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, ApiError> {
     let path = req.uri().path().to_string();
     let refuse = |why: &str, message: String| {
         events::TicketRefused { path: &path, why }.emit();
@@ -99,7 +103,7 @@ fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, ApiError> {
             return refuse(why, e.to_string());
         }
     };
-    let caller = match auth::caller_of(&relay.store, &token_id) {
+    let caller = match auth::caller_of(&relay.store, &token_id).await {
         Ok(Some(c)) => c,
         Ok(None) => return refuse("token_revoked", "the ticket's token was revoked".to_string()),
         Err(e) => return Err(ApiError::from(crate::error::Error::from(e))),
@@ -131,6 +135,14 @@ pub async fn sandbox_scopes(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// A person's own things (secrets): `admin` and `user` tokens, not an agent's (`mcp`, `jobs`).
+pub async fn person_scopes(req: Request, next: Next) -> Response {
+    if !matches!(scope(&req), Some(Scope::Admin | Scope::User)) {
+        return ApiError::forbidden("this needs a user or admin token").into_response();
+    }
+    next.run(req).await
+}
+
 /// Tokens: admins only.
 pub async fn admin_scope(req: Request, next: Next) -> Response {
     if scope(&req) != Some(Scope::Admin) {
@@ -141,40 +153,62 @@ pub async fn admin_scope(req: Request, next: Next) -> Response {
 
 /// The SSE `GET` routes a ticket may open, as axum spells them: the only paths a ticket is
 /// issued for.
-pub const STREAM_ROUTES: [&str; 5] = [
-    "/api/sandboxes/{sandbox}/processes/{id}/stream",
-    "/api/sandboxes/{sandbox}/watch",
-    "/api/sessions/{session}/events/stream",
-    "/api/jobs/{job}/events/stream",
-    FLEET_STREAM,
-];
+pub const STREAM_ROUTES: [&str; 5] = [PROCESS_STREAM, WATCH_STREAM, SESSION_STREAM, JOB_STREAM, FLEET_STREAM];
 
+const PROCESS_STREAM: &str = "/api/sandboxes/{sandbox}/processes/{id}/stream";
+const WATCH_STREAM: &str = "/api/sandboxes/{sandbox}/watch";
+const SESSION_STREAM: &str = "/api/sessions/{session}/events/stream";
+const JOB_STREAM: &str = "/api/jobs/{job}/events/stream";
 /// The fleet's stream, which `POST /api/fleet/tickets` issues tickets for.
 pub const FLEET_STREAM: &str = "/api/fleet/stream";
 
-/// Whether `path` is one of `STREAM_ROUTES` (each `{...}` one non-empty segment).
-pub fn is_stream_path(path: &str) -> bool {
-    STREAM_ROUTES.iter().any(|route| {
-        let mut want = route.split('/');
-        let mut got = path.split('/');
-        loop {
-            match (want.next(), got.next()) {
-                (None, None) => return true,
-                (Some(w), Some(g)) if w.starts_with('{') => {
-                    if g.is_empty() {
-                        return false;
-                    }
-                }
-                (Some(w), Some(g)) if w == g => {}
-                _ => return false,
+/// What a stream's path names, its parameters as the route's handler reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamTarget {
+    Process { sandbox: String, id: String },
+    Watch { sandbox: String },
+    Session(String),
+    Job(String),
+    Fleet,
+}
+
+/// The parameters of `path` on `route`, each `{...}` one non-empty segment, percent-decoded as
+/// axum's `Path` decodes them (`..%2f` is the parameter `../`, never two segments); `None` if
+/// the path is not the route's, or a parameter is not UTF-8 once decoded (axum answers 400).
+fn route_params(route: &str, path: &str) -> Option<Vec<String>> {
+    let mut want = route.split('/');
+    let mut got = path.split('/');
+    let mut params = Vec::new();
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return Some(params),
+            (Some(w), Some(g)) if w.starts_with('{') && !g.is_empty() => {
+                params.push(percent_encoding::percent_decode_str(g).decode_utf8().ok()?.into_owned());
             }
+            (Some(w), Some(g)) if w == g => {}
+            _ => return None,
         }
+    }
+}
+
+/// The stream `path` opens, if it is one of `STREAM_ROUTES`.
+pub fn stream_target(path: &str) -> Option<StreamTarget> {
+    STREAM_ROUTES.iter().find_map(|route| {
+        let params = route_params(route, path)?;
+        Some(match (*route, params.as_slice()) {
+            (PROCESS_STREAM, [sandbox, id]) => StreamTarget::Process { sandbox: sandbox.clone(), id: id.clone() },
+            (WATCH_STREAM, [sandbox]) => StreamTarget::Watch { sandbox: sandbox.clone() },
+            (SESSION_STREAM, [session]) => StreamTarget::Session(session.clone()),
+            (JOB_STREAM, [job]) => StreamTarget::Job(job.clone()),
+            (FLEET_STREAM, []) => StreamTarget::Fleet,
+            _ => return None,
+        })
     })
 }
 
-/// Whether `path` is a job's stream, the one stream a `jobs` token may ask a ticket for.
-pub fn is_job_stream_path(path: &str) -> bool {
-    path.starts_with("/api/jobs/") && is_stream_path(path)
+/// Whether `path` is one of `STREAM_ROUTES`.
+pub fn is_stream_path(path: &str) -> bool {
+    stream_target(path).is_some()
 }
 
 #[cfg(test)]
@@ -206,8 +240,26 @@ mod tests {
         ] {
             assert!(!is_stream_path(bad), "{bad}");
         }
-        assert!(is_job_stream_path("/api/jobs/j/events/stream"));
-        assert!(!is_job_stream_path("/api/sandboxes/default/watch"));
+    }
+
+    #[test]
+    fn a_stream_path_names_what_its_handler_reads() {
+        let process = |sandbox: &str, id: &str| StreamTarget::Process { sandbox: sandbox.into(), id: id.into() };
+        assert_eq!(stream_target("/api/sandboxes/s/processes/p_1/stream"), Some(process("s", "p_1")));
+        // One segment, decoded as axum's `Path` decodes it: a parameter, never a way up.
+        assert_eq!(
+            stream_target("/api/sandboxes/default/processes/..%2f..%2f/stream"),
+            Some(process("default", "../../"))
+        );
+        assert_eq!(
+            stream_target("/api/sandboxes/d%65fault/watch"),
+            Some(StreamTarget::Watch { sandbox: "default".into() })
+        );
+        assert_eq!(stream_target("/api/sessions/x/events/stream"), Some(StreamTarget::Session("x".into())));
+        assert_eq!(stream_target("/api/jobs/j/events/stream"), Some(StreamTarget::Job("j".into())));
+        assert_eq!(stream_target("/api/fleet/stream"), Some(StreamTarget::Fleet));
+        // Not UTF-8 once decoded: axum refuses the path, so it names nothing.
+        assert_eq!(stream_target("/api/sessions/%ff/events/stream"), None);
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
             | ProviderError::ImageNotFound(_)
             | ProviderError::NoSuchDirectory(_),
         ) => (S::BAD_REQUEST, "invalid_argument"),
+        // The host's disk cannot hold what the request asked to reserve.
+        Error::Provider(ProviderError::Disk(crate::providers::local::DiskError::NoRoom { .. })) => {
+            (S::INSUFFICIENT_STORAGE, "resource_exhausted")
+        }
         Error::Provider(_) | Error::Daemon(_) => (S::BAD_GATEWAY, "sandbox_error"),
         Error::Store(_) => (S::INTERNAL_SERVER_ERROR, "internal"),
     }

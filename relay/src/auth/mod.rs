@@ -95,7 +95,7 @@ fn mint_for(name: &str, scope: Scope, person: Option<&Person>) -> (TokenRow, Str
 
 /// Mints and stores a token named `name` with the scope named `scope`; the row and the secret,
 /// which is shown once and never kept.
-pub fn create(store: &Store, name: &str, scope: &str, person: Option<&Person>) -> Result<(TokenRow, String)> {
+pub async fn create(store: &Store, name: &str, scope: &str, person: Option<&Person>) -> Result<(TokenRow, String)> {
     let scope =
         Scope::parse(scope).ok_or_else(|| Error::invalid(format!("scope {scope:?}: one of admin, user, mcp, jobs")))?;
     let name = name.trim();
@@ -103,15 +103,35 @@ pub fn create(store: &Store, name: &str, scope: &str, person: Option<&Person>) -
         return Err(Error::invalid("name: 1 to 128 characters"));
     }
     if let Some(p) = person {
-        let ok = |s: &str| !s.trim().is_empty() && s.len() <= 128 && !s.chars().any(char::is_control);
-        if !ok(&p.id) || !p.name.as_deref().is_none_or(ok) {
+        if !valid_person(&p.id) || !p.name.as_deref().is_none_or(valid_person) {
             return Err(Error::invalid("person: an id (and a name) of 1 to 128 characters, no control characters"));
         }
     }
     let (row, secret) = mint_for(name, scope, person);
-    store.insert_token(&row)?;
+    store.insert_token(&row).await?;
     events::TokenCreated { id: &row.id, name: &row.name, scope: scope.as_str() }.emit();
     Ok((row, secret))
+}
+
+/// A person's id or name: 1 to 128 characters, not all blank, no control characters.
+pub fn valid_person(s: &str) -> bool {
+    !s.trim().is_empty() && s.len() <= 128 && !s.chars().any(char::is_control)
+}
+
+/// The most persons one thing (a secret, a sandbox) is shared with.
+pub const MAX_SHARED_WITH: usize = 64;
+
+/// A `shared_with` list as a caller gave it, checked (at most `MAX_SHARED_WITH` ids, each a
+/// `valid_person`), sorted and without repeats.
+pub fn shared_with(mut persons: Vec<String>) -> Result<Vec<String>> {
+    if persons.len() > MAX_SHARED_WITH || !persons.iter().all(|p| valid_person(p)) {
+        return Err(Error::invalid(format!(
+            "shared_with: at most {MAX_SHARED_WITH} person ids, each 1 to 128 characters, no control characters"
+        )));
+    }
+    persons.sort();
+    persons.dedup();
+    Ok(persons)
 }
 
 /// A row for a secret chosen by the operator (`HANGAR_ADMIN_TOKEN`).
@@ -129,15 +149,15 @@ pub fn adopt(name: &str, scope: Scope, secret: &str) -> TokenRow {
 }
 
 /// The live token `presented` is, if any.
-pub fn verify(store: &Store, presented: &str) -> std::result::Result<Option<Caller>, StoreError> {
+pub async fn verify(store: &Store, presented: &str) -> std::result::Result<Option<Caller>, StoreError> {
     if presented.is_empty() {
         return Ok(None);
     }
     let want = hash(presented);
     let candidates = match presented.strip_prefix(SECRET_PREFIX).and_then(|rest| rest.split_once('_')) {
-        Some((suffix, _)) => store.token(&format!("tok_{suffix}"))?.into_iter().collect(),
+        Some((suffix, _)) => store.token(&format!("tok_{suffix}")).await?.into_iter().collect(),
         // Operator-chosen secrets have no embedded id.
-        None => store.tokens_with_hash(&want)?,
+        None => store.tokens_with_hash(&want).await?,
     };
     Ok(candidates.into_iter().find(|t| t.revoked_at.is_none() && bool::from(t.hash.ct_eq(&want))).map(|t| Caller {
         token_id: t.id,
@@ -149,8 +169,8 @@ pub fn verify(store: &Store, presented: &str) -> std::result::Result<Option<Call
 
 /// The caller a live token `token_id` is (for a ticket, which stands for its token): `None` once
 /// the token is revoked or gone.
-pub fn caller_of(store: &Store, token_id: &str) -> std::result::Result<Option<Caller>, StoreError> {
-    Ok(store.token(token_id)?.filter(|t| t.revoked_at.is_none()).map(|t| Caller {
+pub async fn caller_of(store: &Store, token_id: &str) -> std::result::Result<Option<Caller>, StoreError> {
+    Ok(store.token(token_id).await?.filter(|t| t.revoked_at.is_none()).map(|t| Caller {
         token_id: t.id,
         name: t.name,
         scope: t.scope,
@@ -202,22 +222,22 @@ impl MacKey {
 mod tests {
     use super::*;
 
-    #[test]
-    fn minted_tokens_verify_and_revoke() {
+    #[tokio::test]
+    async fn minted_tokens_verify_and_revoke() {
         let dir = std::env::temp_dir().join(format!("hangar-auth-test-{}", random_hex(4)));
         std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&dir.join("db.sqlite")).unwrap();
+        let store = Store::open(&dir.join("db.sqlite"), || {}).await.unwrap();
         let (row, secret) = mint("ci", Scope::User);
-        store.insert_token(&row).unwrap();
-        assert_eq!(verify(&store, &secret).unwrap().unwrap().token_id, row.id);
+        store.insert_token(&row).await.unwrap();
+        assert_eq!(verify(&store, &secret).await.unwrap().unwrap().token_id, row.id);
         let mut wrong = secret.clone();
         wrong.pop();
-        assert!(verify(&store, &wrong).unwrap().is_none());
-        store.insert_token(&adopt("admin", Scope::Admin, "operator-secret")).unwrap();
-        assert_eq!(verify(&store, "operator-secret").unwrap().unwrap().scope, Scope::Admin);
-        assert!(store.revoke_token(&row.id).unwrap());
-        assert!(verify(&store, &secret).unwrap().is_none());
-        assert!(verify(&store, "").unwrap().is_none(), "an empty secret is never a token");
+        assert!(verify(&store, &wrong).await.unwrap().is_none());
+        store.insert_token(&adopt("admin", Scope::Admin, "operator-secret")).await.unwrap();
+        assert_eq!(verify(&store, "operator-secret").await.unwrap().unwrap().scope, Scope::Admin);
+        assert!(store.revoke_token(&row.id).await.unwrap());
+        assert!(verify(&store, &secret).await.unwrap().is_none());
+        assert!(verify(&store, "").await.unwrap().is_none(), "an empty secret is never a token");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

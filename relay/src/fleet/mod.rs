@@ -256,18 +256,21 @@ impl Fleet {
 
     /// Loads what the fleet shows from the store: sandboxes, their sessions with their latest
     /// turns, their jobs (and live jobs still without one), and the persons' names.
-    pub fn load(&self, store: &Store, redactor: &Redactor) -> Result<(), StoreError> {
-        let sandboxes: HashMap<String, Sbx> = store.sandboxes()?.iter().map(|r| (r.id.clone(), Sbx::of(r))).collect();
+    pub async fn load(&self, store: &Store, redactor: &Redactor) -> Result<(), StoreError> {
+        let sandboxes: HashMap<String, Sbx> =
+            store.sandboxes().await?.iter().map(|r| (r.id.clone(), Sbx::of(r))).collect();
         let turns: HashMap<String, TurnRow> =
-            store.latest_turns()?.into_iter().map(|t| (t.session_id.clone(), t)).collect();
+            store.latest_turns().await?.into_iter().map(|t| (t.session_id.clone(), t)).collect();
         let sessions: HashMap<String, Ses> = store
-            .sessions(None)?
+            .sessions(None)
+            .await?
             .iter()
             .filter(|s| sandboxes.contains_key(&s.sandbox_id))
             .map(|s| (s.id.clone(), Ses::of(s, turns.get(&s.id))))
             .collect();
         let jobs: HashMap<String, Job> = store
-            .jobs(JobsOf::Everyone)?
+            .jobs(JobsOf::Everyone)
+            .await?
             .iter()
             .filter(|j| match &j.sandbox_id {
                 Some(id) => sandboxes.contains_key(id),
@@ -275,7 +278,7 @@ impl Fleet {
             })
             .map(|j| (j.id.clone(), Job::of(j, redactor)))
             .collect();
-        let persons = store.tokens()?.into_iter().map(|t| (t.person, t.person_name)).collect();
+        let persons = store.tokens().await?.into_iter().map(|t| (t.person, t.person_name)).collect();
         events::FleetLoaded { sandboxes: sandboxes.len(), sessions: sessions.len(), jobs: jobs.len() }.emit();
         let mut st = self.lock();
         st.sandboxes = sandboxes;
@@ -298,6 +301,11 @@ impl Fleet {
     pub fn sandbox(&self, row: &SandboxRow) {
         self.lock().sandboxes.insert(row.id.clone(), Sbx::of(row));
         self.changed(&row.id);
+    }
+
+    /// Whether the unit (a sandbox) is still there: a stream says a unit left at once.
+    pub fn has_unit(&self, id: &str) -> bool {
+        self.lock().sandboxes.contains_key(id)
     }
 
     /// A sandbox destroyed: its unit, sessions, jobs and pictures go.
@@ -425,9 +433,9 @@ impl Fleet {
 }
 
 /// `GET /api/fleet`: the caller's fleet, from memory.
-pub fn read(relay: &Relay, caller: &Caller, filter: &Filter) -> Result<FleetView> {
+pub async fn read(relay: &Relay, caller: &Caller, filter: &Filter) -> Result<FleetView> {
     let items = relay.inbox.open_items(None);
-    let inbox = crate::inbox::list(relay, caller, false)?;
+    let inbox = crate::inbox::list(relay, caller, false).await?;
     let at = time::now();
     let p = relay.fleet.picture(&items, caller, filter, at);
     Ok(FleetView::new(at, caller, p, inbox))
@@ -446,8 +454,8 @@ pub fn check_ticket(caller: &Caller) -> Result<()> {
 
 /// Refreshes a turn's row after `sessions::transition` moved it. A store that cannot be read
 /// leaves the fleet as it was (the next move brings it up to date) and says so in the log.
-pub(crate) fn turn_changed(relay: &Relay, turn_id: &str) {
-    match relay.store.turn(turn_id) {
+pub(crate) async fn turn_changed(relay: &Relay, turn_id: &str) {
+    match relay.store.turn(turn_id).await {
         Ok(Some(t)) => relay.fleet.turn(&t),
         Ok(None) => {}
         Err(e) => events::FleetTrouble { what: turn_id, error: &e.to_string() }.emit(),
@@ -455,8 +463,8 @@ pub(crate) fn turn_changed(relay: &Relay, turn_id: &str) {
 }
 
 /// Refreshes a job's row after its driver changed it (state, sandbox, session, result).
-pub(crate) fn job_changed(relay: &Relay, job_id: &str) {
-    match relay.store.job(job_id, JobsOf::Everyone) {
+pub(crate) async fn job_changed(relay: &Relay, job_id: &str) {
+    match relay.store.job(job_id, JobsOf::Everyone).await {
         Ok(Some(j)) => relay.fleet.job(&j, &relay.secrets.redactor()),
         Ok(None) => {}
         Err(e) => events::FleetTrouble { what: job_id, error: &e.to_string() }.emit(),

@@ -570,6 +570,7 @@ mod tests {
             text: "why".into(),
             options: vec![],
             tool: Some(serde_json::json!({"name": "Bash"})),
+            call: None,
             created_at: 1.0,
             expires_at: Some(99.0),
             ended_at: None,

@@ -46,18 +46,27 @@ pub async fn decide(
         check_text("reason", r)?;
     }
     let _one = relay.inbox.deciding.lock().await;
-    let item = open_ask(relay, caller, reference, ItemKind::Approval, "an approval takes a decision")?;
+    let item = open_ask(relay, caller, reference, ItemKind::Approval, "an approval takes a decision").await?;
     let reason = reason.map(str::to_string);
     let (outcome, to) = match decision {
-        Decision::Allow => (Outcome::Allow { reason: reason.clone() }, ItemState::Allowed),
+        Decision::Allow => {
+            // The allow names the call the person was shown; the hook allows no other.
+            let Some(call) = item.call.clone() else {
+                return Err(Error::Conflict(format!(
+                    "approval {reference:?} was read before hangar recorded the call it decides: only a deny \
+                     can be given"
+                )));
+            };
+            (Outcome::Allow { reason: reason.clone(), call }, ItemState::Allowed)
+        }
         Decision::Deny => (Outcome::Deny { reason: reason.clone() }, ItemState::Denied),
     };
     write(relay, &item, outcome).await?;
-    end(relay, &item, to, &caller.person, reason.as_deref())?;
+    end(relay, &item, to, &caller.person, reason.as_deref()).await?;
     if decision == Decision::Deny {
-        denied(relay, &item, reason.as_deref().unwrap_or("denied"))?;
+        denied(relay, &item, reason.as_deref().unwrap_or("denied")).await?;
     }
-    find(relay, caller, &item.id)
+    find(relay, caller, &item.id).await
 }
 
 /// Answers an open question.
@@ -67,16 +76,16 @@ pub async fn answer(relay: &Relay, caller: &Caller, reference: &str, text: &str)
         return Err(Error::invalid("answer: must not be empty"));
     }
     let _one = relay.inbox.deciding.lock().await;
-    let item = open_ask(relay, caller, reference, ItemKind::Question, "a question takes an answer")?;
+    let item = open_ask(relay, caller, reference, ItemKind::Question, "a question takes an answer").await?;
     write(relay, &item, Outcome::Answer { text: text.to_string() }).await?;
-    end(relay, &item, ItemState::Answered, &caller.person, Some(text))?;
-    find(relay, caller, &item.id)
+    end(relay, &item, ItemState::Answered, &caller.person, Some(text)).await?;
+    find(relay, caller, &item.id).await
 }
 
 /// The open ask of `kind` that `reference` names among the caller's (`takes` says what only
 /// that kind takes, for the refusal of another kind).
-fn open_ask(relay: &Relay, caller: &Caller, reference: &str, kind: ItemKind, takes: &str) -> Result<ItemRow> {
-    let item = find(relay, caller, reference)?;
+async fn open_ask(relay: &Relay, caller: &Caller, reference: &str, kind: ItemKind, takes: &str) -> Result<ItemRow> {
+    let item = find(relay, caller, reference).await?;
     if item.kind != kind {
         return Err(Error::invalid(format!("inbox item {:?} is a {}: only {takes}", item.id, item.kind.as_str())));
     }
@@ -92,14 +101,14 @@ pub async fn expire(relay: &Relay, item: &ItemRow) -> Result<()> {
     let _one = relay.inbox.deciding.lock().await;
     let reason = format!("nobody answered within {} s", relay.inbox.expiry.as_secs());
     let written = write(relay, item, Outcome::Expired { reason: reason.clone() }).await;
-    if end(relay, item, ItemState::Expired, "hangar", Some(&reason))? && item.kind == ItemKind::Approval {
-        denied(relay, item, &reason)?;
+    if end(relay, item, ItemState::Expired, "hangar", Some(&reason)).await? && item.kind == ItemKind::Approval {
+        denied(relay, item, &reason).await?;
     }
     written
 }
 
 /// A held call was denied: its person hears of it.
-fn denied(relay: &Relay, approval: &ItemRow, reason: &str) -> Result<()> {
+async fn denied(relay: &Relay, approval: &ItemRow, reason: &str) -> Result<()> {
     let mut item =
         new_item(ItemKind::Denied, &approval.person, format!("Denied: {}", approval.title), reason.to_string());
     item.session_id = approval.session_id.clone();
@@ -108,20 +117,20 @@ fn denied(relay: &Relay, approval: &ItemRow, reason: &str) -> Result<()> {
     item.sandbox_id = approval.sandbox_id.clone();
     item.sandbox_name = approval.sandbox_name.clone();
     item.tool = approval.tool.clone();
-    open(relay, item)?;
+    open(relay, item).await?;
     Ok(())
 }
 
 /// Writes the answer file for the item's request: as root into the split directory where the
 /// split holds (an approval's only place), else as the agent into its own.
 async fn write(relay: &Relay, item: &ItemRow, outcome: Outcome) -> Result<()> {
-    let (Some(sandbox_id), Some(request)) = (&item.sandbox_id, &item.request) else {
+    let (Some(sandbox_id), Some(request), Some(turn)) = (&item.sandbox_id, &item.request, &item.turn_id) else {
         return Err(Error::invalid(format!("inbox item {:?} came from no sandbox request", item.id)));
     };
     if !hangar_agents::inbox::valid_request_id(request) {
         return Err(Error::invalid(format!("inbox item {:?}: its request id is not one", item.id)));
     }
-    let row = relay.sandboxes.get(sandbox_id)?;
+    let row = relay.sandboxes.get(sandbox_id).await?;
     let shell = Shell::open(relay, row).await?;
     let place = shell.place().await?;
     if item.kind == ItemKind::Approval && !place.split {
@@ -132,5 +141,5 @@ async fn write(relay: &Relay, item: &ItemRow, outcome: Outcome) -> Result<()> {
     }
     let answer = Answer { v: PROTOCOL, id: request.clone(), at: time::now(), outcome };
     let name = format!("{request}.json");
-    shell.write_file(place.split, &place.answers(), &name, answer.to_json().as_bytes()).await
+    shell.write_file(place.split, &place.answers(turn), &name, answer.to_json().as_bytes()).await
 }

@@ -3,7 +3,7 @@
 //!
 //! Agents reach it from inside their sandbox, which cannot reach the relay, through files: the
 //! agent-side commands (`hangar-envd question|progress|approve`, protocol in
-//! `hangar_agents::inbox`) write requests into the agent's `~/.hangar/inbox/`, which the relay
+//! `hangar_agents::inbox`) write requests into their turn's `~/.hangar/inbox/<turn>/`, which the relay
 //! learns of through the daemon's directory watch, or by polling without one (`watcher`). The
 //! relay answers by writing into a directory the agent can read and not write (the uid split
 //! of `sessions::supervisor`).
@@ -14,6 +14,8 @@
 //!   the answers' directory.
 //! - Everything in a request is the agent's text: redacted, and named as the agent's in every
 //!   view. A request never names an item: item and approval ids are the relay's.
+//! - A request is the turn's whose inbox directory holds it: what it says of its session or
+//!   turn is checked against that, never believed.
 //! - The first end of an item holds (`Store::end_item` moves only open items); open items are
 //!   also kept in memory, which the fleet reads without the store.
 //! - Every change (an item opened or ended) bumps `Inbox::subscribe`'s counter.
@@ -126,26 +128,27 @@ pub struct InboxView {
 }
 
 /// The caller's open items, or (`ended`) its latest ended ones.
-pub fn list(relay: &Relay, caller: &Caller, ended: bool) -> Result<InboxView> {
+pub async fn list(relay: &Relay, caller: &Caller, ended: bool) -> Result<InboxView> {
     let open = relay.inbox.open_items(caller.sees());
     let counts = counts(&open);
-    let items = if ended { relay.store.ended_items(caller.sees(), MAX_ENDED)? } else { open };
+    let items = if ended { relay.store.ended_items(caller.sees(), MAX_ENDED).await? } else { open };
     Ok(InboxView { counts, items, agent_text: AGENT_TEXT })
 }
 
 /// The item `reference` (its id, or its approval's or question's) among the caller's.
-pub fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
+pub async fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
     relay
         .store
-        .item(reference)?
+        .item(reference)
+        .await?
         .filter(|i| caller.sees().is_none_or(|p| i.person == p))
         .ok_or_else(|| Error::not_found(format!("no inbox item {reference:?}")))
 }
 
 /// Ends an informational item (`failed`, `denied`). An approval or a question is ended by its
 /// decision or answer, not by an ack. Acking an ended item changes nothing.
-pub fn ack(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
-    let item = find(relay, caller, reference)?;
+pub async fn ack(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
+    let item = find(relay, caller, reference).await?;
     if item.state == ItemState::Open {
         if item.kind.asks() {
             let route =
@@ -156,29 +159,29 @@ pub fn ack(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
                 item.kind.as_str()
             )));
         }
-        end(relay, &item, ItemState::Acked, &caller.person, None)?;
+        end(relay, &item, ItemState::Acked, &caller.person, None).await?;
     }
-    find(relay, caller, &item.id)
+    find(relay, caller, &item.id).await
 }
 
 /// Records an item's end, in the store and in memory; `false` when it had ended already.
-fn end(relay: &Relay, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&str>) -> Result<bool> {
-    let ended = relay.store.end_item(&item.id, to, by, outcome, time::now())?;
+async fn end(relay: &Relay, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&str>) -> Result<bool> {
+    let ended = relay.store.end_item(&item.id, to, by, outcome, time::now()).await?;
     relay.inbox.closed(&item.id);
     if ended {
         events::InboxItemEnded { item: &item.id, kind: item.kind.as_str(), state: to.as_str(), by }.emit();
         if item.kind.asks() {
             let data = json!({ "item": item.id, "kind": item.kind.as_str(), "ask": item.ask_id, "state": to.as_str(),
                                "by": by, "source": "hangar" });
-            tell_session(relay, item, "inbox.ended", data)?;
+            tell_session(relay, item, "inbox.ended", data).await?;
         }
     }
     Ok(ended)
 }
 
 /// Records a new item, in the store and in memory; `false` when its request was recorded already.
-fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
-    if !relay.store.insert_item(&item)? {
+async fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
+    if !relay.store.insert_item(&item).await? {
         return Ok(false);
     }
     events::InboxItemOpened {
@@ -192,7 +195,7 @@ fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
         let data = json!({ "item": item.id, "kind": item.kind.as_str(), "ask": item.ask_id, "title": item.title,
                            "text": item.text, "options": item.options, "tool": item.tool,
                            "expires_at": item.expires_at, "source": "hangar" });
-        tell_session(relay, &item, "inbox.opened", data)?;
+        tell_session(relay, &item, "inbox.opened", data).await?;
     }
     if item.state == ItemState::Open {
         relay.inbox.opened(item);
@@ -221,9 +224,9 @@ pub fn hook_settings(relay: &Relay, place: &Place, session: &SessionRow, turn_id
         bin.clone(),
         "approve".into(),
         "--answers".into(),
-        place.answers(),
+        place.answers(turn_id),
         "--inbox".into(),
-        place.inbox(),
+        place.inbox(turn_id),
         "--session".into(),
         session.name.clone(),
         "--turn".into(),
@@ -244,10 +247,10 @@ pub fn hook_settings(relay: &Relay, place: &Place, session: &SessionRow, turn_id
 }
 
 /// Records an ask's change among its session's events, where the session's readers see it.
-fn tell_session(relay: &Relay, item: &ItemRow, kind: &'static str, data: serde_json::Value) -> Result<()> {
+async fn tell_session(relay: &Relay, item: &ItemRow, kind: &'static str, data: serde_json::Value) -> Result<()> {
     if let (Some(session), Some(turn)) = (&item.session_id, &item.turn_id) {
-        if relay.store.session_by_id(session)?.is_some() {
-            crate::sessions::record_event(relay, session, turn, kind, data)?;
+        if relay.store.session_by_id(session).await?.is_some() {
+            crate::sessions::record_event(relay, session, turn, kind, data).await?;
         }
     }
     Ok(())
@@ -275,6 +278,7 @@ fn new_item(kind: ItemKind, person: &str, title: String, text: String) -> ItemRo
         text,
         options: Vec::new(),
         tool: None,
+        call: None,
         created_at: time::now(),
         expires_at: None,
         ended_at: None,
@@ -294,23 +298,23 @@ fn of_session(mut item: ItemRow, session: &SessionRow, turn: Option<&TurnRow>) -
 
 /// A turn ended failed, crashed or timed out: its person hears of it (a job's session's turn
 /// is told as the job's failure instead, by `job_failed`). Its open asks are withdrawn.
-pub fn turn_ended(relay: &Relay, session: &SessionRow, turn: &TurnRow, failed: bool) -> Result<()> {
+pub async fn turn_ended(relay: &Relay, session: &SessionRow, turn: &TurnRow, failed: bool) -> Result<()> {
     for item in relay.inbox.open_items(None).into_iter().filter(|i| i.turn_id.as_deref() == Some(&turn.id)) {
         if item.kind.asks() {
-            end(relay, &item, ItemState::Withdrawn, "hangar", Some("the turn ended"))?;
+            end(relay, &item, ItemState::Withdrawn, "hangar", Some("the turn ended")).await?;
         }
     }
-    if !failed || relay.store.job_of_session(&session.id)?.is_some() {
+    if !failed || relay.store.job_of_session(&session.id).await?.is_some() {
         return Ok(());
     }
     let title = format!("Turn {} of {} {}", turn.n, session.name, turn.state.as_str());
     let text = [turn.reason.as_deref(), turn.detail.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
-    open(relay, of_session(new_item(ItemKind::Failed, &session.person, title, text), session, Some(turn)))?;
+    open(relay, of_session(new_item(ItemKind::Failed, &session.person, title, text), session, Some(turn))).await?;
     Ok(())
 }
 
 /// A job ended `failed`: its person hears of it.
-pub fn job_failed(relay: &Relay, job: &crate::store::JobRow) -> Result<()> {
+pub async fn job_failed(relay: &Relay, job: &crate::store::JobRow) -> Result<()> {
     let title = format!("Job {} failed", job.id);
     let text = [job.reason.as_deref(), job.detail.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
     let mut item = new_item(ItemKind::Failed, &job.person, title, text);
@@ -318,14 +322,14 @@ pub fn job_failed(relay: &Relay, job: &crate::store::JobRow) -> Result<()> {
     item.session_id = job.session_id.clone();
     item.sandbox_id = job.sandbox_id.clone();
     item.sandbox_name = job.sandbox_name.clone();
-    open(relay, item)?;
+    open(relay, item).await?;
     Ok(())
 }
 
 /// Ends every open ask of a session that is deleted.
-pub fn session_deleted(relay: &Relay, session_id: &str) -> Result<()> {
+pub async fn session_deleted(relay: &Relay, session_id: &str) -> Result<()> {
     for item in relay.inbox.open_items(None).into_iter().filter(|i| i.session_id.as_deref() == Some(session_id)) {
-        end(relay, &item, ItemState::Withdrawn, "hangar", Some("the session was deleted"))?;
+        end(relay, &item, ItemState::Withdrawn, "hangar", Some("the session was deleted")).await?;
     }
     Ok(())
 }

@@ -1,7 +1,9 @@
-//! A sandbox's requests: one task per sandbox with live turns lists the agent's inbox
-//! directory whenever the daemon's watch reports a change there (every
+//! A sandbox's requests: one task per sandbox with live turns lists each live turn's inbox
+//! directory whenever the daemon's watch of the agent's inbox reports a change there (every
 //! `HANGAR_SESSION_POLL_SECONDS` without a daemon), reads each new request as the agent (so a
-//! link the agent planted reaches only what the agent can read), and opens its item.
+//! link the agent planted reaches only what the agent can read), and opens its item for the
+//! turn whose directory holds it: what a request says of its session or turn is checked against
+//! that, never believed.
 use std::{
     collections::{HashMap, HashSet},
     sync::Arc,
@@ -13,7 +15,7 @@ use hangar_agents::inbox::{self as protocol, Ask, Request, MAX_FILE_BYTES};
 use hangar_proto::filesystem::WatchDirRequest;
 use serde_json::json;
 
-use super::{new_item, of_session, open};
+use super::{new_item, of_session, open, tell_session};
 use crate::{
     app::Relay,
     envd::daemon_error,
@@ -23,7 +25,7 @@ use crate::{
         self,
         supervisor::{Place, Shell, SCRIPT_TIMEOUT},
     },
-    store::{ItemKind, SessionRow, TurnRow},
+    store::{ItemKind, ItemState, SessionRow, TurnRow},
     text::sh_quote,
 };
 
@@ -33,8 +35,16 @@ type Changes = std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<
 /// How often a watcher with a daemon looks again anyway (whether its sandbox still has live
 /// turns; a change the watch missed).
 const RECHECK: Duration = Duration::from_secs(5);
-/// The most request files one listing reads.
-const MAX_FILES: usize = 64;
+/// The most request files one scan reads, and the most bytes (past the first file): a flood of
+/// files is taken a batch at a time, oldest first, each batch one script run.
+const BATCH_FILES: usize = 4096;
+const BATCH_BYTES: usize = 1024 * 1024;
+/// The most files one scan moves aside (no bytes of theirs cross: far cheaper than a read).
+const BATCH_ASIDE: usize = 16384;
+/// The most requests that may wait in one sandbox; a request past them is moved aside.
+const MAX_WAITING: usize = 256;
+/// The most bytes of names and reasons one scan's script carries to move aside.
+const REFUSALS_BYTES: usize = 64 * 1024;
 
 /// Starts the sandbox's watcher unless one runs.
 pub fn ensure(relay: &Arc<Relay>, sandbox_id: &str) {
@@ -44,14 +54,14 @@ pub fn ensure(relay: &Arc<Relay>, sandbox_id: &str) {
     let relay = relay.clone();
     let sandbox_id = sandbox_id.to_string();
     tokio::spawn(async move {
-        let mut seen = Seen::default();
+        let mut seen = HashMap::new();
         let mut wait = Duration::from_secs(1);
         loop {
             match watch(&relay, &sandbox_id, &mut seen).await {
                 Ok(()) => return,
                 Err(e) => {
                     events::InboxTrouble { item: &sandbox_id, error: &e.to_string() }.emit();
-                    if matches!(e, Error::NotFound(_)) || stop(&relay, &sandbox_id) {
+                    if matches!(e, Error::NotFound(_)) || stop(&relay, &sandbox_id).await {
                         return;
                     }
                 }
@@ -62,50 +72,55 @@ pub fn ensure(relay: &Arc<Relay>, sandbox_id: &str) {
     });
 }
 
-/// Whether the sandbox has no live turns left, in which case its watcher ends (under the
-/// watchers' lock, so a turn that starts meanwhile starts a new one).
-fn stop(relay: &Relay, sandbox_id: &str) -> bool {
-    let mut watchers = relay.inbox.watchers();
-    let live = match live_sessions(relay, sandbox_id) {
-        Ok(l) => !l.is_empty(),
-        Err(_) => true,
-    };
-    if !live {
-        watchers.remove(sandbox_id);
+/// Whether the sandbox has no live turns left, in which case its watcher ends. A turn that
+/// starts between the look and the watcher's end found the watcher running and started none, so
+/// the store is asked again once the watcher is gone: a live turn then takes the watcher back
+/// (unless that turn started a new one).
+async fn stop(relay: &Relay, sandbox_id: &str) -> bool {
+    let live = |l: Result<Vec<_>>| l.map_or(true, |l| !l.is_empty());
+    if live(live_sessions(relay, sandbox_id).await) {
+        return false;
     }
-    !live
+    relay.inbox.watchers().remove(sandbox_id);
+    !(live(live_sessions(relay, sandbox_id).await) && relay.inbox.watchers().insert(sandbox_id.to_string()))
 }
 
 /// The sandbox's sessions with a live turn, and that turn.
-fn live_sessions(relay: &Relay, sandbox_id: &str) -> Result<Vec<(SessionRow, TurnRow)>> {
+async fn live_sessions(relay: &Relay, sandbox_id: &str) -> Result<Vec<(SessionRow, TurnRow)>> {
     let mut live = Vec::new();
-    for s in relay.store.sessions_in_sandbox(sandbox_id)? {
-        if let Some(t) = relay.store.turns(&s.id)?.into_iter().find(|t| !t.state.is_terminal()) {
+    for s in relay.store.sessions_in_sandbox(sandbox_id).await? {
+        if let Some(t) = relay.store.live_turns_of(&s.id).await?.into_iter().next() {
             live.push((s, t));
         }
     }
     Ok(live)
 }
 
-/// What a watcher has read: request files by name, progress files by their last content.
+/// What a watcher has read in one turn's inbox: request files by name, progress files by their
+/// last content, and the files its next scan moves aside, with why.
 #[derive(Default)]
 struct Seen {
     requests: HashSet<String>,
     progress: HashMap<String, Vec<u8>>,
+    refusals: Vec<(String, String)>,
 }
 
-async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
-    let row = relay.sandboxes.get(sandbox_id)?;
+/// What a watcher has read, by turn.
+type SeenByTurn = HashMap<String, Seen>;
+
+async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut SeenByTurn) -> Result<()> {
+    let row = relay.sandboxes.get(sandbox_id).await?;
     let shell = Shell::open(relay, row).await?;
     let place = shell.place().await?;
-    scan(relay, &shell, &place, seen).await?;
+    let mut more = scan(relay, &shell, &place, seen).await?;
     let mut changes: Option<Changes> = match &shell.envd {
         // The agent's commands write in the same sandbox through the same mount: inotify sees
         // their writes even on a FUSE or network filesystem.
         Some(envd) => {
+            // Recursive: each turn's directory is below it, made as turns start.
             let req = WatchDirRequest {
-                path: place.inbox(),
-                recursive: false,
+                path: place.inbox_root(),
+                recursive: true,
                 include_entry: false,
                 allow_network_mounts: true,
             };
@@ -121,9 +136,11 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
         None => None,
     };
     // A request written between the first scan and the watch's start.
-    scan(relay, &shell, &place, seen).await?;
+    more = scan(relay, &shell, &place, seen).await? || more;
     loop {
         let changed = match changes.as_mut() {
+            // Files left by the last scan are listed again at once.
+            _ if more => true,
             Some(stream) => tokio::select! {
                 m = stream.next() => match m {
                     Some(Ok(())) => true,
@@ -137,7 +154,7 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
                 true
             }
         };
-        if stop(relay, sandbox_id) {
+        if stop(relay, sandbox_id).await {
             return Ok(());
         }
         if changed || changes.is_none() {
@@ -147,61 +164,253 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut Seen) -> Result<()> {
                 while let Ok(Some(Ok(()))) = tokio::time::timeout(Duration::ZERO, stream.next()).await {}
             }
         }
-        scan(relay, &shell, &place, seen).await?;
+        more = scan(relay, &shell, &place, seen).await?;
     }
 }
 
-/// Lists the inbox directory and reads what is new.
-async fn scan(relay: &Relay, shell: &Shell<'_>, place: &Place, seen: &mut Seen) -> Result<()> {
-    let script = format!(
-        "d={d}; mkdir -p -m 700 \"$d\" 2>/dev/null; cd \"$d\" || exit 0\n\
-         for f in *.json; do [ -f \"$f\" ] && [ ! -L \"$f\" ] && printf '%s %s\\n' \"$(stat -c %s -- \"$f\")\" \"$f\"; done | head -n {MAX_FILES}",
-        d = sh_quote(&place.inbox()),
-    );
+/// Scans each live turn's inbox (`scan_turn`); forgets the turns no longer live. Whether files
+/// are left for the next scan.
+async fn scan(relay: &Relay, shell: &Shell<'_>, place: &Place, seen: &mut SeenByTurn) -> Result<bool> {
+    let live = live_sessions(relay, &shell.row.id).await?;
+    seen.retain(|turn, _| live.iter().any(|(_, t)| &t.id == turn));
+    let mut more = false;
+    for (session, turn) in &live {
+        let seen = seen.entry(turn.id.clone()).or_default();
+        more |= scan_turn(relay, shell, place, (session, turn), seen).await?;
+    }
+    Ok(more)
+}
+
+/// Lists one turn's inbox directory and reads what is new, oldest first and at most a batch of
+/// it, in one script run; what is no request is moved aside there, into `refused/`, with a line
+/// `<name>: <why>` in `refused/.reasons`, as the agent. Whether files are left for the next scan.
+async fn scan_turn(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    place: &Place,
+    (session, turn): (&SessionRow, &TurnRow),
+    seen: &mut Seen,
+) -> Result<bool> {
+    let mut args = vec![
+        place.inbox(&turn.id),
+        BATCH_FILES.to_string(),
+        BATCH_BYTES.to_string(),
+        MAX_FILE_BYTES.to_string(),
+        BATCH_ASIDE.to_string(),
+    ];
+    // The script is one argument of at most 128 KiB (the kernel's MAX_ARG_STRLEN): what does
+    // not fit waits for the next scan.
+    let mut room = REFUSALS_BYTES;
+    let fit =
+        seen.refusals.iter().take_while(|(n, w)| room.checked_sub(n.len() + w.len() + 8).map(|r| room = r).is_some());
+    let fit = fit.count();
+    for (name, why) in seen.refusals.drain(..fit) {
+        args.extend([name, why]);
+    }
+    args.push("--".into());
+    args.extend(seen.requests.iter().cloned());
+    let quoted: Vec<String> = args.iter().map(|a| sh_quote(a)).collect();
+    let script = format!("set -- {}\n{SCAN}", quoted.join(" "));
     let out = shell.run(false, &script, SCRIPT_TIMEOUT).await?;
-    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut present = HashSet::new();
-    for line in listing.lines() {
-        let Some((size, name)) = line.split_once(' ') else { continue };
-        present.insert(name.to_string());
-        if seen.requests.contains(name) {
+    let listing = Listing::parse(&out.stdout);
+    if listing.moved > 0 {
+        events::InboxFilesRefused { sandbox: &shell.row.id, files: listing.moved }.emit();
+    }
+    let mut present: HashSet<&str> = listing.known.iter().map(String::as_str).collect();
+    for (name, body) in &listing.read {
+        present.insert(name);
+        if let Err(why) = admissible(name, body, &session.name, &turn.id) {
+            refuse(seen, name, why);
             continue;
         }
-        let progress = name.starts_with("progress-");
-        if !progress && relay.store.has_request(&shell.row.id, name.trim_end_matches(".json"))? {
-            seen.requests.insert(name.to_string());
-            continue;
-        }
-        if size.parse::<usize>().map_or(true, |s| s > MAX_FILE_BYTES) {
-            refuse(seen, name, &format!("{size} bytes, more than {MAX_FILE_BYTES}"));
-            continue;
-        }
-        let read = format!("head -c {} -- {}/{}", MAX_FILE_BYTES + 1, sh_quote(&place.inbox()), sh_quote(name));
-        let body = shell.run(false, &read, SCRIPT_TIMEOUT).await?.stdout;
-        if progress {
-            if seen.progress.get(name) != Some(&body) {
-                seen.progress.insert(name.to_string(), body.clone());
-                take(relay, shell, place, name, &body).await?;
+        if name.starts_with("progress-") {
+            if seen.progress.get(name) != Some(body) {
+                seen.progress.insert(name.clone(), body.clone());
+                take(relay, shell, place, (session, turn), name, body).await?;
             }
-        } else {
-            seen.requests.insert(name.to_string());
-            take(relay, shell, place, name, &body).await?;
+            continue;
+        }
+        let id = name.trim_end_matches(".json");
+        if relay.store.has_request(&shell.row.id, id).await? {
+            seen.requests.insert(name.clone());
+            continue;
+        }
+        if seen.requests.len() >= MAX_WAITING {
+            refuse(seen, name, format!("more than {MAX_WAITING} requests wait in this sandbox"));
+            continue;
+        }
+        seen.requests.insert(name.clone());
+        take(relay, shell, place, (session, turn), name, body).await?;
+        if !relay.store.has_request(&shell.row.id, id).await? {
+            // `take` said why in its event; the agent reads the gist.
+            refuse(seen, name, NOT_TAKEN.to_string());
         }
     }
     // A request its command removed (answered) may come back under the same name only as a
-    // new request: the store's record of it says it was taken.
-    seen.requests.retain(|n| present.contains(n));
-    seen.progress.retain(|n, _| present.contains(n));
+    // new request: the store's record of it says it was taken. A progress file the batch had
+    // no room for is still there.
+    seen.requests.retain(|n| present.contains(n.as_str()));
+    if listing.more == 0 {
+        seen.progress.retain(|n, _| present.contains(n.as_str()));
+    }
+    // Again at once while a scan makes headway; files that cannot be moved wait for a change.
+    Ok((listing.more > 0 || !seen.refusals.is_empty()) && listing.moved + listing.read.len() > 0)
+}
+
+/// What the agent reads for a request `take` opened no item for.
+const NOT_TAKEN: &str = "it asks for an approval its session cannot give, or names no approval of its turn";
+
+/// Whether a file read from a turn's inbox is a request the watcher hands to `take`, or why not.
+fn admissible(name: &str, body: &[u8], session: &str, turn: &str) -> std::result::Result<(), String> {
+    let req = Request::parse(body).map_err(|e| e.to_string())?;
+    if protocol::request_file_name(&req) != name {
+        return Err("the file's name is not its request's".into());
+    }
+    // The directory says whose request it is; a request that says otherwise was not written
+    // by that turn's agent-side command.
+    if req.session.as_deref().is_some_and(|s| s != session) || req.turn.as_deref().is_some_and(|t| t != turn) {
+        return Err("it names another session or turn than the one whose inbox holds it".into());
+    }
     Ok(())
 }
 
-fn refuse(seen: &mut Seen, name: &str, why: &str) {
-    seen.requests.insert(name.to_string());
-    events::InboxRequestRefused { file: name, why }.emit();
+/// Marks a file to be moved aside by the next scan (which runs at once), with the reason the
+/// agent reads for it.
+fn refuse(seen: &mut Seen, name: &str, mut why: String) {
+    seen.requests.remove(name);
+    if let Some((cut, _)) = why.char_indices().nth(200) {
+        why.truncate(cut);
+    }
+    seen.refusals.push((name.to_string(), why));
 }
 
-/// One request file read: its item opened, or its progress recorded.
-async fn take(relay: &Relay, shell: &Shell<'_>, place: &Place, name: &str, body: &[u8]) -> Result<()> {
+/// The scan, run by bash as the agent after `set --` gave it: the inbox directory, the batch's
+/// most files and bytes, the largest request file, the most files to move aside; then the files to move aside with their
+/// reasons (pairs) up to `--`; then the names the watcher has read already.
+/// - `ls -1tr` lists oldest first with no process per file, read whole (a pipe read line by line
+///   is read a byte per system call); a name `ls` could not print one a line (a newline in it)
+///   is no request's, and the glob finds those first.
+/// - Each new file is read by `read -N` (a builtin) and printed as `+ <name> <bytes>`, a line,
+///   then its bytes; a known one present is `= <name>`; the last line is `. <moved> <left>`.
+/// - A run stops at a full batch (files read, bytes, or files to move aside) and counts the rest.
+/// - What is plainly no JSON object is moved aside in the same run; the relay parses the rest,
+///   and what it refuses is moved aside by the next run.
+/// - What is moved aside is moved with one `mv` per 256 files; its
+///   reasons are appended to `refused/.reasons` in one write (a dot file: never listed, so
+///   never moved over by a file of that name).
+const SCAN: &str = r#"export LC_ALL=C
+d=$1 max_files=$2 max_bytes=$3 max_body=$4 max_aside=$5
+shift 5
+mkdir -p -m 700 -- "$d" 2>/dev/null
+cd -- "$d" 2>/dev/null || exit 0
+declare -A known=()
+aside=() why=()
+n=0 bytes=0 more=0 moved=0
+put_aside() {
+    { [ -e "$1" ] || [ -L "$1" ]; } || return 0
+    if [ ${#aside[@]} -lt "$max_aside" ]; then aside+=("$1"); why+=("$1: $2"); else more=$((more + 1)); fi
+}
+while [ $# -gt 1 ] && [ "$1" != -- ]; do known[$1]=r; put_aside "$1" "$2"; shift 2; done
+shift
+for f in "$@"; do [ -n "${known[$f]:-}" ] || known[$f]=k; done
+valid() {
+    local s=${1%.json} t
+    [ "$s.json" = "$1" ] || return 1
+    case $s in
+    progress-*) t=${s#progress-}; [ ${#t} -ge 1 ] && [ ${#t} -le 64 ] && [[ $t != *[!A-Za-z0-9_-]* ]] ;;
+    *) [ ${#s} -ge 8 ] && [ ${#s} -le 64 ] && [[ $s != *[!a-z0-9-]* ]] ;;
+    esac
+}
+for f in *[!A-Za-z0-9._-]*; do put_aside "$f" "not a request file's name"; done
+for f in "${!known[@]}"; do [ "${known[$f]}" = k ] && [ -e "$f" ] && printf '= %s\n' "$f"; done
+listed=$(ls -1tr)
+set -f
+IFS=$'\n'
+names=($listed)
+unset IFS
+total=${#names[@]}
+for ((i = 0; i < total; i++)); do
+    if [ $n -ge "$max_files" ] || [ $bytes -ge "$max_bytes" ] || [ ${#aside[@]} -ge "$max_aside" ]; then
+        more=$((more + total - i))
+        break
+    fi
+    f=${names[i]}
+    [ -n "${known[$f]:-}" ] && continue
+    [ "$f" = refused ] && continue
+    case $f in *[!A-Za-z0-9._-]*) continue ;; esac
+    valid "$f" || { put_aside "$f" "not a request file's name"; continue; }
+    if [ -L "$f" ] || [ ! -f "$f" ]; then put_aside "$f" "not a regular file"; continue; fi
+    body=
+    IFS= read -r -d '' -N $((max_body + 1)) body < "$f"
+    if [ ${#body} -gt "$max_body" ]; then put_aside "$f" "more than $max_body bytes"; continue; fi
+    [[ $body =~ ^[[:space:]]*\{ ]] || { put_aside "$f" "not a request: no JSON object"; continue; }
+    printf '+ %s %s\n%s' "$f" ${#body} "$body"
+    n=$((n + 1)) bytes=$((bytes + ${#body}))
+done
+if [ ${#aside[@]} -gt 0 ]; then
+    # Not a directory the agent can write (its own doing): set aside too, by the next scan.
+    { [ -d refused ] && [ -w refused ]; } || { [ ! -e refused ] && [ ! -L refused ]; } || mv -f refused "refused.$$"
+    mkdir -p -m 700 refused 2>/dev/null
+    for ((i = 0; i < ${#aside[@]}; i += 256)); do mv -f -- "${aside[@]:i:256}" refused/ 2>/dev/null; done
+    said=()
+    for i in "${!aside[@]}"; do
+        { [ -e "refused/${aside[i]}" ] || [ -L "refused/${aside[i]}" ]; } && said+=("${why[i]}")
+    done
+    moved=${#said[@]}
+    [ $moved -eq 0 ] || printf '%s\n' "${said[@]}" >> refused/.reasons 2>/dev/null
+fi
+printf '. %s %s\n' $moved $more
+"#;
+
+/// What one scan printed.
+#[derive(Debug, Default, PartialEq)]
+struct Listing {
+    /// Files the watcher had read, still there.
+    known: Vec<String>,
+    /// New files, oldest first, with their bytes.
+    read: Vec<(String, Vec<u8>)>,
+    /// Files moved aside.
+    moved: usize,
+    /// Files left for the next scan.
+    more: usize,
+}
+
+impl Listing {
+    /// Reads the scan's output; anything after a line it does not know is dropped (the next
+    /// scan lists it again).
+    fn parse(mut out: &[u8]) -> Listing {
+        let mut l = Listing::default();
+        while let Some(nl) = out.iter().position(|b| *b == b'\n') {
+            let line = String::from_utf8_lossy(&out[..nl]).into_owned();
+            out = &out[nl + 1..];
+            if let Some(name) = line.strip_prefix("= ") {
+                l.known.push(name.to_string());
+            } else if let Some(head) = line.strip_prefix("+ ") {
+                let Some((name, len)) = head.rsplit_once(' ') else { break };
+                let Some(len) = len.parse::<usize>().ok().filter(|n| *n <= out.len()) else { break };
+                l.read.push((name.to_string(), out[..len].to_vec()));
+                out = &out[len..];
+            } else if let Some(counts) = line.strip_prefix(". ") {
+                let mut c = counts.split(' ').map(|n| n.parse::<usize>().unwrap_or(0));
+                l.moved = c.next().unwrap_or(0);
+                l.more = c.next().unwrap_or(0);
+            } else {
+                break;
+            }
+        }
+        l
+    }
+}
+
+/// One request file read from the inbox of `turn`: its item opened, or its progress recorded.
+async fn take(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    place: &Place,
+    (session, turn): (&SessionRow, &TurnRow),
+    name: &str,
+    body: &[u8],
+) -> Result<()> {
     let sandbox_id = &shell.row.id;
     let req = match Request::parse(body) {
         Ok(r) if protocol::request_file_name(&r) == name => r,
@@ -214,23 +423,11 @@ async fn take(relay: &Relay, shell: &Shell<'_>, place: &Place, name: &str, body:
             return Ok(());
         }
     };
-    let live = live_sessions(relay, sandbox_id)?;
-    // The session the request names, in this sandbox and running a turn; without a name, the
-    // sandbox's one live session.
-    let found = match req.session.as_deref() {
-        Some(name) => live.into_iter().find(|(s, t)| s.name == name && req.turn.as_deref().is_none_or(|id| id == t.id)),
-        None if live.len() == 1 => live.into_iter().next(),
-        None => None,
-    };
-    let Some((session, turn)) = found else {
-        events::InboxRequestRefused { file: name, why: "it names no live turn in this sandbox" }.emit();
-        return Ok(());
-    };
     let redactor = relay.secrets.redactor();
     match &req.ask {
         Ask::Progress { text, pct } => {
             let data = json!({ "text": redactor.text(text), "pct": pct, "source": "agent" });
-            sessions::record_event(relay, &session.id, &turn.id, "agent.progress", data)?;
+            sessions::record_event(relay, &session.id, &turn.id, "agent.progress", data).await?;
         }
         Ask::Question { text, options } => {
             let title = format!("Question from {}", session.name);
@@ -238,7 +435,7 @@ async fn take(relay: &Relay, shell: &Shell<'_>, place: &Place, name: &str, body:
             item.options = options.iter().map(|o| redactor.text(o).into_owned()).collect();
             item.request = Some(req.id.clone());
             item.expires_at = Some(item.created_at + relay.inbox.expiry.as_secs_f64());
-            open(relay, of_session(item, &session, Some(&turn)))?;
+            open(relay, of_session(item, session, Some(turn))).await?;
         }
         Ask::Approval { tool } => {
             if session.approvals.is_empty() || !place.split {
@@ -252,10 +449,81 @@ async fn take(relay: &Relay, shell: &Shell<'_>, place: &Place, name: &str, body:
             let mut call = serde_json::to_value(tool).unwrap_or_default();
             redactor.json(&mut call);
             item.tool = Some(call);
+            // What a person's allow will name: the call as read here, before redaction.
+            item.call = Some(tool.digest());
             item.request = Some(req.id.clone());
             item.expires_at = Some(item.created_at + relay.inbox.expiry.as_secs_f64());
-            open(relay, of_session(item, &session, Some(&turn)))?;
+            open(relay, of_session(item, session, Some(turn))).await?;
+        }
+        Ask::Tampered { request, held } => {
+            // The hook's word, about one of its turn's approvals that a person allowed.
+            let approval = relay.store.item_of_request(sandbox_id, request).await?;
+            let Some(approval) = approval.filter(|a| {
+                a.kind == ItemKind::Approval && a.state == ItemState::Allowed && a.turn_id.as_deref() == Some(&turn.id)
+            }) else {
+                events::InboxRequestRefused { file: name, why: "it names no allowed approval of its turn" }.emit();
+                return Ok(());
+            };
+            let held_title = redactor.text(&protocol::summarize(held)).into_owned();
+            let text = format!(
+                "The approval's request was changed after the hook wrote it: {} was shown and allowed, the hook held \
+                 {held_title} and denied it (the agent's hook says so).",
+                approval.title
+            );
+            let mut item = new_item(ItemKind::Denied, &session.person, format!("Denied: {held_title}"), text);
+            let mut call = serde_json::to_value(held).unwrap_or_default();
+            redactor.json(&mut call);
+            item.tool = Some(call);
+            item.request = Some(req.id.clone());
+            let item = of_session(item, session, Some(turn));
+            let data = json!({ "item": item.id, "approval": approval.ask_id, "shown": approval.title,
+                               "held": held_title, "source": "agent" });
+            if open(relay, item.clone()).await? {
+                tell_session(relay, &item, "inbox.tampered", data).await?;
+            }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_is_read_by_its_lengths_whatever_the_bodies_hold() {
+        let out = b"= known-one.json\n+ abcdefgh.json 9\n{\n+ x 1\n}+ progress-t.json 0\n. 3 7\n";
+        let l = Listing::parse(out);
+        assert_eq!(l.known, vec!["known-one.json".to_string()]);
+        assert_eq!(
+            l.read,
+            vec![("abcdefgh.json".to_string(), b"{\n+ x 1\n}".to_vec()), ("progress-t.json".to_string(), Vec::new())]
+        );
+        assert_eq!((l.moved, l.more), (3, 7));
+    }
+
+    #[test]
+    fn a_cut_listing_keeps_what_came_whole() {
+        let l = Listing::parse(b"+ abcdefgh.json 9\n{\"v\":1}");
+        assert!(l.read.is_empty() && l.more == 0, "{l:?}");
+        let l = Listing::parse(b"= a.json\nnonsense\n= b.json\n");
+        assert_eq!(l.known, vec!["a.json".to_string()]);
+    }
+
+    #[test]
+    fn junk_and_requests_naming_another_turn_are_not_admissible() {
+        assert!(admissible("abcdefgh.json", b"junk\n", "fix", "turn_1").is_err());
+        let progress = br#"{"v":2,"id":"abcdefgh","created_at":1,"turn":"turn_1","kind":"progress","text":"x"}"#;
+        assert_eq!(admissible("progress-turn_1.json", progress, "fix", "turn_1"), Ok(()));
+        let elsewhere = Err("it names another session or turn than the one whose inbox holds it".to_string());
+        assert_eq!(admissible("progress-turn_1.json", progress, "fix", "turn_2"), elsewhere);
+        assert_eq!(
+            admissible("progress-turn_2.json", progress, "fix", "turn_2"),
+            Err("the file's name is not its request's".to_string())
+        );
+        let question = br#"{"v":2,"id":"abcdefgh","session":"other","created_at":1,"kind":"question","text":"x"}"#;
+        assert_eq!(admissible("abcdefgh.json", question, "fix", "turn_1"), elsewhere);
+        let unnamed = br#"{"v":2,"id":"abcdefgh","created_at":1,"kind":"question","text":"x"}"#;
+        assert_eq!(admissible("abcdefgh.json", unnamed, "fix", "turn_1"), Ok(()));
+    }
 }

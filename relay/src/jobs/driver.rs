@@ -13,6 +13,7 @@ use crate::{
     auth::Caller,
     error::{Error, Result},
     events,
+    providers::ExecOutput,
     sessions::{
         self,
         supervisor::{Shell, SCRIPT_TIMEOUT},
@@ -47,7 +48,7 @@ pub(super) async fn drive(relay: &Arc<Relay>, id: &str, notify: &Notify) {
 
 async fn run(relay: &Arc<Relay>, id: &str, notify: &Notify) -> Result<()> {
     loop {
-        let Some(job) = relay.store.job(id, JobsOf::Everyone)? else { return Ok(()) };
+        let Some(job) = relay.store.job(id, JobsOf::Everyone).await? else { return Ok(()) };
         // Each step moves the job on (or it is found terminal next time round).
         match job.state {
             JobState::Queued => start(relay, &job).await?,
@@ -61,41 +62,42 @@ async fn run(relay: &Arc<Relay>, id: &str, notify: &Notify) -> Result<()> {
 /// Moves the job to `to` (unless it has ended) and records a `job.state` event in its session's
 /// events, where there is one, in the same transaction: a relay killed in between leaves both or
 /// neither (a job's terminal `job.state` is what ends its event streams).
-pub(super) fn to(relay: &Relay, job: &JobRow, to: JobState, reason: Option<&str>, detail: Option<&str>) -> Result<()> {
+pub(super) async fn to(
+    relay: &Relay,
+    job: &JobRow,
+    to: JobState,
+    reason: Option<&str>,
+    detail: Option<&str>,
+) -> Result<()> {
     let detail = detail.map(|d| relay.secrets.redactor().text(d).into_owned());
     let data = json!({
         "job": job.id, "from": job.state.as_str(), "to": to.as_str(), "reason": reason, "detail": detail,
         "source": "hangar",
     });
-    let turn = first_turn(relay, job.session_id.as_deref())?;
+    let turn = first_turn(relay, job.session_id.as_deref()).await?;
     let event = job_event(job.session_id.as_deref(), turn.as_deref(), "job.state", data);
-    let Some(seq) = relay.store.set_job_state(&job.id, to, reason, detail.as_deref(), time::now(), event)? else {
+    let Some(seq) = relay.store.set_job_state(&job.id, to, reason, detail.as_deref(), time::now(), event).await? else {
         return Ok(());
     };
     events::JobState { job: &job.id, person: &job.person, from: job.state.as_str(), to: to.as_str(), reason }.emit();
     publish(relay, job.session_id.as_deref(), seq);
-    crate::fleet::job_changed(relay, &job.id);
+    crate::fleet::job_changed(relay, &job.id).await;
     if to == JobState::Failed {
         let ended = JobRow { state: to, reason: reason.map(str::to_string), detail, ..job.clone() };
-        crate::inbox::job_failed(relay, &ended)?;
+        crate::inbox::job_failed(relay, &ended).await?;
     }
     Ok(())
 }
 
 /// The id of the session's first turn, which the job's own events are recorded under.
-fn first_turn(relay: &Relay, session_id: Option<&str>) -> Result<Option<String>> {
+async fn first_turn(relay: &Relay, session_id: Option<&str>) -> Result<Option<String>> {
     let Some(session_id) = session_id else { return Ok(None) };
-    Ok(relay.store.turns(session_id)?.into_iter().next().map(|t| t.id))
+    Ok(relay.store.first_turn(session_id).await?.map(|t| t.id))
 }
 
-fn job_event<'a>(
-    session_id: Option<&'a str>,
-    turn_id: Option<&'a str>,
-    kind: &'static str,
-    data: Value,
-) -> Option<JobEvent<'a>> {
+fn job_event(session_id: Option<&str>, turn_id: Option<&str>, kind: &'static str, data: Value) -> Option<JobEvent> {
     let event = NewEvent { kind, data, src_offset: None, part: 0 };
-    Some(JobEvent { session_id: session_id?, turn_id: turn_id?, event })
+    Some(JobEvent { session_id: session_id?.to_string(), turn_id: turn_id?.to_string(), event })
 }
 
 fn publish(relay: &Relay, session_id: Option<&str>, seq: Option<i64>) {
@@ -104,40 +106,40 @@ fn publish(relay: &Relay, session_id: Option<&str>, seq: Option<i64>) {
     }
 }
 
-fn fail(relay: &Relay, job: &JobRow, reason: &str, e: &Error) -> Result<()> {
-    to(relay, job, JobState::Failed, Some(reason), Some(&e.to_string()))
+async fn fail(relay: &Relay, job: &JobRow, reason: &str, e: &Error) -> Result<()> {
+    to(relay, job, JobState::Failed, Some(reason), Some(&e.to_string())).await
 }
 
 /// The job's sandbox: the one it names, or the one it creates from its spec (found again by
 /// name after a restart).
 async fn sandbox(relay: &Relay, job: &JobRow) -> Result<SandboxRow> {
     if let Some(id) = &job.sandbox_id {
-        return relay.sandboxes.get(id);
+        return relay.sandboxes.get(id).await;
     }
     let name = own_name(job);
-    if let Some(row) = relay.store.sandbox(&name)? {
-        relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true)?;
-        crate::fleet::job_changed(relay, &job.id);
+    if let Some(row) = relay.store.sandbox(&name).await? {
+        relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true).await?;
+        crate::fleet::job_changed(relay, &job.id).await;
         return Ok(row);
     }
     let spec = job.sandbox_spec.as_ref().ok_or_else(|| Error::invalid("the job names no sandbox"))?;
     let provider = spec.get("provider").and_then(Value::as_str).unwrap_or_default();
     let options = spec.get("options").cloned().unwrap_or_else(|| json!({}));
     // The job's sandbox is its person's.
-    let row = relay.sandboxes.create(&name, provider, options, Some(&job.person)).await?;
-    relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true)?;
-    crate::fleet::job_changed(relay, &job.id);
+    let row = relay.sandboxes.create(&name, provider, options, Some(&job.person), Vec::new()).await?;
+    relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true).await?;
+    crate::fleet::job_changed(relay, &job.id).await;
     Ok(row)
 }
 
 async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
     if job.cancel_requested_at.is_some() {
-        return to(relay, job, JobState::Cancelled, Some("cancel_requested"), None);
+        return to(relay, job, JobState::Cancelled, Some("cancel_requested"), None).await;
     }
     let row = match sandbox(relay, job).await {
         Ok(row) => row,
         Err(e @ Error::Store(_)) => return Err(e),
-        Err(e) => return fail(relay, job, "sandbox_unavailable", &e),
+        Err(e) => return fail(relay, job, "sandbox_unavailable", &e).await,
     };
     let cwd = match job.cwd.as_deref().or(row.workdir.as_deref()) {
         Some(cwd) => relay.sandboxes.resolve_cwd(&row, cwd),
@@ -145,22 +147,21 @@ async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
     };
     let cwd = match cwd {
         Ok(cwd) => cwd,
-        Err(e) => return fail(relay, job, "invalid_cwd", &e),
+        Err(e) => return fail(relay, job, "invalid_cwd", &e).await,
     };
-    // The head before the agent's first turn: what "commits ahead" counts from. Read as the
-    // agent's own user, like everything hangar reads of the job's repository, and recorded
-    // before the session starts: a driver restarted after that reuses it, since the head may
-    // by then hold the agent's commits.
+    // The head before the agent's first turn: what "commits ahead" counts from. Read as
+    // everything hangar reads of the job's repository (`read_repo`), and recorded before the
+    // session starts: a driver restarted after that reuses it, since the head may by then hold
+    // the agent's commits.
     if !job.base_read {
         let base = match Shell::open(relay, row.clone()).await {
-            Ok(shell) => shell
-                .run(false, &measure::head_script(&cwd), SCRIPT_TIMEOUT)
+            Ok(shell) => read_repo(&shell, &measure::head_script(&cwd))
                 .await
                 .ok()
                 .and_then(|o| measure::object_id(&String::from_utf8_lossy(&o.stdout))),
             Err(_) => None,
         };
-        relay.store.set_job_base(&job.id, &cwd, base.as_deref())?;
+        relay.store.set_job_base(&job.id, &cwd, base.as_deref()).await?;
     }
     let prompt = relay.jobs.prompts().get(&job.id).cloned().unwrap_or_else(|| job.prompt.clone());
     let req = sessions::StartRequest {
@@ -179,13 +180,13 @@ async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
     let session = match sessions::start(relay, &caller_of(job), req).await {
         Ok(v) => v.session,
         Err(e @ Error::Store(_)) => return Err(e),
-        Err(e) => return fail(relay, job, "session_refused", &e),
+        Err(e) => return fail(relay, job, "session_refused", &e).await,
     };
-    relay.store.set_job_session(&job.id, &session.id, &session.cwd)?;
-    crate::fleet::job_changed(relay, &job.id);
+    relay.store.set_job_session(&job.id, &session.id, &session.cwd).await?;
+    crate::fleet::job_changed(relay, &job.id).await;
     relay.jobs.prompts().remove(&job.id);
-    let job = relay.store.job(&job.id, JobsOf::Everyone)?.ok_or_else(|| Error::not_found("job gone"))?;
-    to(relay, &job, JobState::Running, None, None)?;
+    let job = relay.store.job(&job.id, JobsOf::Everyone).await?.ok_or_else(|| Error::not_found("job gone"))?;
+    to(relay, &job, JobState::Running, None, None).await?;
     // A cancel that came while the session was starting: its turn goes too (`wait_turn` ends
     // the job when it has).
     if job.cancel_requested_at.is_some() {
@@ -206,32 +207,32 @@ fn turn_reason(state: TurnState, reason: Option<&str>) -> String {
 
 async fn wait_turn(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()> {
     let Some(session_id) = job.session_id.clone() else {
-        return to(relay, job, JobState::Failed, Some("session_lost"), None);
+        return to(relay, job, JobState::Failed, Some("session_lost"), None).await;
     };
     let mut asked_cancel = false;
     loop {
-        let Some(session) = relay.store.session_by_id(&session_id)? else {
-            return to(relay, job, JobState::Failed, Some("session_deleted"), None);
+        let Some(session) = relay.store.session_by_id(&session_id).await? else {
+            return to(relay, job, JobState::Failed, Some("session_deleted"), None).await;
         };
         let mut rx = relay.sessions.live.subscribe(&session_id, session.event_seq);
-        let Some(turn) = relay.store.turns(&session_id)?.into_iter().next() else {
-            return to(relay, job, JobState::Failed, Some("session_lost"), None);
+        let Some(turn) = relay.store.first_turn(&session_id).await? else {
+            return to(relay, job, JobState::Failed, Some("session_lost"), None).await;
         };
         if turn.state.is_terminal() {
             let reason = turn_reason(turn.state, turn.reason.as_deref());
             return match turn.state {
-                TurnState::Succeeded => to(relay, job, JobState::Verifying, None, None),
+                TurnState::Succeeded => to(relay, job, JobState::Verifying, None, None).await,
                 TurnState::Cancelled => {
                     finish(relay, job, None).await?;
-                    to(relay, job, JobState::Cancelled, Some(&reason), turn.detail.as_deref())
+                    to(relay, job, JobState::Cancelled, Some(&reason), turn.detail.as_deref()).await
                 }
                 _ => {
                     finish(relay, job, None).await?;
-                    to(relay, job, JobState::Failed, Some(&reason), turn.detail.as_deref())
+                    to(relay, job, JobState::Failed, Some(&reason), turn.detail.as_deref()).await
                 }
             };
         }
-        let cancel = relay.store.job(&job.id, JobsOf::Everyone)?.is_some_and(|j| j.cancel_requested_at.is_some());
+        let cancel = relay.store.job(&job.id, JobsOf::Everyone).await?.is_some_and(|j| j.cancel_requested_at.is_some());
         if cancel && !asked_cancel {
             asked_cancel = true;
             sessions::cancel(relay, &caller_of(job), &session_id).await?;
@@ -254,13 +255,16 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
     // A result recorded before a restart: the verification ran and was measured; only the end
     // is left to record.
     if let Some(result) = &job.result {
-        return verified(relay, job, recorded_pass(result));
+        return verified(relay, job, recorded_pass(result)).await;
     }
-    let row = job.sandbox_id.as_deref().map(|id| relay.sandboxes.get(id)).transpose();
+    let row = match job.sandbox_id.as_deref() {
+        Some(id) => relay.sandboxes.get(id).await.map(Some),
+        None => Ok(None),
+    };
     let (row, cwd) = match (row, &job.cwd) {
         (Ok(Some(row)), Some(cwd)) => (row, cwd.clone()),
-        (Err(e), _) => return fail(relay, job, "sandbox_unavailable", &e),
-        _ => return to(relay, job, JobState::Failed, Some("sandbox_unavailable"), None),
+        (Err(e), _) => return fail(relay, job, "sandbox_unavailable", &e).await,
+        _ => return to(relay, job, JobState::Failed, Some("sandbox_unavailable"), None).await,
     };
     let verification = match &job.verify {
         None => None,
@@ -268,7 +272,7 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
             let minutes = job.timeout_minutes.clamp(1, super::MAX_VERIFY_MINUTES) as u64;
             let shell = match Shell::open(relay, row).await {
                 Ok(s) => s,
-                Err(e) => return fail(relay, job, "sandbox_unavailable", &e),
+                Err(e) => return fail(relay, job, "sandbox_unavailable", &e).await,
             };
             // A verification a killed relay left running goes first: it runs again from the
             // start, since what it printed went with that relay.
@@ -280,7 +284,7 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
                 tokio::select! {
                     out = &mut run => break out,
                     _ = notify.notified() => {
-                        let cancel = relay.store.job(&job.id, JobsOf::Everyone)?
+                        let cancel = relay.store.job(&job.id, JobsOf::Everyone).await?
                             .is_some_and(|j| j.cancel_requested_at.is_some());
                         if cancel {
                             // Dropping the run alone would leave the command running.
@@ -307,21 +311,21 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
                 }
                 Err(e) => {
                     stop_verify(&shell, job).await;
-                    return fail(relay, job, "verify_error", &e);
+                    return fail(relay, job, "verify_error", &e).await;
                 }
             }
         }
     };
     let passed = verification.as_ref().is_none_or(Verification::passed);
     finish(relay, job, verification).await?;
-    verified(relay, job, passed)
+    verified(relay, job, passed).await
 }
 
-fn verified(relay: &Relay, job: &JobRow, passed: bool) -> Result<()> {
+async fn verified(relay: &Relay, job: &JobRow, passed: bool) -> Result<()> {
     if passed {
-        to(relay, job, JobState::Succeeded, Some("ok"), None)
+        to(relay, job, JobState::Succeeded, Some("ok"), None).await
     } else {
-        to(relay, job, JobState::Failed, Some("verify_failed"), None)
+        to(relay, job, JobState::Failed, Some("verify_failed"), None).await
     }
 }
 
@@ -337,7 +341,11 @@ async fn cancel_verify(relay: &Relay, job: &JobRow, shell: Option<&Shell<'_>>) -
     match shell {
         Some(shell) => stop_verify(shell, job).await,
         None => {
-            if let Some(Ok(row)) = job.sandbox_id.as_deref().map(|id| relay.sandboxes.get(id)) {
+            let row = match job.sandbox_id.as_deref() {
+                Some(id) => relay.sandboxes.get(id).await.ok(),
+                None => None,
+            };
+            if let Some(row) = row {
                 if let Ok(shell) = Shell::open(relay, row).await {
                     stop_verify(&shell, job).await;
                 }
@@ -345,7 +353,7 @@ async fn cancel_verify(relay: &Relay, job: &JobRow, shell: Option<&Shell<'_>>) -
         }
     }
     finish(relay, job, None).await?;
-    to(relay, job, JobState::Cancelled, Some("cancel_requested"), None)
+    to(relay, job, JobState::Cancelled, Some("cancel_requested"), None).await
 }
 
 /// Stops the job's verification and what it started, found by the marker in their environment
@@ -357,7 +365,15 @@ async fn stop_verify(shell: &Shell<'_>, job: &JobRow) {
     }
 }
 
-/// Measures the repository (read-only git, as the agent's user), finds a PR URL in the agent's
+/// Runs one of `measure`'s read-only git scripts: as root where the uid split holds, so that
+/// nothing the agent left running as its own user can reach the measurement; as the agent
+/// elsewhere, where everything in the sandbox is the agent's anyway.
+async fn read_repo(shell: &Shell<'_>, script: &str) -> Result<ExecOutput> {
+    let root = shell.place().await?.split;
+    shell.run(root, script, SCRIPT_TIMEOUT).await
+}
+
+/// Measures the repository (read-only git: `read_repo`), finds a PR URL in the agent's
 /// final message, and records the result with its `job.result` event, once: a result recorded
 /// before a restart stays.
 async fn finish(relay: &Relay, job: &JobRow, verification: Option<Verification>) -> Result<()> {
@@ -366,14 +382,14 @@ async fn finish(relay: &Relay, job: &JobRow, verification: Option<Verification>)
     }
     let mut git = None;
     if let (Some(id), Some(cwd)) = (&job.sandbox_id, &job.cwd) {
-        if let Ok(shell) = Shell::open(relay, relay.sandboxes.get(id)?).await {
-            let out = shell.run(false, &measure::facts_script(cwd, job.base.as_deref()), SCRIPT_TIMEOUT).await;
+        if let Ok(shell) = Shell::open(relay, relay.sandboxes.get(id).await?).await {
+            let out = read_repo(&shell, &measure::facts_script(cwd, job.base.as_deref())).await;
             git = out.ok().and_then(|o| measure::parse_facts(&String::from_utf8_lossy(&o.stdout)));
         }
     }
     let redactor = relay.secrets.redactor();
     let pr_url = match &job.session_id {
-        Some(s) => final_text(relay, s)?.as_deref().and_then(measure::pr_url),
+        Some(s) => final_text(relay, s).await?.as_deref().and_then(measure::pr_url),
         None => None,
     };
     let result = json!({
@@ -389,19 +405,19 @@ async fn finish(relay: &Relay, job: &JobRow, verification: Option<Verification>)
         "pr_url": pr_url.as_deref().map(|u| redactor.text(u).into_owned()),
         "pr_url_source": pr_url.as_ref().map(|_| "agent_reported"),
     });
-    let turn = first_turn(relay, job.session_id.as_deref())?;
+    let turn = first_turn(relay, job.session_id.as_deref()).await?;
     let data = json!({ "job": job.id, "result": result, "source": "hangar" });
     let event = job_event(job.session_id.as_deref(), turn.as_deref(), "job.result", data);
-    if let Some(seq) = relay.store.set_job_result(&job.id, &result, time::now(), event)? {
+    if let Some(seq) = relay.store.set_job_result(&job.id, &result, time::now(), event).await? {
         publish(relay, job.session_id.as_deref(), seq);
     }
-    crate::fleet::job_changed(relay, &job.id);
+    crate::fleet::job_changed(relay, &job.id).await;
     Ok(())
 }
 
 /// The `final_text` of the session's last `run.result` event.
-fn final_text(relay: &Relay, session_id: &str) -> Result<Option<String>> {
-    let events = relay.store.latest_events(session_id, 200)?;
+async fn final_text(relay: &Relay, session_id: &str) -> Result<Option<String>> {
+    let events = relay.store.latest_events(session_id, 200).await?;
     Ok(events
         .iter()
         .rev()

@@ -10,13 +10,65 @@ use crate::text::{sh_quote, tail_str};
 /// How much of the verification's output a result keeps (its end).
 pub const VERIFY_TAIL_BYTES: usize = 4 * 1024;
 
-/// Git as hangar runs it: no fsmonitor hook (a repository's config could name a command).
-const GIT: &str = "git -c core.fsmonitor=false";
+/// The start of every script that reads the job's repository: `cd` to `cwd`, then git as hangar
+/// runs it (`g`), with `GIT_DIR` and `GIT_WORK_TREE` fixed, or `git=no` and an exit.
+///
+/// The repository is the agent's, and so is its configuration: git reads no system or global
+/// configuration, no replace refs or grafts (which would change the history it counts), runs no
+/// fsmonitor command and no hook, writes nothing (no optional locks, no automatic gc), and takes
+/// the work tree from where `.git` is rather than from `core.worktree`. `safe.directory` lets
+/// root read a repository the agent owns.
+fn git_prelude(cwd: &str) -> String {
+    format!(
+        r#"cd -- {cwd} 2>/dev/null || {{ echo git=no; exit 0; }}
+unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES GIT_COMMON_DIR \
+  GIT_NAMESPACE GIT_CONFIG GIT_CONFIG_PARAMETERS GIT_CONFIG_COUNT GIT_CEILING_DIRECTORIES
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 GIT_NO_REPLACE_OBJECTS=1 \
+  GIT_GRAFT_FILE=/dev/null GIT_OPTIONAL_LOCKS=0 GIT_TERMINAL_PROMPT=0 GIT_NO_LAZY_FETCH=1
+g() {{ git -c safe.directory='*' -c core.fsmonitor=false -c core.hooksPath=/dev/null -c core.untrackedCache=false \
+  -c gc.auto=0 -c maintenance.auto=false "$@" 2>/dev/null; }}
+top=$PWD
+while [ ! -e "$top/.git" ] && [ -n "$top" ]; do top=${{top%/*}}; done
+[ -e "${{top:-/}}/.git" ] || {{ echo git=no; exit 0; }}
+export GIT_WORK_TREE="${{top:-/}}"
+GIT_DIR=$(cd -- "$GIT_WORK_TREE" && g rev-parse --absolute-git-dir) || {{ echo git=no; exit 0; }}
+export GIT_DIR
+"#,
+        cwd = sh_quote(cwd)
+    )
+}
+
+/// Prints whether the work tree differs from `$head` (`dirty=0|1`; nothing when it could not be
+/// told), after `git_prelude`. Nothing of the agent's configuration or index is trusted:
+/// - the work tree is compared with the head's tree through a fresh index, in a git directory of
+///   hangar's own making (the head, the repository's objects, and a configuration of one object
+///   format): no filter driver, fsmonitor or hook the agent configured runs, and no
+///   assume-unchanged or skip-worktree bit or stat data it wrote hides a change;
+/// - untracked files are those the work tree's own `.gitignore` files do not ignore (not
+///   `.git/info/exclude`, not `core.excludesFile`, not `status.showUntrackedFiles`);
+/// - the agent's index still counts where it differs from the head (a staged change);
+/// - `.hangar` at the top is left out (see `facts_script`); a submodule counts by its commit.
+const DIRTY: &str = r#"x=':(top,exclude).hangar'
+t=$(mktemp -d) || exit 0
+trap 'rm -rf -- "$t"' EXIT
+common=$(g rev-parse --path-format=absolute --git-common-dir) && format=$(g rev-parse --show-object-format) || exit 0
+case $format in sha1 | sha256) ;; *) exit 0 ;; esac
+mkdir "$t/git" "$t/git/refs" && ln -s "$common/objects" "$t/git/objects" && printf '%s\n' "$head" >"$t/git/HEAD" &&
+  printf '[core]\n\trepositoryformatversion = 1\n\tbare = false\n[extensions]\n\tobjectformat = %s\n' "$format" >"$t/git/config" ||
+  exit 0
+m() { GIT_DIR="$t/git" GIT_INDEX_FILE="$t/index" git -c safe.directory='*' "$@" 2>/dev/null; }
+m read-tree HEAD && m update-index -q --refresh >/dev/null
+m diff-files --quiet --ignore-submodules=dirty -- "$x"; w=$?
+m ls-files -z --others --directory --exclude-per-directory=.gitignore -- "$x" >"$t/others"; o=$?
+g diff-index --cached --quiet --ignore-submodules=dirty HEAD -- "$x"; c=$?
+if [ $w = 1 ] || [ $c = 1 ] || { [ $o = 0 ] && [ -s "$t/others" ]; }; then echo dirty=1
+elif [ $w = 0 ] && [ $c = 0 ] && [ $o = 0 ]; then echo dirty=0; fi
+"#;
 
 /// Prints the head commit of the repository at `cwd` (nothing outside a repository, or in one
 /// without commits).
 pub fn head_script(cwd: &str) -> String {
-    format!("cd -- {} 2>/dev/null && {GIT} rev-parse --verify -q HEAD 2>/dev/null", sh_quote(cwd))
+    format!("{}g rev-parse --verify -q HEAD\n", git_prelude(cwd))
 }
 
 /// A git object id: 40 (SHA-1) or 64 (SHA-256) hex digits.
@@ -29,11 +81,16 @@ pub fn object_id(s: &str) -> Option<String> {
 /// which `stop_verify_script` finds them.
 pub const VERIFY_MARKER: &str = "HANGAR_JOB_VERIFY";
 
-/// Runs `verify` with bash -lc in `cwd`, its stderr merged into its stdout, marked with the
-/// job's id in its environment.
+/// Runs `verify` in `cwd`, its stderr merged into its stdout, marked with the job's id in its
+/// environment. The command is the agent's code's answer, so it runs as the agent, but in an
+/// environment of hangar's: `bash --noprofile --norc` (no profile or rc file of the agent's runs
+/// first) with only `PATH`, `HOME`, `USER`, `LOGNAME` and `LANG` as the daemon gave them, and the
+/// marker.
 pub fn verify_script(cwd: &str, verify: &str, job: &str) -> String {
     format!(
-        "exec 2>&1; cd -- {} || exit 126; export {VERIFY_MARKER}={}; exec bash -lc {}",
+        "exec 2>&1; cd -- {} || exit 126\n\
+         exec env -i PATH=\"$PATH\" HOME=\"$HOME\" USER=\"$USER\" LOGNAME=\"$LOGNAME\" LANG=\"${{LANG:-C.UTF-8}}\" \
+         {VERIFY_MARKER}={} bash --noprofile --norc -c {}",
         sh_quote(cwd),
         sh_quote(job),
         sh_quote(verify)
@@ -56,26 +113,25 @@ kill -KILL $p 2>/dev/null; exit 0
     )
 }
 
-/// Prints `key=value` lines: `git=yes|no`, then `head`, `branch`, `ahead` (with a base),
-/// `dirty` (0 or 1) and `upstream` (when the branch has one). `dirty` leaves out `.hangar` at
-/// the repository's top: the agent's run directory where its home is the repository (a local
-/// sandbox's work directory), hangar's files rather than the agent's work.
+/// Prints `key=value` lines: `git=yes|no`, then `head`, `branch`, `upstream` (when the branch
+/// has one), `dirty` (0 or 1, see `DIRTY`) and `ahead` (with a base). `dirty` leaves out
+/// `.hangar` at the repository's top: the agent's run directory where its home is the
+/// repository (a local sandbox's work directory), hangar's files rather than the agent's work.
 pub fn facts_script(cwd: &str, base: Option<&str>) -> String {
     let mut s = format!(
-        "cd -- {} 2>/dev/null || {{ echo git=no; exit 0; }}\n\
-         g() {{ {GIT} \"$@\" 2>/dev/null; }}\n\
-         head=$(g rev-parse --verify -q HEAD) || {{ echo git=no; exit 0; }}\n\
+        "{}head=$(g rev-parse --verify -q HEAD) || {{ echo git=no; exit 0; }}\n\
          echo git=yes\n\
          echo \"head=$head\"\n\
          echo \"branch=$(g rev-parse --abbrev-ref HEAD)\"\n\
-         if s=$(g status --porcelain -- ':(top,exclude).hangar'); then if [ -n \"$s\" ]; then echo dirty=1; else echo dirty=0; fi; fi\n\
          if u=$(g rev-parse -q --verify '@{{u}}'); then echo \"upstream=$u\"; fi\n",
-        sh_quote(cwd)
+        git_prelude(cwd)
     );
     // `base` is an object id hangar read and checked, quoted all the same.
     if let Some(base) = base.and_then(object_id) {
         s.push_str(&format!("echo \"ahead=$(g rev-list --count {})\"\n", sh_quote(&format!("{base}..HEAD"))));
     }
+    // Last: it may exit early.
+    s.push_str(&format!("({DIRTY})\n"));
     s
 }
 
@@ -226,9 +282,9 @@ mod tests {
     fn scripts_quote_what_they_are_given() {
         let s = verify_script("/w/it's", "make test; echo 'ok'", "job_1");
         assert!(s.contains(r"'/w/it'\''s'") && s.contains(r"'make test; echo '\''ok'\'''"), "{s}");
-        assert!(s.contains("export HANGAR_JOB_VERIFY='job_1';"), "{s}");
+        assert!(s.contains("HANGAR_JOB_VERIFY='job_1' bash --noprofile --norc -c "), "{s}");
         assert!(stop_verify_script("job_'x").starts_with(r"m='HANGAR_JOB_VERIFY=job_'\''x'"));
-        assert!(!facts_script("/w", Some("not-an-id; rm -rf /")).contains("rm -rf"));
+        assert!(!facts_script("/w", Some("not-an-id; rm -rf /")).contains("not-an-id"));
         assert!(facts_script("/w", Some(&"c".repeat(40))).contains(&format!("'{}..HEAD'", "c".repeat(40))));
     }
 }

@@ -101,9 +101,9 @@ pub struct JobView {
 
 const AGENT_TEXT: &[&str] = &["result.pr_url"];
 
-fn view(relay: &Relay, job: JobRow, replay: bool) -> Result<JobView> {
+async fn view(relay: &Relay, job: JobRow, replay: bool) -> Result<JobView> {
     let events_cursor = match &job.session_id {
-        Some(s) => relay.store.session_by_id(s)?.map_or(0, |s| s.event_seq),
+        Some(s) => relay.store.session_by_id(s).await?.map_or(0, |s| s.event_seq),
         None => 0,
     };
     Ok(JobView { job, events_cursor, agent_text: AGENT_TEXT, idempotent_replay: replay })
@@ -161,7 +161,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         (Some(name), None) => {
             // A jobs token may name a sandbox to run in, under the same isolation rule as
             // anyone working inside it; it still never reaches the sandbox routes.
-            let row = relay.sandboxes.enter(name, caller)?;
+            let row = relay.sandboxes.enter(name, caller).await?;
             if let Some(cwd) = &req.cwd {
                 relay.sandboxes.resolve_cwd(&row, cwd)?;
             }
@@ -209,15 +209,15 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         started_at: None,
         finished_at: None,
     };
-    match relay.store.create_job(&job)? {
+    match relay.store.create_job(&job).await? {
         NewJob::New(job) => {
             events::JobState { job: &job.id, person: &job.person, from: "", to: "queued", reason: None }.emit();
             relay.fleet.job(&job, &relay.secrets.redactor());
             relay.jobs.prompts().insert(job.id.clone(), req.prompt);
             spawn_driver(relay, &job.id);
-            view(relay, job, false)
+            view(relay, job, false).await
         }
-        NewJob::Replayed(job) => view(relay, job, true),
+        NewJob::Replayed(job) => view(relay, job, true).await,
         NewJob::KeyConflict => {
             Err(Error::Conflict("idempotency_key: already used for a job with another prompt".into()))
         }
@@ -225,22 +225,29 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
 }
 
 /// The job `id` if the caller sees it.
-pub fn find(relay: &Relay, caller: &Caller, id: &str) -> Result<JobRow> {
-    relay.store.job(id, jobs_of(caller))?.ok_or_else(|| Error::not_found(format!("no job {id:?}")))
+pub async fn find(relay: &Relay, caller: &Caller, id: &str) -> Result<JobRow> {
+    relay.store.job(id, jobs_of(caller)).await?.ok_or_else(|| Error::not_found(format!("no job {id:?}")))
 }
 
-pub fn get(relay: &Relay, caller: &Caller, id: &str) -> Result<JobView> {
-    view(relay, find(relay, caller, id)?, false)
+pub async fn get(relay: &Relay, caller: &Caller, id: &str) -> Result<JobView> {
+    view(relay, find(relay, caller, id).await?, false).await
 }
 
-pub fn list(relay: &Relay, caller: &Caller) -> Result<Vec<JobView>> {
-    relay.store.jobs(jobs_of(caller))?.into_iter().map(|j| view(relay, j, false)).collect()
+pub async fn list(relay: &Relay, caller: &Caller) -> Result<Vec<JobView>> {
+    let mut views = Vec::new();
+    for j in relay.store.jobs(jobs_of(caller)).await? {
+        views.push(view(relay, j, false).await?);
+    }
+    Ok(views)
 }
 
 /// The job's events after `since`: its session's, among which hangar records the job's own
 /// `job.state` and `job.result`. None before the job has a session (there are no events yet).
-pub fn read_events(relay: &Relay, job: &JobRow, since: i64, limit: usize) -> Result<Option<EventsPage>> {
-    job.session_id.as_deref().map(|s| sessions::read_page(relay, s, since, limit)).transpose()
+pub async fn read_events(relay: &Relay, job: &JobRow, since: i64, limit: usize) -> Result<Option<EventsPage>> {
+    match job.session_id.as_deref() {
+        Some(s) => sessions::read_page(relay, s, since, limit).await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Whether the event is hangar's record of the job ending (the last of its events).
@@ -255,12 +262,12 @@ pub fn ends_job(e: &EventRow) -> bool {
 /// (the driver, woken here, stops it in the sandbox).
 /// Idempotent; a job that has ended is answered as it is.
 pub async fn cancel(relay: &Arc<Relay>, caller: &Caller, id: &str) -> Result<JobView> {
-    let job = find(relay, caller, id)?;
+    let job = find(relay, caller, id).await?;
     if !job.state.is_terminal() {
-        relay.store.request_job_cancel(&job.id, time::now())?;
+        relay.store.request_job_cancel(&job.id, time::now()).await?;
         match (job.state, &job.session_id) {
             (JobState::Queued, None) => {
-                driver::to(relay, &job, JobState::Cancelled, Some("cancel_requested"), None)?;
+                driver::to(relay, &job, JobState::Cancelled, Some("cancel_requested"), None).await?;
             }
             (JobState::Running | JobState::Queued, Some(session)) => {
                 sessions::cancel(relay, &driver::caller_of(&job), session).await?;
@@ -269,7 +276,7 @@ pub async fn cancel(relay: &Arc<Relay>, caller: &Caller, id: &str) -> Result<Job
         }
         relay.jobs.poke(&job.id);
     }
-    get(relay, caller, &job.id)
+    get(relay, caller, &job.id).await
 }
 
 /// Starts a driver for the job unless one runs.
@@ -293,8 +300,8 @@ fn spawn_driver(relay: &Arc<Relay>, id: &str) {
 }
 
 /// At start: a driver for every live job (each carries on from its recorded state).
-pub fn resume(relay: &Arc<Relay>) {
-    match relay.store.live_jobs() {
+pub async fn resume(relay: &Arc<Relay>) {
+    match relay.store.live_jobs().await {
         Ok(jobs) => jobs.iter().for_each(|j| spawn_driver(relay, &j.id)),
         Err(e) => events::JobFailed { job: "*", error: &e.to_string() }.emit(),
     }

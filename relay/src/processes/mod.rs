@@ -158,17 +158,17 @@ impl Backend {
 
 /// The caller's backend in the sandbox, if the caller may work inside it (its isolation).
 async fn backend(relay: &Relay, caller: &Caller, reference: &str) -> Result<Backend> {
-    backend_of(relay, relay.sandboxes.enter(reference, caller)?).await
+    backend_of(relay, relay.sandboxes.enter(reference, caller).await?).await
 }
 
 async fn backend_of(relay: &Relay, mut row: SandboxRow) -> Result<Backend> {
     Ok(match relay.sandboxes.daemon(&mut row).await? {
         Some(envd) if envd.is_e2b() => {
-            let started = relay.store.started_pids(&row.id)?;
+            let started = relay.store.started_pids(&row.id).await?;
             Backend::Followed { row, envd, started }
         }
         Some(envd) => {
-            let started = relay.store.started_pids(&row.id)?;
+            let started = relay.store.started_pids(&row.id).await?;
             Backend::Daemon { row, envd, started }
         }
         None => Backend::Polled(row),
@@ -198,7 +198,7 @@ fn on<'a>(
 /// At a relay's start: follows again the running background processes `tokens` started in a
 /// sandbox whose daemon is E2B's (their tags' MACs checked); how many.
 pub async fn recover_followed(relay: &Relay, row: &SandboxRow, envd: &Envd, tokens: &[String]) -> Result<usize> {
-    let started = relay.store.started_pids(&row.id)?;
+    let started = relay.store.started_pids(&row.id).await?;
     followed::recover(envd, &relay.key, &relay.processes.followed, row, &started, tokens).await
 }
 
@@ -247,7 +247,7 @@ pub async fn start(
     };
     relay.processes.remember(&row.id, &view.process_id);
     if !view.polled {
-        relay.store.record_started(&row.id, &view.process_id, view.pid)?;
+        relay.store.record_started(&row.id, &view.process_id, view.pid).await?;
     }
     Ok(view)
 }
@@ -480,7 +480,7 @@ pub async fn read(
 
 /// Ends what a revoked token has running in every running sandbox; failures are said, not dropped.
 pub async fn kill_everywhere(relay: &Relay, caller: &Caller) -> usize {
-    let sandboxes = match relay.sandboxes.list() {
+    let sandboxes = match relay.sandboxes.list().await {
         Ok(s) => s,
         Err(e) => {
             events::RevocationIncomplete { token: &caller.token_id, sandbox: "*", error: &e.to_string() }.emit();

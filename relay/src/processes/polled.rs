@@ -83,12 +83,12 @@ impl Polled<'_> {
         Ok(out)
     }
 
-    fn rows(&self) -> Result<Vec<DetachedRow>> {
-        Ok(self.relay.store.detached(&self.sandbox.id, &self.caller.token_id, store::now() - RETENTION_SECONDS)?)
+    async fn rows(&self) -> Result<Vec<DetachedRow>> {
+        Ok(self.relay.store.detached(&self.sandbox.id, &self.caller.token_id, store::now() - RETENTION_SECONDS).await?)
     }
 
-    fn row(&self, id: &str) -> Result<DetachedRow> {
-        self.rows()?.into_iter().find(|r| r.id == id).ok_or_else(|| super::not_yours(id, &self.sandbox.name))
+    async fn row(&self, id: &str) -> Result<DetachedRow> {
+        self.rows().await?.into_iter().find(|r| r.id == id).ok_or_else(|| super::not_yours(id, &self.sandbox.name))
     }
 
     fn view(&self, d: &DetachedRow, p: &Probe) -> ProcessView {
@@ -122,14 +122,14 @@ impl Polled<'_> {
             .ok_or_else(|| Error::daemon("the sandbox answered a process probe with nonsense"))?;
         let data = out.stdout.get(nl + 1..).unwrap_or_default().to_vec();
         if !probe.running && d.ended_at.is_none() {
-            self.ended(d)?;
+            self.ended(d).await?;
         }
         Ok((probe, data))
     }
 
     /// Records the end the first time it is seen.
-    fn ended(&self, d: &DetachedRow) -> Result<()> {
-        self.relay.store.end_detached(&d.id, store::now())?;
+    async fn ended(&self, d: &DetachedRow) -> Result<()> {
+        self.relay.store.end_detached(&d.id, store::now()).await?;
         events::DetachedEnded { sandbox: &self.sandbox.name, process_id: &d.id }.emit();
         Ok(())
     }
@@ -164,12 +164,12 @@ impl Polled<'_> {
             started_at: store::now(),
             ended_at: None,
         };
-        self.relay.store.insert_detached(&row)?;
+        self.relay.store.insert_detached(&row).await?;
         Ok(self.view(&row, &Probe { running: true, code: None, size: 0 }))
     }
 
     pub async fn list(&self) -> Result<Vec<ProcessView>> {
-        let rows = self.rows()?;
+        let rows = self.rows().await?;
         if rows.is_empty() {
             return Ok(vec![]);
         }
@@ -184,7 +184,7 @@ impl Polled<'_> {
                 .find_map(|l| l.strip_prefix(&format!("{} ", d.id)).and_then(parse_probe))
                 .unwrap_or(Probe { running: false, code: None, size: 0 });
             if !probe.running && d.ended_at.is_none() {
-                self.ended(d)?;
+                self.ended(d).await?;
             }
             views.push(self.view(d, &probe));
         }
@@ -192,14 +192,14 @@ impl Polled<'_> {
     }
 
     pub async fn get(&self, id: &str) -> Result<ProcessView> {
-        let d = self.row(id)?;
+        let d = self.row(id).await?;
         let (p, _) = self.poll(&d, None).await?;
         Ok(self.view(&d, &p))
     }
 
     /// SIGTERM to the process group, SIGKILL 3 s later if anyone is left.
     pub async fn kill(&self, id: &str) -> Result<()> {
-        let d = self.row(id)?;
+        let d = self.row(id).await?;
         let script = format!(
             "kill -TERM -- -{pid} 2>/dev/null; (sleep 3; kill -KILL -- -{pid} 2>/dev/null) > /dev/null 2>&1 < /dev/null &",
             pid = d.pid
@@ -215,9 +215,9 @@ pub async fn watch_unattached(relay: std::sync::Arc<Relay>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Ok(owners) = relay.store.detached_owners_running() else { continue };
+        let Ok(owners) = relay.store.detached_owners_running().await else { continue };
         for (sandbox_id, token_id) in owners {
-            let Ok(Some(sandbox)) = relay.store.sandbox(&sandbox_id) else { continue };
+            let Ok(Some(sandbox)) = relay.store.sandbox(&sandbox_id).await else { continue };
             if sandbox.state != SandboxState::Running {
                 continue;
             }
@@ -243,7 +243,7 @@ pub fn output(
     async_stream::stream! {
         let at = Polled { relay: &relay, sandbox: &sandbox, caller: &caller };
         let broken = |e: Error| Output::Closed { reason: Reason::Error, message: Some(e.to_string()) };
-        let d = match at.row(&id) {
+        let d = match at.row(&id).await {
             Ok(d) => d,
             Err(e) => { yield broken(e); return; }
         };

@@ -21,6 +21,20 @@ use crate::{envd::Envd, store::SandboxRow};
 /// How much of each output (stdout, stderr) a provider's own exec keeps: its last 256 KiB.
 pub const EXEC_OUTPUT_BYTES: usize = 256 * 1024;
 
+/// Reads `reader` to its end (or its first error) into `tail`, which keeps only its last bytes
+/// as they come: an exec's output costs the relay its tail, however much the command prints.
+pub(crate) async fn read_tail(reader: Option<impl tokio::io::AsyncRead + Unpin>, tail: &mut crate::text::Tail) {
+    use tokio::io::AsyncReadExt as _;
+    let Some(mut reader) = reader else { return };
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n) = reader.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        tail.push(&buf[..n]);
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
     #[error("{0}")]
@@ -46,15 +60,36 @@ pub enum ProviderError {
     /// The provider's exec was given a working directory that does not exist.
     #[error("cwd {0:?} is not an existing directory")]
     NoSuchDirectory(String),
+    /// A local sandbox's own filesystem could not be made, mounted or unmounted.
+    #[error(transparent)]
+    Disk(#[from] local::DiskError),
 }
 
 /// What a provider's own exec (no daemon) returns.
 #[derive(Debug, Clone, Default)]
 pub struct ExecOutput {
     pub exit_code: i32,
+    /// The last `EXEC_OUTPUT_BYTES` of each output, and how many bytes came before them.
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    pub stdout_dropped: u64,
+    pub stderr_dropped: u64,
     pub timed_out: bool,
+}
+
+impl ExecOutput {
+    /// The outputs as their tails kept them.
+    pub(crate) fn of(exit_code: i32, stdout: crate::text::Tail, stderr: crate::text::Tail, timed_out: bool) -> Self {
+        let (stdout_dropped, stderr_dropped) = (stdout.dropped(), stderr.dropped());
+        ExecOutput {
+            exit_code,
+            stdout: stdout.into_bytes(),
+            stderr: stderr.into_bytes(),
+            stdout_dropped,
+            stderr_dropped,
+            timed_out,
+        }
+    }
 }
 
 #[tonic::async_trait]

@@ -14,8 +14,8 @@ use crate::{app::Relay, error::Result, events, store::SandboxState, store::TurnS
 pub async fn follow(relay: Arc<Relay>, mut seen: GoneReceiver) {
     while let Some(s) = seen.recv().await {
         let result = match s {
-            Seen::Vanished { sandbox_id, why } => vanished(&relay, &sandbox_id, &why),
-            Seen::Present { provider, ids, listed_at } => absent(&relay, provider, &ids, listed_at),
+            Seen::Vanished { sandbox_id, why } => vanished(&relay, &sandbox_id, &why).await,
+            Seen::Present { provider, ids, listed_at } => absent(&relay, provider, &ids, listed_at).await,
         };
         if let Err(e) = result {
             events::CleanupFailed { what: "marking a vanished sandbox gone", error: &e.to_string() }.emit();
@@ -24,20 +24,20 @@ pub async fn follow(relay: Arc<Relay>, mut seen: GoneReceiver) {
 }
 
 /// The entry point: the sandbox `sandbox_id` is gone, for `why`.
-pub fn vanished(relay: &Relay, sandbox_id: &str, why: &str) -> Result<()> {
-    let Some(row) = relay.sandboxes.mark_gone(sandbox_id)? else { return Ok(()) };
-    crate::sessions::end_in_sandbox(relay, &row, TurnState::Crashed, "sandbox_gone")?;
+pub async fn vanished(relay: &Relay, sandbox_id: &str, why: &str) -> Result<()> {
+    let Some(row) = relay.sandboxes.mark_gone(sandbox_id).await? else { return Ok(()) };
+    crate::sessions::end_in_sandbox(relay, &row, TurnState::Crashed, "sandbox_gone").await?;
     events::SandboxGone { sandbox: &row.name, provider: &row.provider, why }.emit();
     events::SandboxChanged { name: &row.name, provider: &row.provider, change: "gone" }.emit();
     Ok(())
 }
 
-fn absent(relay: &Relay, provider: &str, ids: &HashSet<String>, listed_at: i64) -> Result<()> {
-    let missing = relay.store.sandboxes()?.into_iter().filter(|r| {
+async fn absent(relay: &Relay, provider: &str, ids: &HashSet<String>, listed_at: i64) -> Result<()> {
+    let missing = relay.store.sandboxes().await?.into_iter().filter(|r| {
         r.provider == provider && r.state != SandboxState::Gone && r.created_at < listed_at && !ids.contains(&r.id)
     });
     for row in missing {
-        vanished(relay, &row.id, "its resource no longer exists (found missing when the provider listed them)")?;
+        vanished(relay, &row.id, "its resource no longer exists (found missing when the provider listed them)").await?;
     }
     Ok(())
 }

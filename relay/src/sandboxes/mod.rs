@@ -21,6 +21,9 @@ pub use paths::check as check_path;
 
 pub const DEFAULT_SANDBOX: &str = "default";
 
+/// In a sandbox's `shared_with`: every person (a team's sandbox).
+pub const EVERYONE: &str = "*";
+
 /// How long a known daemon has to answer `Info` before the provider is asked instead.
 const KNOWN_DAEMON_CHECK: Duration = Duration::from_secs(1);
 
@@ -87,21 +90,23 @@ impl Sandboxes {
     }
 
     /// Creates a sandbox owned by `owner` (the creating caller's person, or a job's; `None` for
-    /// the default sandbox).
+    /// the default sandbox), shared with the persons in `shared_with` (checked here).
     pub async fn create(
         &self,
         name: &str,
         provider: &str,
         options: serde_json::Value,
         owner: Option<&str>,
+        shared_with: Vec<String>,
     ) -> Result<SandboxRow> {
         if !valid_name(name) {
             return Err(Error::invalid(format!(
                 "sandbox name {name:?}: 1 to 63 of a-z, 0-9, '-' and '_', starting with a letter or digit"
             )));
         }
+        let shared_with = auth::shared_with(shared_with)?;
         let p = self.provider(provider)?;
-        if self.store.sandbox(name)?.is_some() {
+        if self.store.sandbox(name).await?.is_some() {
             return Err(Error::Conflict(format!("a sandbox named {name:?} exists")));
         }
         let mut row = SandboxRow {
@@ -122,6 +127,7 @@ impl Sandboxes {
             daemon_kind: None,
             created_at: store::now(),
             owner: owner.map(str::to_string),
+            shared_with,
             provider_ref: None,
         };
         {
@@ -129,7 +135,7 @@ impl Sandboxes {
             let _settling = self.settling(&row.id);
             p.create(&mut row).await?;
         }
-        if let Err(e) = self.store.insert_sandbox(&row) {
+        if let Err(e) = self.store.insert_sandbox(&row).await {
             if let Err(undo) = p.destroy(&row).await {
                 events::CleanupFailed {
                     what: "destroying a sandbox whose row could not be stored",
@@ -148,12 +154,12 @@ impl Sandboxes {
         Ok(row)
     }
 
-    pub fn get(&self, reference: &str) -> Result<SandboxRow> {
-        self.store.sandbox(reference)?.ok_or_else(|| Error::not_found(format!("no sandbox {reference:?}")))
+    pub async fn get(&self, reference: &str) -> Result<SandboxRow> {
+        self.store.sandbox(reference).await?.ok_or_else(|| Error::not_found(format!("no sandbox {reference:?}")))
     }
 
-    pub fn list(&self) -> Result<Vec<SandboxRow>> {
-        Ok(self.store.sandboxes()?)
+    pub async fn list(&self) -> Result<Vec<SandboxRow>> {
+        Ok(self.store.sandboxes().await?)
     }
 
     /// A path a client names (a watch's directory), absolute or relative to the sandbox's
@@ -216,7 +222,7 @@ impl Sandboxes {
             return Ok(Some(known));
         }
         // Another request may have restarted it while this one waited.
-        if let Some(fresh) = self.store.sandbox(&row.id)? {
+        if let Some(fresh) = self.store.sandbox(&row.id).await? {
             *row = fresh;
         }
         let before = row.clone();
@@ -235,7 +241,7 @@ impl Sandboxes {
             row.daemon = false;
         }
         if *row != before {
-            self.store.update_sandbox(row)?;
+            self.store.update_sandbox(row).await?;
         }
         match &result {
             Ok(Some(envd)) => {
@@ -295,7 +301,7 @@ impl Sandboxes {
             p.resume(row).await?;
         }
         row.state = if paused { SandboxState::Paused } else { SandboxState::Running };
-        self.store.update_sandbox(row)?;
+        self.store.update_sandbox(row).await?;
         self.fleet.sandbox(row);
         events::SandboxChanged { name: &row.name, provider: &row.provider, change: row.state.as_str() }.emit();
         Ok(())
@@ -307,7 +313,7 @@ impl Sandboxes {
         self.forget(&row.id);
         let _settling = self.settling(&row.id);
         self.provider(&row.provider)?.destroy(row).await?;
-        self.store.delete_sandbox(&row.id)?;
+        self.store.delete_sandbox(&row.id).await?;
         self.fleet.sandbox_gone(&row.id);
         events::SandboxChanged { name: &row.name, provider: &row.provider, change: "destroyed" }.emit();
         Ok(())
@@ -315,8 +321,8 @@ impl Sandboxes {
 
     /// The `default` local sandbox exists from the first start, so examples need no set-up.
     pub async fn ensure_default(&self) -> Result<()> {
-        if self.store.sandbox(DEFAULT_SANDBOX)?.is_none() {
-            self.create(DEFAULT_SANDBOX, "local", serde_json::json!({}), None).await?;
+        if self.store.sandbox(DEFAULT_SANDBOX).await?.is_none() {
+            self.create(DEFAULT_SANDBOX, "local", serde_json::json!({}), None, Vec::new()).await?;
         }
         Ok(())
     }
@@ -328,7 +334,8 @@ impl Sandboxes {
     /// allowed it (`--allow-unisolated-sandboxes`). Such a sandbox's commands run as the relay's
     /// own user on the host: they can read the relay's state and environment, so whoever may run
     /// one there is an admin in effect. Called wherever a caller reaches inside a sandbox
-    /// (commands, processes, watches); looking at, pausing or destroying it stays open.
+    /// (commands, processes, watches); looking at it stays open, and pausing or destroying it
+    /// is `manage`'s to decide.
     pub fn check_isolation(&self, row: &SandboxRow, caller: &Caller) -> Result<()> {
         if row.isolation != Isolation::None || caller.scope == Scope::Admin || self.allow_unisolated {
             return Ok(());
@@ -340,12 +347,90 @@ impl Sandboxes {
         )))
     }
 
-    /// The sandbox, if the caller may work inside it (`check_isolation`).
-    pub fn enter(&self, reference: &str, caller: &Caller) -> Result<SandboxRow> {
-        let row = self.get(reference)?;
+    /// The sandbox, if the caller may work inside it: the sandbox isolates it (`check_isolation`)
+    /// and it is the caller's to use (`check_use`). The one check every caller's way inside
+    /// (commands, processes, watches, sessions and their turns, jobs) passes; the relay's own
+    /// work (drivers, recovery) uses `get`.
+    pub async fn enter(&self, reference: &str, caller: &Caller) -> Result<SandboxRow> {
+        let row = self.get(reference).await?;
         self.check_isolation(&row, caller)?;
+        check_use(&row, caller)?;
         Ok(row)
     }
+
+    /// The sandbox, if the caller may pause, resume, destroy it or change whom it is shared
+    /// with: an admin or its owner, not the persons it is shared with.
+    pub async fn manage(&self, reference: &str, caller: &Caller) -> Result<SandboxRow> {
+        let row = self.get(reference).await?;
+        check_manage(&row, caller)?;
+        Ok(row)
+    }
+
+    /// Replaces whom the sandbox is shared with (`manage` decides who may); the sandbox as it is
+    /// now. A session already running there whose person is no longer in the list is refused
+    /// its next turn (turns `enter`).
+    pub async fn share(&self, reference: &str, caller: &Caller, shared_with: Vec<String>) -> Result<SandboxRow> {
+        let mut row = self.manage(reference, caller).await?;
+        let shared_with = auth::shared_with(shared_with)?;
+        if !self.store.set_sandbox_shared_with(&row.id, &shared_with).await? {
+            return Err(Error::not_found(format!("no sandbox {reference:?}")));
+        }
+        events::SandboxShared { sandbox: &row.name, by: &caller.token_id, shared_with: &shared_with }.emit();
+        row.shared_with = shared_with;
+        Ok(row)
+    }
+}
+
+// Owners: who may use and manage a sandbox.
+
+/// Whether the caller's person is the sandbox's owner.
+fn owns(row: &SandboxRow, caller: &Caller) -> bool {
+    row.owner.as_deref().is_some_and(|o| o == caller.person)
+}
+
+/// Whether the caller may work inside the sandbox as its owner's: an admin, its owner, or a
+/// person it is shared with. A sandbox with no owner (`default`, those made before owners were
+/// recorded) is the admins' unless shared: its agents run as one user, so whoever works there
+/// can read what the others' agents have.
+pub fn may_use(row: &SandboxRow, caller: &Caller) -> bool {
+    let shared = row.shared_with.iter().any(|p| p == EVERYONE || *p == caller.person);
+    caller.scope == Scope::Admin || owns(row, caller) || shared
+}
+
+/// Refuses work inside a sandbox to a caller that may not use it (`may_use`).
+fn check_use(row: &SandboxRow, caller: &Caller) -> Result<()> {
+    if may_use(row, caller) {
+        return Ok(());
+    }
+    refused(row, caller, "use");
+    Err(Error::Forbidden(match &row.owner {
+        Some(owner) => format!("sandbox {:?} is {owner}'s and not shared with you", row.name),
+        None => format!(
+            "sandbox {name:?} has no owner: only admins may use it unless an admin shares it \
+             (PATCH /api/sandboxes/{name} {{\"shared_with\": [...]}})",
+            name = row.name
+        ),
+    }))
+}
+
+/// Refuses pausing, resuming, destroying or sharing a sandbox to a caller that is not an admin
+/// or its owner.
+fn check_manage(row: &SandboxRow, caller: &Caller) -> Result<()> {
+    if caller.scope == Scope::Admin || owns(row, caller) {
+        return Ok(());
+    }
+    refused(row, caller, "manage");
+    Err(Error::Forbidden(match &row.owner {
+        Some(owner) => format!(
+            "sandbox {:?} is {owner}'s: only {owner} or an admin may pause, resume, destroy or share it",
+            row.name
+        ),
+        None => format!("sandbox {:?} has no owner: only admins may pause, resume, destroy or share it", row.name),
+    }))
+}
+
+fn refused(row: &SandboxRow, caller: &Caller, what: &str) {
+    events::SandboxRefused { sandbox: &row.name, token: &caller.token_id, person: &caller.person, what }.emit();
 }
 
 /// Holds a sandbox in `Sandboxes::settling` while it lives.
@@ -367,18 +452,18 @@ impl Sandboxes {
     /// Marks a sandbox `gone` (its resource vanished outside hangar): its streams end (`gone`)
     /// and the relay forgets its daemon. Returns the row when this changed it; `None` for a
     /// sandbox unknown, being created or destroyed by hangar, or already gone.
-    fn mark_gone(&self, id: &str) -> Result<Option<SandboxRow>> {
+    async fn mark_gone(&self, id: &str) -> Result<Option<SandboxRow>> {
         if self.lock_settling().contains(id) {
             return Ok(None);
         }
         // By id only: a sandbox's name may look like another's id.
-        let Some(mut row) = self.store.sandbox(id)?.filter(|r| r.id == id) else { return Ok(None) };
+        let Some(mut row) = self.store.sandbox(id).await?.filter(|r| r.id == id) else { return Ok(None) };
         if row.state == SandboxState::Gone {
             return Ok(None);
         }
         row.state = SandboxState::Gone;
         row.daemon = false;
-        self.store.update_sandbox(&row)?;
+        self.store.update_sandbox(&row).await?;
         self.streams.close_sandbox(&row.id, Reason::Gone);
         self.forget(&row.id);
         self.fleet.sandbox(&row);
@@ -394,4 +479,66 @@ impl Drop for Settling<'_> {
 
 fn no_such_dir(cwd: &str) -> Error {
     Error::invalid(format!("cwd {cwd:?} is not an existing directory in the sandbox"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(owner: Option<&str>, shared_with: &[&str]) -> SandboxRow {
+        SandboxRow {
+            id: "sbx_1".into(),
+            name: "box".into(),
+            provider: "local".into(),
+            options: serde_json::json!({}),
+            state: SandboxState::Running,
+            workdir: None,
+            envd_url: None,
+            envd_token: None,
+            envd_pid: None,
+            envd_pid_start: None,
+            isolation: Isolation::Namespaces,
+            uid: None,
+            daemon: true,
+            daemon_kind: None,
+            created_at: 0,
+            owner: owner.map(str::to_string),
+            shared_with: shared_with.iter().map(|p| p.to_string()).collect(),
+            provider_ref: None,
+        }
+    }
+
+    fn caller(person: &str, scope: Scope) -> Caller {
+        Caller { token_id: format!("tok_{person}"), name: person.into(), scope, person: person.into() }
+    }
+
+    #[test]
+    fn owners_and_persons_shared_with_use_a_sandbox_and_only_owners_and_admins_manage_it() {
+        let (admin, ana, bob) = (caller("root", Scope::Admin), caller("ana", Scope::User), caller("bob", Scope::Mcp));
+        let jobs = caller("bob", Scope::Jobs);
+        let may = |r: &SandboxRow, c: &Caller| (check_use(r, c).is_ok(), check_manage(r, c).is_ok());
+
+        let anas = row(Some("ana"), &[]);
+        assert_eq!(
+            [may(&anas, &admin), may(&anas, &ana), may(&anas, &bob)],
+            [(true, true), (true, true), (false, false)]
+        );
+        let shared = row(Some("ana"), &["bob"]);
+        assert_eq!([may(&shared, &bob), may(&shared, &jobs)], [(true, false), (true, false)]);
+        let team = row(Some("ana"), &["*"]);
+        assert_eq!(may(&team, &bob), (true, false));
+
+        let default = row(None, &[]);
+        assert_eq!([may(&default, &admin), may(&default, &ana)], [(true, true), (false, false)]);
+        let message = check_use(&default, &ana).unwrap_err().to_string();
+        assert!(message.contains("has no owner") && message.contains("PATCH /api/sandboxes/box"), "{message}");
+        assert_eq!(may(&row(None, &["*"]), &ana), (true, false));
+        // An empty person (the relay's own callers') is nobody's owner.
+        assert_eq!(may(&row(None, &[]), &caller("", Scope::User)), (false, false));
+
+        let message = check_use(&anas, &bob).unwrap_err().to_string();
+        assert!(message.contains(r#"sandbox "box" is ana's and not shared with you"#), "{message}");
+        let message = check_manage(&shared, &bob).unwrap_err().to_string();
+        assert!(message.contains("only ana or an admin may"), "{message}");
+    }
 }

@@ -60,7 +60,7 @@ pub async fn drive(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) {
                     events::TurnTrouble { turn: turn_id, error: &e.to_string() }.emit();
                     let since = *failing_since.get_or_insert_with(Instant::now);
                     if let Some((to, reason)) = lost(&e, since) {
-                        if let Err(e) = end_from(relay, turn_id, to, reason, &e.to_string()) {
+                        if let Err(e) = end_from(relay, turn_id, to, reason, &e.to_string()).await {
                             events::TurnTrouble { turn: turn_id, error: &e.to_string() }.emit();
                         }
                         return;
@@ -88,22 +88,22 @@ fn lost(e: &Error, failing_since: Instant) -> Option<(TurnState, &'static str)> 
     }
 }
 
-fn end_from(relay: &Relay, turn_id: &str, to: TurnState, reason: &str, detail: &str) -> Result<()> {
-    if let Some(t) = relay.store.turn(turn_id)? {
-        transition(relay, &t.session_id, turn_id, t.state, to, Some(reason), Some(detail))?;
+async fn end_from(relay: &Relay, turn_id: &str, to: TurnState, reason: &str, detail: &str) -> Result<()> {
+    if let Some(t) = relay.store.turn(turn_id).await? {
+        transition(relay, &t.session_id, turn_id, t.state, to, Some(reason), Some(detail)).await?;
     }
     Ok(())
 }
 
 /// One step of the turn's life; `true` once there is nothing more to do.
 async fn step(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) -> Result<bool> {
-    let Some(turn) = relay.store.turn(turn_id)? else { return Ok(true) };
+    let Some(turn) = relay.store.turn(turn_id).await? else { return Ok(true) };
     if turn.state.is_terminal() {
         return Ok(true);
     }
-    let Some(session) = relay.store.session_by_id(&turn.session_id)? else { return Ok(true) };
-    if turn.state != TurnState::Queued && relay.store.sandbox(&session.sandbox_id)?.is_none() {
-        transition(relay, &session.id, &turn.id, turn.state, TurnState::Crashed, Some("sandbox_gone"), None)?;
+    let Some(session) = relay.store.session_by_id(&turn.session_id).await? else { return Ok(true) };
+    if turn.state != TurnState::Queued && relay.store.sandbox(&session.sandbox_id).await?.is_none() {
+        transition(relay, &session.id, &turn.id, turn.state, TurnState::Crashed, Some("sandbox_gone"), None).await?;
         return Ok(true);
     }
     if turn.state != TurnState::Queued {
@@ -122,17 +122,18 @@ async fn queued(relay: &Relay, turn: &TurnRow, poke: &Notify) -> Result<()> {
         let slot = relay.sessions.slots.notified();
         {
             let _admission = relay.sessions.admission.lock().await;
-            let Some(turn) = relay.store.turn(&turn.id)? else { return Ok(()) };
+            let Some(turn) = relay.store.turn(&turn.id).await? else { return Ok(()) };
             if turn.state != TurnState::Queued {
                 return Ok(());
             }
-            match queue::admit(relay, &turn)? {
+            match queue::admit(relay, &turn).await? {
                 Admission::Go => {
-                    transition(relay, &turn.session_id, &turn.id, turn.state, TurnState::Starting, None, None)?;
+                    transition(relay, &turn.session_id, &turn.id, turn.state, TurnState::Starting, None, None).await?;
                     return Ok(());
                 }
                 Admission::Wait { reason, detail } if turn.reason.as_deref() != Some(reason) => {
-                    transition(relay, &turn.session_id, &turn.id, turn.state, turn.state, Some(reason), Some(&detail))?;
+                    transition(relay, &turn.session_id, &turn.id, turn.state, turn.state, Some(reason), Some(&detail))
+                        .await?;
                 }
                 Admission::Wait { .. } => {}
             }
@@ -146,7 +147,7 @@ async fn queued(relay: &Relay, turn: &TurnRow, poke: &Notify) -> Result<()> {
 }
 
 async fn shell<'a>(relay: &'a Relay, session: &SessionRow) -> Result<Shell<'a>> {
-    let row = relay.sandboxes.get(&session.sandbox_id)?;
+    let row = relay.sandboxes.get(&session.sandbox_id).await?;
     Shell::open(relay, row).await
 }
 
@@ -156,14 +157,16 @@ async fn starting(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result
         Err(Error::Paused { sandbox }) => {
             let detail = format!("sandbox {sandbox:?} is paused");
             let to = TurnState::Queued;
-            transition(relay, &session.id, &turn.id, turn.state, to, Some("sandbox_not_ready"), Some(&detail))?;
+            transition(relay, &session.id, &turn.id, turn.state, to, Some("sandbox_not_ready"), Some(&detail)).await?;
             return Ok(());
         }
         Err(e) => return Err(e),
     };
     match start(relay, &shell, session, turn).await {
         Ok(()) => Ok(()),
-        Err(e @ (Error::Invalid(_) | Error::NotFound(_) | Error::Daemon(_) | Error::Provider(_))) => {
+        Err(
+            e @ (Error::Invalid(_) | Error::NotFound(_) | Error::Forbidden(_) | Error::Daemon(_) | Error::Provider(_)),
+        ) => {
             let detail = e.to_string();
             transition(
                 relay,
@@ -173,7 +176,8 @@ async fn starting(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result
                 TurnState::Crashed,
                 Some("start_failed"),
                 Some(&detail),
-            )?;
+            )
+            .await?;
             Ok(())
         }
         Err(e) => Err(e),
@@ -181,12 +185,15 @@ async fn starting(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result
 }
 
 async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &TurnRow) -> Result<()> {
+    // First: a secret deleted or no longer shared since the session started fails the turn
+    // before anything is written into the sandbox.
+    let mut env = relay.secrets.values(&session.person, &super::chosen_secrets(session)).await?;
     let place = shell.place().await?;
     let tag = tag(relay, session, &turn.id);
     // A relay stopped between starting the supervisor and recording it finds it again.
     let found = probe(shell, &place, &turn.id, 0, 0).await?;
     if let Some(pid) = found.pid.filter(|_| found.alive || found.exit.is_some()) {
-        return started(relay, session, turn, &place, pid);
+        return started(relay, session, turn, &place, pid).await;
     }
     let harness = relay
         .sessions
@@ -214,24 +221,23 @@ async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &Tu
     };
     let prompt = relay.sessions.prompts().get(&turn.id).cloned().unwrap_or_else(|| turn.prompt.clone());
     shell.install(&place, &turn.id, &prompt, settings.as_deref()).await?;
-    let mut env = relay.secrets.values(&session.secrets)?;
     env.push(("HANGAR_SESSION".into(), session.name.clone()));
     env.push(("HANGAR_TURN".into(), turn.id.clone()));
     // The agent-side commands' places (docs/inbox.md).
-    env.push(("HANGAR_INBOX".into(), place.inbox()));
-    env.push(("HANGAR_ANSWERS".into(), place.answers()));
+    env.push(("HANGAR_INBOX".into(), place.inbox(&turn.id)));
+    env.push(("HANGAR_ANSWERS".into(), place.answers(&turn.id)));
     if let Some(bin) = &place.agent_bin {
         env.push(("HANGAR_AGENT".into(), bin.clone()));
     }
     let pid = shell.start(&place, &turn.id, &session.cwd, &argv, &env, &tag).await?;
-    started(relay, session, turn, &place, pid)
+    started(relay, session, turn, &place, pid).await
 }
 
-fn started(relay: &Relay, session: &SessionRow, turn: &TurnRow, place: &Place, pid: i64) -> Result<()> {
-    relay.store.set_turn_started(&turn.id, Some(pid))?;
-    relay.store.update_session_start(&session.id, None, Some(place.split), time::now())?;
+async fn started(relay: &Relay, session: &SessionRow, turn: &TurnRow, place: &Place, pid: i64) -> Result<()> {
+    relay.store.set_turn_started(&turn.id, Some(pid)).await?;
+    relay.store.update_session_start(&session.id, None, Some(place.split), time::now()).await?;
     events::TurnStarted { turn: &turn.id, pid, split: place.split }.emit();
-    transition(relay, &session.id, &turn.id, turn.state, TurnState::Running, None, None)?;
+    transition(relay, &session.id, &turn.id, turn.state, TurnState::Running, None, None).await?;
     Ok(())
 }
 
@@ -271,7 +277,9 @@ async fn running(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Not
     let harness = relay.sessions.harnesses.get(&session.harness);
     let format = harness.map_or(hangar_agents::Format::Text, |h| h.format);
     let keep_id = harness.is_some_and(|h| h.session_ids == SessionIds::Report);
-    let mut ingest = Ingest::new(session, turn, Parser::new(format), keep_id);
+    // Where a relay before this one stopped reading, its parser's memory goes on.
+    let parser = turn.parser.as_deref().map_or_else(|| Parser::new(format), |p| Parser::resume(format, p));
+    let mut ingest = Ingest::new(relay, session, turn, parser, keep_id).await?;
     let started = turn.started_at.unwrap_or(turn.created_at);
     let left = (started + turn.timeout_minutes as f64 * 60.0 - time::now()).max(0.0);
     let mut stop = Stop { deadline: Instant::now() + Duration::from_secs_f64(left), signalled: false };
@@ -290,7 +298,7 @@ async fn running(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Not
 impl Watch<'_> {
     /// Looks at the turn again after a poke: ended from outside, or asked to stop.
     async fn poked(&self, stop: &mut Stop) -> Result<bool> {
-        let Some(now) = self.relay.store.turn(&self.turn.id)? else {
+        let Some(now) = self.relay.store.turn(&self.turn.id).await? else {
             self.signal(stop).await?;
             return Ok(true);
         };
@@ -314,7 +322,7 @@ impl Watch<'_> {
     }
 
     async fn deadline_passed(&self, stop: &mut Stop) -> Result<()> {
-        self.relay.store.request_cancel(&self.turn.id, time::now())?;
+        self.relay.store.request_cancel(&self.turn.id, time::now()).await?;
         self.signal(stop).await
     }
 
@@ -406,7 +414,7 @@ impl Watch<'_> {
         if matches!(why, FollowEnd::Truncated | FollowEnd::Replaced) {
             ingest.restart();
         }
-        relay.store.set_turn_polled(&turn.id, true)?;
+        relay.store.set_turn_polled(&turn.id, true).await?;
         events::TurnPolled { turn: &turn.id, why: &why.describe() }.emit();
         let mut inode = None;
         loop {
@@ -466,7 +474,7 @@ async fn follow(
                         return Ok(FollowEnd::MaxBytes);
                     }
                 }
-                ingest.push(relay, &d.data)?;
+                ingest.push(relay, &d.data).await?;
             }
             Some(follow_event::Event::Truncated(_)) => return Ok(FollowEnd::Truncated),
             Some(follow_event::Event::Replaced(_)) => return Ok(FollowEnd::Replaced),
@@ -496,7 +504,7 @@ async fn poll(
             ingest.restart();
             continue;
         }
-        ingest.push(relay, &p.data)?;
+        ingest.push(relay, &p.data).await?;
         let more = p.data.len() >= POLL_BYTES;
         return Ok((p, more));
     }
@@ -520,7 +528,7 @@ async fn probe(shell: &Shell<'_>, place: &Place, turn_id: &str, from: u64, max: 
 impl Watch<'_> {
     async fn polled(&self, ingest: &mut Ingest, stop: &mut Stop) -> Result<End> {
         let relay = self.relay;
-        relay.store.set_turn_polled(&self.turn.id, true)?;
+        relay.store.set_turn_polled(&self.turn.id, true).await?;
         let settings = &relay.sessions.settings;
         let mut inode = None;
         let mut decided = Instant::now() - settings.probe;
@@ -577,13 +585,13 @@ impl Watch<'_> {
                 break;
             }
         }
-        let now = relay.store.turn(&turn.id)?.unwrap_or_else(|| turn.clone());
+        let now = relay.store.turn(&turn.id).await?.unwrap_or_else(|| turn.clone());
         let deadline = now.started_at.unwrap_or(now.created_at) + now.timeout_minutes as f64 * 60.0;
         let (code, signal) = match &end {
             End::Exited { code, signal } => (Some(*code), signal.clone()),
             _ => (None, None),
         };
-        relay.store.set_turn_exit(&turn.id, code, signal.as_deref())?;
+        relay.store.set_turn_exit(&turn.id, code, signal.as_deref()).await?;
         let o = ingest.outcome;
         let (to, reason, detail) = match &end {
             _ if now.cancel_requested_at.is_some() && time::now() >= deadline => {
@@ -606,7 +614,7 @@ impl Watch<'_> {
             End::Exited { code, .. } => (TurnState::Failed, "nonzero_exit", format!("exit code {code}")),
             End::Outside | End::Unknown => return Ok(()),
         };
-        transition(relay, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail))?;
+        transition(relay, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail)).await?;
         Ok(())
     }
 }

@@ -1,21 +1,97 @@
 //! From a turn's log bytes to recorded events: complete lines, the harness's parser, the one
 //! redaction step, the session's summary, plan usage, and the store, in one transaction per
 //! batch with the read position; then live readers are told.
-use hangar_agents::{Event, EventType, Line, Lines, Parser, Summary};
+use hangar_agents::{lines::Mark, Event, EventType, Line, Lines, Parser, Summary};
 use serde_json::{json, Value};
 
 use super::transition;
 use crate::{
     app::Relay,
     error::Result,
-    store::{NewEvent, SessionRow, TurnRow, TurnState, UsageRow},
+    store::{NewEvent, SessionRow, TurnRow, TurnState, UsageRow, CURRENT_OFFSET},
     time,
 };
 
-/// At most this many events are recorded from one batch (a poll's 256 KiB, a followed chunk);
-/// past it the rest become one `harness.truncated` and the read position still advances, so a
-/// flood cannot wedge the watcher.
+/// At most this many events from the log are recorded at their place from one batch (a poll's
+/// 256 KiB, a followed chunk), so that one transaction stays small; past it they count as
+/// dropped (`Tally`) and the read position still advances, so a flood cannot wedge the watcher.
 pub const MAX_EVENTS_PER_BATCH: usize = 2_000;
+
+/// The kinds recorded whatever the caps: what the turn's outcome, plan usage and waiting state
+/// are decided and shown by. `run.state` is the relay's own and never comes from a log.
+fn always_kept(kind: EventType) -> bool {
+    matches!(
+        kind,
+        EventType::RunResult
+            | EventType::Usage
+            | EventType::RateLimit
+            | EventType::InputRequested
+            | EventType::RunState
+    )
+}
+
+/// Where an event from the log is recorded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Place {
+    /// At its place in the log.
+    Log,
+    /// Kept current in this part: it replaces the last event of its kind recorded past a cap.
+    Current(i64),
+    Dropped,
+}
+
+/// The part of the turn's `harness.truncated` that counts what was dropped, kept current; each
+/// always-kept kind past a cap has the part after its place in `EventType::ALL`.
+const DROPPED_PART: i64 = 0;
+
+/// The per-turn cap on events from the log (`HANGAR_TURN_EVENT_MAX`) and the per-batch one, as
+/// events are placed: under both, at their place in the log; past either, an always-kept kind
+/// keeps its latest (one row per kind) and the rest are counted in one `harness.truncated`.
+/// So a turn holds at most the cap, one event per always-kept kind, and that count.
+#[derive(Debug, Default, PartialEq)]
+struct Tally {
+    max: u64,
+    /// Events recorded at their place in the log.
+    placed: u64,
+    /// Events dropped (replaced always-kept ones included).
+    dropped: u64,
+    /// The parts kept current so far, as bits.
+    current: u64,
+}
+
+impl Tally {
+    /// From what the store holds for the turn, so a restarted relay counts on.
+    async fn load(relay: &Relay, turn_id: &str, max: u64) -> Result<Tally> {
+        let (placed, current) = relay.store.turn_event_tally(turn_id).await?;
+        let mut t = Tally { max, placed, ..Tally::default() };
+        for (part, data) in current {
+            if part == DROPPED_PART {
+                t.dropped = data.get("dropped").and_then(Value::as_u64).unwrap_or(0);
+            }
+            t.current |= 1u64.checked_shl(part as u32).unwrap_or(0);
+        }
+        Ok(t)
+    }
+
+    /// Where an event of `kind` goes, the batch having placed `in_batch` before it.
+    fn place(&mut self, kind: EventType, in_batch: usize) -> Place {
+        if in_batch < MAX_EVENTS_PER_BATCH && self.placed < self.max {
+            self.placed += 1;
+            return Place::Log;
+        }
+        if !always_kept(kind) {
+            self.dropped += 1;
+            return Place::Dropped;
+        }
+        let part = 1 + EventType::ALL.iter().position(|k| *k == kind).unwrap_or(0) as i64;
+        let bit = 1u64 << part;
+        if self.current & bit != 0 {
+            self.dropped += 1;
+        }
+        self.current |= bit;
+        Place::Current(part)
+    }
+}
 
 /// What the harness's last `run.result` and errors said about how the turn went.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -40,12 +116,20 @@ pub struct Ingest {
     pub outcome: Outcome,
     /// Running or waiting for input, as the events say.
     pub state: TurnState,
+    tally: Tally,
 }
 
 impl Ingest {
-    pub fn new(session: &SessionRow, turn: &TurnRow, parser: Parser, keep_session_id: bool) -> Ingest {
+    pub async fn new(
+        relay: &Relay,
+        session: &SessionRow,
+        turn: &TurnRow,
+        parser: Parser,
+        keep_session_id: bool,
+    ) -> Result<Ingest> {
         let summary = serde_json::from_value(session.summary.clone()).unwrap_or_default();
-        Ingest {
+        let tally = Tally::load(relay, &turn.id, relay.sessions.settings.turn_event_max).await?;
+        Ok(Ingest {
             session_id: session.id.clone(),
             turn_id: turn.id.clone(),
             lines: Lines::new(turn.log_offset.max(0) as u64),
@@ -57,12 +141,14 @@ impl Ingest {
             keep_session_id,
             outcome: Outcome::default(),
             state: if turn.state == TurnState::WaitingInput { TurnState::WaitingInput } else { TurnState::Running },
-        }
+            tally,
+        })
     }
 
-    /// Where the next byte read from the log goes.
+    /// Where the next byte read from the log goes: past every byte read, a long line's that
+    /// `Lines` does not hold included (reading again from the line's start would restart it).
     pub fn next_offset(&self) -> u64 {
-        self.lines.consumed() + self.lines.pending() as u64
+        self.lines.position()
     }
 
     /// The log was truncated or replaced: what follows is read from offset 0 of the new file,
@@ -73,57 +159,72 @@ impl Ingest {
     }
 
     /// Records the events in `bytes`, the log's bytes from `next_offset()` on.
-    pub fn push(&mut self, relay: &Relay, bytes: &[u8]) -> Result<()> {
+    pub async fn push(&mut self, relay: &Relay, bytes: &[u8]) -> Result<()> {
         let lines = self.lines.push(bytes);
         let redactor = relay.secrets.redactor();
         let ts = time::now();
         let mut new = Vec::new();
-        let mut cut = 0usize;
+        let mut in_batch = 0usize;
+        let dropped_before = self.tally.dropped;
         let mut asked_input = false;
         let mut other_agent_event = false;
         for line in lines {
-            let (offset, events) = match line {
-                Line::Text { offset, bytes } => (offset, self.parser.feed(&bytes)),
-                Line::Dropped { offset, len } => {
-                    let data = json!({ "reason": "line_too_long", "bytes": len, "source": "hangar" });
-                    (offset, vec![Event { kind: EventType::HarnessTruncated, data }])
+            // The writer's marks and the lines the relay could not hold are hangar's own word,
+            // one per line of at least 1 MiB (or per full log): recorded past the caps.
+            let (offset, events, capped) = match line {
+                Line::Text { offset, bytes } => (offset, self.parser.feed(&bytes), true),
+                Line::Dropped { offset, len } => (offset, vec![truncated_line(len, len)], false),
+                Line::Marked { offset, kept, mark: Mark::Cut { dropped } } => {
+                    (offset, vec![truncated_line(kept.saturating_add(dropped), dropped)], false)
+                }
+                Line::Marked { offset, mark: Mark::LogFull { limit }, .. } => {
+                    let data = json!({ "reason": "log_full", "limit": limit, "source": "hangar" });
+                    (offset, vec![Event { kind: EventType::HarnessTruncated, data }], false)
                 }
             };
             for (part, mut event) in events.into_iter().enumerate() {
-                if new.len() >= MAX_EVENTS_PER_BATCH {
-                    cut += 1;
-                    continue;
-                }
-                redactor.json(&mut event.data);
-                self.note(relay, &event, ts)?;
+                // The turn's state follows every event, recorded or not.
                 match event.kind {
                     EventType::InputRequested => asked_input = true,
                     EventType::HarnessUnknown | EventType::HarnessTruncated => {}
                     _ => other_agent_event = true,
                 }
+                let place = if capped { self.tally.place(event.kind, in_batch) } else { Place::Log };
+                let (src_offset, part) = match place {
+                    Place::Dropped => continue,
+                    Place::Log => (self.base + offset as i64, part as i64),
+                    Place::Current(p) => (CURRENT_OFFSET, p),
+                };
+                in_batch += usize::from(place == Place::Log);
+                redactor.json(&mut event.data);
+                self.note(relay, &event, ts).await?;
                 self.summary.apply(&event, ts, self.started_at);
-                new.push(NewEvent {
-                    kind: event.kind.as_str(),
-                    data: event.data,
-                    src_offset: Some(self.base + offset as i64),
-                    part: part as i64,
-                });
+                new.push(NewEvent { kind: event.kind.as_str(), data: event.data, src_offset: Some(src_offset), part });
             }
         }
-        if cut > 0 {
+        if self.tally.dropped > dropped_before {
+            // One count per turn, kept current: it replaces the one before.
             new.push(NewEvent {
                 kind: EventType::HarnessTruncated.as_str(),
-                data: json!({ "reason": "too_many_events", "dropped": cut, "source": "hangar" }),
-                src_offset: None,
-                part: 0,
+                data: json!({
+                    "reason": "too_many_events",
+                    "dropped": self.tally.dropped,
+                    "limit": self.tally.max,
+                    "source": "hangar",
+                }),
+                src_offset: Some(CURRENT_OFFSET),
+                part: DROPPED_PART,
             });
             self.summary.warnings.retain(|w| w != "events_truncated");
             self.summary.warnings.push("events_truncated".into());
         }
         let summary = serde_json::to_value(&self.summary).unwrap_or(Value::Null);
-        let position = (self.base, self.lines.consumed() as i64);
-        let (seq, _) =
-            relay.store.record_events(&self.session_id, &self.turn_id, &new, ts, Some(position), Some(&summary))?;
+        // The parser's memory goes with the position: a relay restarted there parses on as this one.
+        let position = (self.base, self.lines.consumed() as i64, self.parser.snapshot());
+        let (seq, _) = relay
+            .store
+            .record_events(&self.session_id, &self.turn_id, new.clone(), ts, Some(position), Some(&summary))
+            .await?;
         relay.sessions.live.publish(&self.session_id, seq);
         relay.fleet.ingested(&self.session_id, &self.turn_id, &new, ts);
         // Waiting for input starts with the harness's request and ends with its next event.
@@ -135,33 +236,36 @@ impl Ingest {
         if let Some(to) = to {
             let from = self.state;
             self.state = to;
-            transition(relay, &self.session_id, &self.turn_id, from, to, None, None)?;
+            transition(relay, &self.session_id, &self.turn_id, from, to, None, None).await?;
         }
         Ok(())
     }
 
     /// What an event tells hangar beyond itself: the CLI's conversation id, plan usage, how
     /// the turn went.
-    fn note(&mut self, relay: &Relay, event: &Event, ts: f64) -> Result<()> {
+    async fn note(&mut self, relay: &Relay, event: &Event, ts: f64) -> Result<()> {
         let d = &event.data;
         match event.kind {
             EventType::RunStarted if self.keep_session_id => {
                 if let Some(id) = d.get("session_id").and_then(Value::as_str).filter(|s| valid_session_id(s)) {
-                    relay.store.update_session_start(&self.session_id, Some(id), None, ts)?;
+                    relay.store.update_session_start(&self.session_id, Some(id), None, ts).await?;
                 }
             }
             EventType::RateLimit => {
                 let Some(credential) = &self.credential else { return Ok(()) };
                 let Some(window) = d.get("window").and_then(Value::as_str) else { return Ok(()) };
-                relay.store.put_usage(&UsageRow {
-                    credential: credential.clone(),
-                    window: window.chars().take(64).collect(),
-                    used_pct: d.get("used_pct").and_then(Value::as_f64),
-                    status: d.get("status").and_then(Value::as_str).map(|s| s.chars().take(64).collect()),
-                    resets_at: d.get("resets_at").and_then(Value::as_f64),
-                    seen_at: ts,
-                    raw: d.get("raw").cloned().unwrap_or(Value::Null),
-                })?;
+                relay
+                    .store
+                    .put_usage(&UsageRow {
+                        credential: credential.clone(),
+                        window: window.chars().take(64).collect(),
+                        used_pct: d.get("used_pct").and_then(Value::as_f64),
+                        status: d.get("status").and_then(Value::as_str).map(|s| s.chars().take(64).collect()),
+                        resets_at: d.get("resets_at").and_then(Value::as_f64),
+                        seen_at: ts,
+                        raw: d.get("raw").cloned().unwrap_or(Value::Null),
+                    })
+                    .await?;
                 if d.get("status").and_then(Value::as_str) == Some("rejected") {
                     self.outcome.rate_limited = true;
                 }
@@ -184,8 +288,48 @@ impl Ingest {
     }
 }
 
+/// hangar's `harness.truncated` for a line over 1 MiB: `bytes` long, `dropped` of them not kept.
+fn truncated_line(bytes: u64, dropped: u64) -> Event {
+    let data = json!({ "reason": "line_too_long", "bytes": bytes, "dropped": dropped, "source": "hangar" });
+    Event { kind: EventType::HarnessTruncated, data }
+}
+
 /// A conversation id the relay may put into a follow-up's command line: it came from the
 /// agent's output, so it is one plain word or nothing.
 pub fn valid_session_id(s: &str) -> bool {
     (1..=128).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_the_cap_only_the_latest_of_each_always_kept_kind_is_recorded_and_the_rest_counted() {
+        let mut t = Tally { max: 3, ..Tally::default() };
+        let kinds = [EventType::Message, EventType::RunResult, EventType::ToolStart];
+        assert!(kinds.iter().all(|k| t.place(*k, 0) == Place::Log), "under the cap, at their place");
+        assert_eq!(t.place(EventType::Message, 0), Place::Dropped);
+        let result = t.place(EventType::RunResult, 0);
+        assert!(matches!(result, Place::Current(p) if p > DROPPED_PART));
+        assert_eq!(t.dropped, 1, "the first past the cap replaces nothing");
+        assert_eq!(t.place(EventType::RunResult, 0), result, "the next replaces it");
+        assert_eq!(t.dropped, 2);
+        let usage = t.place(EventType::Usage, 0);
+        assert!(matches!(usage, Place::Current(_)) && usage != result);
+        for kind in [EventType::RateLimit, EventType::InputRequested] {
+            assert!(matches!(t.place(kind, 0), Place::Current(_)));
+        }
+        assert_eq!((t.placed, t.dropped), (3, 2));
+    }
+
+    #[test]
+    fn a_batch_past_its_cap_keeps_the_always_kept_kinds() {
+        let mut t = Tally { max: u64::MAX, ..Tally::default() };
+        assert_eq!(t.place(EventType::Message, MAX_EVENTS_PER_BATCH - 1), Place::Log);
+        assert_eq!(t.place(EventType::Message, MAX_EVENTS_PER_BATCH), Place::Dropped);
+        assert!(matches!(t.place(EventType::RunResult, MAX_EVENTS_PER_BATCH), Place::Current(_)));
+        assert!(matches!(t.place(EventType::InputRequested, MAX_EVENTS_PER_BATCH), Place::Current(_)));
+        assert_eq!((t.placed, t.dropped), (1, 1));
+    }
 }

@@ -38,6 +38,7 @@ use crate::{
     auth::{random_hex, Caller},
     error::{Error, Result},
     events,
+    secrets::Chosen,
     store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, TurnRow, TurnState},
     time,
 };
@@ -52,6 +53,8 @@ pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
 pub const MAX_WAIT: Duration = Duration::from_secs(25);
 /// The most events one read returns.
 pub const MAX_EVENTS_PER_READ: usize = 1_000;
+/// The events one read returns when it names no limit.
+pub const DEFAULT_EVENTS_PER_READ: usize = 200;
 /// How long a cancelled turn's harness has after SIGTERM before SIGKILL.
 pub const CANCEL_GRACE: Duration = Duration::from_secs(10);
 /// A turn's deadline when its request names none.
@@ -68,6 +71,10 @@ pub struct Settings {
     pub follow_logs: bool,
     pub retention_days: f64,
     pub max_events: i64,
+    /// Events recorded from one turn's log (`ingest`).
+    pub turn_event_max: u64,
+    /// The most a turn's log holds (the supervisor's writer keeps it).
+    pub log_max_bytes: u64,
 }
 
 /// The sessions' shared state: harness profiles, live readers, and the drivers' cancel signals.
@@ -168,8 +175,8 @@ const AGENT_TEXT: &[&str] = &[
     "summary.tests",
 ];
 
-fn view(relay: &Relay, session: SessionRow, warnings: Vec<String>, replay: bool) -> Result<SessionView> {
-    let turns = relay.store.turns(&session.id)?;
+async fn view(relay: &Relay, session: SessionRow, warnings: Vec<String>, replay: bool) -> Result<SessionView> {
+    let turns = relay.store.turns(&session.id).await?;
     let (state, reason) = turns.last().map_or((TurnState::Queued, None), |t| (t.state, t.reason.clone()));
     Ok(SessionView {
         events_cursor: session.event_seq,
@@ -247,14 +254,21 @@ fn new_turn(session_id: &str, prompt: &str, req: &TurnRequest, credential: Optio
         cancel_requested_at: None,
         log_offset: 0,
         log_base: 0,
+        parser: None,
         polled: false,
     }
 }
 
 /// The credential a turn uses: the secret passed under one of the harness's credential
 /// variables (the first named), which its concurrency and plan usage are counted by.
-fn credential_of(harness: &Harness, secrets: &[String]) -> Option<String> {
-    harness.credentials.iter().find(|c| secrets.contains(c)).cloned()
+fn credential_of(harness: &Harness, chosen: &[Chosen]) -> Option<String> {
+    harness.credentials.iter().find_map(|n| chosen.iter().find(|c| &c.name == n)).map(Chosen::credential)
+}
+
+/// The secrets a session's turns get, as chosen when it started.
+pub fn chosen_secrets(session: &SessionRow) -> Vec<Chosen> {
+    let owners = session.secret_owners.iter().map(String::as_str).chain(std::iter::repeat(""));
+    session.secrets.iter().zip(owners).map(|(name, owner)| Chosen { name: name.clone(), owner: owner.into() }).collect()
 }
 
 /// Starts a session and its first turn; answers at once (the turn is queued or starting).
@@ -279,14 +293,14 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
             secrets.push(s.clone());
         }
     }
-    relay.secrets.check_exist(&secrets)?;
-    let row = relay.sandboxes.enter(&req.sandbox, caller)?;
+    let chosen = relay.secrets.choose(caller, &secrets, &harness.secrets).await?;
+    let row = relay.sandboxes.enter(&req.sandbox, caller).await?;
     let approvals = approval_policy(relay, harness, &row, &req.approvals).await?;
     let cwd = match req.cwd.as_deref().or(row.workdir.as_deref()) {
         Some(cwd) => relay.sandboxes.resolve_cwd(&row, cwd)?,
         None => return Err(Error::invalid("cwd: the sandbox has no working directory; name one")),
     };
-    let credential = credential_of(harness, &secrets);
+    let credential = credential_of(harness, &chosen);
     let redactor = relay.secrets.redactor();
     let session = SessionRow {
         id: format!("ses_{}", random_hex(6)),
@@ -297,6 +311,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         harness: harness.name.clone(),
         cwd,
         secrets,
+        secret_owners: chosen.into_iter().map(|c| c.owner).collect(),
         credential: credential.clone(),
         approvals,
         agent_session_id: (harness.session_ids == SessionIds::Assign).then(uuid_v4),
@@ -316,7 +331,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
     };
     let mut turn = new_turn(&session.id, &req.prompt, &turn_req, credential, timeout);
     turn.prompt = redactor.text(&req.prompt).into_owned();
-    match relay.store.create_session(&session, &turn)? {
+    match relay.store.create_session(&session, &turn).await? {
         Created::New((session, turn)) => {
             events::SessionStarted {
                 session: &session.name,
@@ -327,11 +342,11 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
             .emit();
             relay.fleet.session(&session, &turn);
             relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
-            let warnings = queue::warnings(relay, turn.credential.as_deref())?;
+            let warnings = queue::warnings(relay, turn.credential.as_deref()).await?;
             spawn_driver(relay, &turn.id);
-            view(relay, session, warnings, false)
+            view(relay, session, warnings, false).await
         }
-        Created::Replayed((session, _)) => view(relay, session, Vec::new(), true),
+        Created::Replayed((session, _)) => view(relay, session, Vec::new(), true).await,
         Created::KeyConflict => {
             Err(Error::Conflict("idempotency_key: already used for a session with another prompt".into()))
         }
@@ -377,8 +392,12 @@ async fn approval_policy(
 }
 
 /// The session `reference` names among the caller's (any person's for an admin).
-pub fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionRow> {
-    relay.store.session(reference, caller.sees())?.ok_or_else(|| Error::not_found(format!("no session {reference:?}")))
+pub async fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionRow> {
+    relay
+        .store
+        .session(reference, caller.sees())
+        .await?
+        .ok_or_else(|| Error::not_found(format!("no session {reference:?}")))
 }
 
 /// A follow-up in the same conversation.
@@ -386,7 +405,7 @@ pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req
     check_prompt(&req.prompt)?;
     check_key(&req.idempotency_key)?;
     let timeout = check_timeout(req.timeout_minutes)?;
-    let session = find(relay, caller, reference)?;
+    let session = find(relay, caller, reference).await?;
     let harness = relay
         .sessions
         .harnesses
@@ -395,19 +414,19 @@ pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req
     if harness.follow_up.is_none() {
         return Err(Error::invalid(format!("harness {:?} has no follow-up command", harness.name)));
     }
-    relay.sandboxes.enter(&session.sandbox_id, caller)?;
+    relay.sandboxes.enter(&session.sandbox_id, caller).await?;
     let mut turn = new_turn(&session.id, &req.prompt, &req, session.credential.clone(), timeout);
     turn.prompt = relay.secrets.redactor().text(&req.prompt).into_owned();
-    match relay.store.create_turn(&turn)? {
+    match relay.store.create_turn(&turn).await? {
         Created::New(turn) => {
             relay.fleet.session(&session, &turn);
             relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
-            let warnings = queue::warnings(relay, turn.credential.as_deref())?;
+            let warnings = queue::warnings(relay, turn.credential.as_deref()).await?;
             spawn_driver(relay, &turn.id);
-            let session = relay.store.session_by_id(&session.id)?.unwrap_or(session);
-            view(relay, session, warnings, false)
+            let session = relay.store.session_by_id(&session.id).await?.unwrap_or(session);
+            view(relay, session, warnings, false).await
         }
-        Created::Replayed(_) => view(relay, session, Vec::new(), true),
+        Created::Replayed(_) => view(relay, session, Vec::new(), true).await,
         Created::KeyConflict => {
             Err(Error::Conflict("idempotency_key: already used for a turn with another prompt".into()))
         }
@@ -418,28 +437,32 @@ pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req
     }
 }
 
-pub fn get(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionView> {
-    view(relay, find(relay, caller, reference)?, Vec::new(), false)
+pub async fn get(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionView> {
+    view(relay, find(relay, caller, reference).await?, Vec::new(), false).await
 }
 
-pub fn list(relay: &Relay, caller: &Caller) -> Result<Vec<SessionView>> {
-    relay.store.sessions(caller.sees())?.into_iter().map(|s| view(relay, s, Vec::new(), false)).collect()
+pub async fn list(relay: &Relay, caller: &Caller) -> Result<Vec<SessionView>> {
+    let mut views = Vec::new();
+    for s in relay.store.sessions(caller.sees()).await? {
+        views.push(view(relay, s, Vec::new(), false).await?);
+    }
+    Ok(views)
 }
 
 /// Cancels the session's live turn, if any: TERM to its process group, KILL after a grace
 /// period. Idempotent.
 pub async fn cancel(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionView> {
-    let session = find(relay, caller, reference)?;
-    if let Some(turn) = relay.store.turns(&session.id)?.into_iter().find(|t| !t.state.is_terminal()) {
-        cancel_turn(relay, &session, &turn)?;
+    let session = find(relay, caller, reference).await?;
+    for turn in relay.store.live_turns_of(&session.id).await? {
+        cancel_turn(relay, &session, &turn).await?;
     }
-    get(relay, caller, &session.id)
+    get(relay, caller, &session.id).await
 }
 
-fn cancel_turn(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result<()> {
-    relay.store.request_cancel(&turn.id, time::now())?;
+async fn cancel_turn(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result<()> {
+    relay.store.request_cancel(&turn.id, time::now()).await?;
     if turn.state == TurnState::Queued {
-        transition(relay, &session.id, &turn.id, turn.state, TurnState::Cancelled, Some("cancel_agent"), None)?;
+        transition(relay, &session.id, &turn.id, turn.state, TurnState::Cancelled, Some("cancel_agent"), None).await?;
     }
     relay.sessions.poke(&turn.id);
     Ok(())
@@ -447,22 +470,22 @@ fn cancel_turn(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result<()
 
 /// Deletes a session with its turns and events, cancelling a live turn first.
 pub async fn delete(relay: &Relay, caller: &Caller, reference: &str) -> Result<()> {
-    let session = find(relay, caller, reference)?;
-    for turn in relay.store.turns(&session.id)?.iter().filter(|t| !t.state.is_terminal()) {
-        cancel_turn(relay, &session, turn)?;
+    let session = find(relay, caller, reference).await?;
+    for turn in relay.store.live_turns_of(&session.id).await? {
+        cancel_turn(relay, &session, &turn).await?;
     }
-    relay.store.delete_session(&session.id)?;
+    relay.store.delete_session(&session.id).await?;
     relay.fleet.session_gone(&session.id);
-    crate::inbox::session_deleted(relay, &session.id)?;
+    crate::inbox::session_deleted(relay, &session.id).await?;
     events::SessionDeleted { session: &session.name, person: &session.person }.emit();
     Ok(())
 }
 
 /// Ends every live turn in a sandbox that is going away, then lets its drivers go.
-pub fn end_in_sandbox(relay: &Relay, sandbox: &SandboxRow, to: TurnState, reason: &str) -> Result<()> {
-    for session in relay.store.sessions_in_sandbox(&sandbox.id)? {
-        for turn in relay.store.turns(&session.id)?.into_iter().filter(|t| !t.state.is_terminal()) {
-            transition(relay, &session.id, &turn.id, turn.state, to, Some(reason), None)?;
+pub async fn end_in_sandbox(relay: &Relay, sandbox: &SandboxRow, to: TurnState, reason: &str) -> Result<()> {
+    for session in relay.store.sessions_in_sandbox(&sandbox.id).await? {
+        for turn in relay.store.live_turns_of(&session.id).await? {
+            transition(relay, &session.id, &turn.id, turn.state, to, Some(reason), None).await?;
             relay.sessions.poke(&turn.id);
         }
     }
@@ -472,7 +495,7 @@ pub fn end_in_sandbox(relay: &Relay, sandbox: &SandboxRow, to: TurnState, reason
 /// Destroys a sandbox: its live turns end `cancelled/sandbox_destroyed` first. A local
 /// sandbox's split directory is on the relay's host, and goes with it.
 pub async fn destroy_sandbox(relay: &Relay, row: &SandboxRow) -> Result<()> {
-    end_in_sandbox(relay, row, TurnState::Cancelled, "sandbox_destroyed")?;
+    end_in_sandbox(relay, row, TurnState::Cancelled, "sandbox_destroyed").await?;
     let on_host = relay.sandboxes.on_host(row);
     relay.sandboxes.destroy(row).await?;
     if on_host {
@@ -494,44 +517,85 @@ pub struct EventsPage {
     pub state: TurnState,
 }
 
-/// Events after `since`; with `wait`, as soon as there is one (or the wait ends, or the
-/// session's turn ends).
-pub async fn events(
-    relay: &Relay,
-    caller: &Caller,
-    reference: &str,
+/// A read of a session's events as a client asked for it, each value in its range: the one place
+/// those ranges are decided, for REST and MCP alike. A value out of range is refused, never
+/// clamped, so that a client learns its mistake rather than reading something else.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EventsRead {
     since: i64,
     limit: usize,
     wait: Duration,
-) -> Result<EventsPage> {
-    let session = find(relay, caller, reference)?;
-    let limit = limit.clamp(1, MAX_EVENTS_PER_READ);
+}
+
+impl EventsRead {
+    /// `wait_name` is the parameter's name where the client wrote it (`wait`, `wait_seconds`).
+    pub fn new(since: Option<i64>, limit: Option<usize>, wait: Option<f64>, wait_name: &str) -> Result<EventsRead> {
+        let since = check_since(since.unwrap_or(0))?;
+        let limit = limit.unwrap_or(DEFAULT_EVENTS_PER_READ);
+        if !(1..=MAX_EVENTS_PER_READ).contains(&limit) {
+            return Err(Error::invalid(format!("limit: {limit}: 1 to {MAX_EVENTS_PER_READ}")));
+        }
+        let max = MAX_WAIT.as_secs_f64();
+        let wait = match wait {
+            None => Duration::ZERO,
+            Some(w) if w.is_finite() && (0.0..=max).contains(&w) => Duration::from_secs_f64(w),
+            Some(w) => return Err(Error::invalid(format!("{wait_name}: {w}: 0 to {max} seconds"))),
+        };
+        Ok(EventsRead { since, limit, wait })
+    }
+
+    pub fn since(&self) -> i64 {
+        self.since
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+}
+
+/// Where a read of a session's events starts: an event's seq, 0 or more.
+pub fn check_since(since: i64) -> Result<i64> {
+    if since < 0 {
+        return Err(Error::invalid(format!("since: {since}: an event's seq (a previous read's next), 0 or more")));
+    }
+    Ok(since)
+}
+
+/// Events after `since`; with `wait`, as soon as there is one (or the wait ends, or the
+/// session's turn ends).
+pub async fn events(relay: &Relay, caller: &Caller, reference: &str, read: EventsRead) -> Result<EventsPage> {
+    let session = find(relay, caller, reference).await?;
+    let EventsRead { since, limit, wait } = read;
     let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
-    let deadline = tokio::time::Instant::now() + wait.min(MAX_WAIT);
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
-        let page = read_page(relay, &session.id, since, limit)?;
+        let page = read_page(relay, &session.id, since, limit).await?;
         if !page.events.is_empty() || page.state.is_terminal() || tokio::time::Instant::now() >= deadline {
             return Ok(page);
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
             Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => return read_page(relay, &session.id, since, limit),
+            Ok(Err(_)) | Err(_) => return read_page(relay, &session.id, since, limit).await,
         }
     }
 }
 
-pub fn read_page(relay: &Relay, session_id: &str, since: i64, limit: usize) -> Result<EventsPage> {
-    let mut events = relay.store.events_after(session_id, since.max(0), limit + 1)?;
+pub async fn read_page(relay: &Relay, session_id: &str, since: i64, limit: usize) -> Result<EventsPage> {
+    let (mut events, state) = relay.store.events_page(session_id, since.max(0), limit + 1).await?;
     let more = events.len() > limit;
     events.truncate(limit);
     let next = events.last().map_or(since.max(0), |e| e.seq);
-    let state = relay.store.turns(session_id)?.last().map_or(TurnState::Queued, |t| t.state);
+    let state = state.unwrap_or(TurnState::Queued);
     Ok(EventsPage { events, next, more, state })
 }
 
 /// Moves a turn between states and records the `run.state` event hangar emits for it. A turn
 /// already terminal is left alone (its state is final).
-pub(crate) fn transition(
+pub(crate) async fn transition(
     relay: &Relay,
     session_id: &str,
     turn_id: &str,
@@ -541,20 +605,22 @@ pub(crate) fn transition(
     detail: Option<&str>,
 ) -> Result<bool> {
     let detail = detail.map(|d| relay.secrets.redactor().text(d).into_owned());
-    if !relay.store.set_turn_state(turn_id, to, reason, detail.as_deref(), time::now())? {
+    if !relay.store.set_turn_state(turn_id, to, reason, detail.as_deref(), time::now()).await? {
         return Ok(false);
     }
     let data =
         json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason, "detail": detail, "source": "hangar" });
-    record_event(relay, session_id, turn_id, "run.state", data)?;
-    crate::fleet::turn_changed(relay, turn_id);
+    record_event(relay, session_id, turn_id, "run.state", data).await?;
+    crate::fleet::turn_changed(relay, turn_id).await;
     events::TurnState { turn: turn_id, from: from.as_str(), to: to.as_str(), reason }.emit();
     if to.is_terminal() {
         relay.sessions.prompts().remove(turn_id);
         relay.sessions.slots.notify_waiters();
-        if let (Some(session), Some(turn)) = (relay.store.session_by_id(session_id)?, relay.store.turn(turn_id)?) {
+        if let (Some(session), Some(turn)) =
+            (relay.store.session_by_id(session_id).await?, relay.store.turn(turn_id).await?)
+        {
             let failed = matches!(to, TurnState::Failed | TurnState::Crashed | TurnState::TimedOut);
-            crate::inbox::turn_ended(relay, &session, &turn, failed)?;
+            crate::inbox::turn_ended(relay, &session, &turn, failed).await?;
         }
     }
     Ok(true)
@@ -562,7 +628,7 @@ pub(crate) fn transition(
 
 /// Records one event of hangar's own (an inbox ask, the agent's progress) in a session, and
 /// tells its live readers.
-pub(crate) fn record_event(
+pub(crate) async fn record_event(
     relay: &Relay,
     session_id: &str,
     turn_id: &str,
@@ -571,7 +637,7 @@ pub(crate) fn record_event(
 ) -> Result<i64> {
     let ts = time::now();
     let event = NewEvent { kind, data, src_offset: None, part: 0 };
-    let (seq, _) = relay.store.record_events(session_id, turn_id, std::slice::from_ref(&event), ts, None, None)?;
+    let (seq, _) = relay.store.record_events(session_id, turn_id, vec![event.clone()], ts, None, None).await?;
     relay.sessions.live.publish(session_id, seq);
     // A turn's moves reach the fleet through `fleet::turn_changed`; the rest (an agent's
     // progress, an ask) as the turn watcher's events do.
@@ -604,7 +670,7 @@ fn spawn_driver(relay: &Arc<Relay>, turn_id: &str) {
 /// At start: a driver for every live turn (they resume from their saved positions), and the
 /// retention sweep.
 pub async fn resume(relay: Arc<Relay>) {
-    match relay.store.live_turns() {
+    match relay.store.live_turns().await {
         Ok(turns) => {
             for t in turns {
                 spawn_driver(&relay, &t.id);
@@ -617,7 +683,7 @@ pub async fn resume(relay: Arc<Relay>) {
         tick.tick().await;
         let s = &relay.sessions.settings;
         let before = time::now() - s.retention_days * 86_400.0;
-        match relay.store.prune_events(before, s.max_events) {
+        match relay.store.prune_events(before, s.max_events).await {
             Ok(n) if n > 0 => events::EventsPruned { events: n }.emit(),
             Ok(_) => {}
             Err(e) => events::SessionsNotResumed { error: &e.to_string() }.emit(),

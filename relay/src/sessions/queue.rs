@@ -26,9 +26,9 @@ fn fresh(u: &UsageRow, now: f64) -> bool {
 }
 
 /// Whether `turn` may start now. Called under the admission lock.
-pub fn admit(relay: &Relay, turn: &TurnRow) -> Result<Admission> {
-    let Some(session) = relay.store.session_by_id(&turn.session_id)? else { return Ok(Admission::Go) };
-    if let Some(sandbox) = relay.store.sandbox(&session.sandbox_id)? {
+pub async fn admit(relay: &Relay, turn: &TurnRow) -> Result<Admission> {
+    let Some(session) = relay.store.session_by_id(&turn.session_id).await? else { return Ok(Admission::Go) };
+    if let Some(sandbox) = relay.store.sandbox(&session.sandbox_id).await? {
         if sandbox.state == SandboxState::Paused {
             let detail = format!("sandbox {:?} is paused", sandbox.name);
             return Ok(Admission::Wait { reason: "sandbox_not_ready", detail });
@@ -36,7 +36,7 @@ pub fn admit(relay: &Relay, turn: &TurnRow) -> Result<Admission> {
     }
     let Some(credential) = &turn.credential else { return Ok(Admission::Go) };
     let s = &relay.sessions.settings;
-    let live = relay.store.live_turns()?;
+    let live = relay.store.live_turns().await?;
     let mine = live.iter().filter(|t| t.credential.as_ref() == Some(credential) && t.id != turn.id);
     let (mut running, mut ahead) = (0, 0);
     for t in mine {
@@ -62,7 +62,7 @@ pub fn admit(relay: &Relay, turn: &TurnRow) -> Result<Admission> {
     }
     if !turn.ignore_limits {
         let now = time::now();
-        for u in relay.store.usage()?.iter().filter(|u| &u.credential == credential && fresh(u, now)) {
+        for u in relay.store.usage().await?.iter().filter(|u| &u.credential == credential && fresh(u, now)) {
             let over = u.used_pct.is_some_and(|p| p >= s.usage_gate_pct) || u.status.as_deref() == Some("rejected");
             if over && u.resets_at.is_none_or(|r| r > now) {
                 return Ok(Admission::Wait { reason: "plan_limit", detail: describe(u) });
@@ -81,13 +81,14 @@ fn describe(u: &UsageRow) -> String {
 }
 
 /// What a start says about its credential's plan usage at `HANGAR_USAGE_WARN_PCT` and above.
-pub fn warnings(relay: &Relay, credential: Option<&str>) -> Result<Vec<String>> {
+pub async fn warnings(relay: &Relay, credential: Option<&str>) -> Result<Vec<String>> {
     let Some(credential) = credential else { return Ok(Vec::new()) };
     let now = time::now();
     let warn = relay.sessions.settings.usage_warn_pct;
     Ok(relay
         .store
-        .usage()?
+        .usage()
+        .await?
         .iter()
         .filter(|u| u.credential == credential && fresh(u, now) && u.used_pct.is_some_and(|p| p >= warn))
         .map(describe)
@@ -120,12 +121,17 @@ pub struct CredentialLoad {
 }
 
 /// `GET /api/usage`: the latest report per credential and window, the thresholds, the load.
-pub fn usage(relay: &Relay) -> Result<Usage> {
+pub async fn usage(relay: &Relay) -> Result<Usage> {
     let now = time::now();
-    let windows =
-        relay.store.usage()?.into_iter().map(|row| UsageView { stale: !fresh(&row, now), row }).collect::<Vec<_>>();
+    let windows = relay
+        .store
+        .usage()
+        .await?
+        .into_iter()
+        .map(|row| UsageView { stale: !fresh(&row, now), row })
+        .collect::<Vec<_>>();
     let mut credentials: Vec<CredentialLoad> = Vec::new();
-    for t in relay.store.live_turns()? {
+    for t in relay.store.live_turns().await? {
         let Some(c) = t.credential else { continue };
         let i = match credentials.iter().position(|l| l.credential == c) {
             Some(i) => i,

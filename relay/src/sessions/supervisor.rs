@@ -2,7 +2,8 @@
 //! there (through the daemon, as root where the uid split holds, else through the provider).
 //!
 //! The supervisor is a bash script hangar writes: it starts the harness with the prompt file on
-//! its stdin and its merged stdout and stderr going to `<turn>.log`, touches `<turn>.hb` every
+//! its stdin and its merged stdout and stderr going to `<turn>.log` (through `hangar-envd
+//! turn-log`, which cuts lines over 1 MiB and keeps the log to `HANGAR_TURN_LOG_MAX_BYTES`), touches `<turn>.hb` every
 //! 10 s, forwards SIGTERM, and writes `<turn>.exit.json` (`{code, signal, ended_at}`) when the
 //! harness ends, printing the same line on its own stdout.
 //!
@@ -49,23 +50,38 @@ pub const SCRIPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 const SUPERVISOR: &str = r#"#!/bin/bash
 # hangar's turn supervisor: written by the relay for each turn; see relay/src/sessions/supervisor.rs.
-# Arguments: TURN HANGAR_DIR UID GID USER HOME CWD -- ARGV...  (UID "-": run the harness as is)
+# Arguments: TURN HANGAR_DIR UID GID USER HOME CWD LOG_MAX WRITER -- ARGV...
+# (UID "-": run the harness as is; WRITER "-": no hangar-envd to write the log with)
 set -u
-turn=$1 hdir=$2 as=$3 gid=$4 name=$5 home=$6 cwd=$7
-shift 8
+turn=$1 hdir=$2 as=$3 gid=$4 name=$5 home=$6 cwd=$7 logmax=$8 wbin=$9
+shift 10
 log=$hdir/$turn.log
 fifo=$hdir/$turn.pipe
-umask 022
+# The turn's files are the agent's alone, or root's and the sandbox's group's (docs/sessions.md).
+if [ "$as" = - ]; then umask 077; else umask 027; fi
 : >>"$log"
+# Split: root's files the agent reads (its log and exit file, by their links) are its group's.
+grp() { [ "$gid" = - ] || chown ":$gid" "$@"; }
+grp "$log"
 start=$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20)
 printf '%s %s\n' "$$" "$start" >"$hdir/$turn.pid"
 rm -f "$fifo"
 mkfifo -m 600 "$fifo"
 # Helpers keep none of the supervisor's own output open: the daemon reports its end once that
 # closes, which must be when the supervisor exits.
-cat "$fifo" >>"$log" 2>/dev/null &
+# The log's writer reads to the end whatever it keeps, so the harness never blocks on the pipe.
+# The sandbox's hangar-envd (`turn-log`) cuts lines over 1 MiB and keeps the log to LOG_MAX,
+# saying both in the log; without one, coreutils keep LOG_MAX (with the same mark) and the relay
+# reads past long lines itself.
+if [ "$wbin" != - ] && "$wbin" turn-log --help >/dev/null 2>&1; then
+  "$wbin" turn-log --max-bytes "$logmax" <"$fifo" >>"$log" 2>/dev/null &
+else
+  { head -c "$logmax"; [ "$(stat -c %s "$log")" -lt "$logmax" ] || printf '\036hangar:log_full %s\n' "$logmax"; cat >/dev/null; } <"$fifo" >>"$log" 2>/dev/null &
+fi
 writer=$!
-( trap 'kill $! 2>/dev/null; exit 0' TERM; while :; do touch "$hdir/$turn.hb"; sleep 10 & wait $!; done ) >/dev/null 2>&1 </dev/null &
+# Its own sleep's pid, never `$!` before its first sleep: a subshell inherits the parent's `$!`
+# (the log's writer), which a TERM arriving that early would kill, losing the harness's output.
+( s=; trap '[ -z "$s" ] || kill "$s" 2>/dev/null; exit 0' TERM; while :; do touch "$hdir/$turn.hb"; sleep 10 & s=$!; wait "$s"; done ) >/dev/null 2>&1 </dev/null &
 hb=$!
 child=
 term() { [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }
@@ -91,7 +107,7 @@ done
 signal=null
 if [ "$code" -gt 128 ] && name=$(kill -l $((code - 128)) 2>/dev/null); then signal="\"$name\""; fi
 line=$(printf '{"code":%s,"signal":%s,"ended_at":%s}' "$code" "$signal" "$(date +%s.%N)")
-printf '%s\n' "$line" >"$hdir/$turn.exit.json.tmp" && mv -f "$hdir/$turn.exit.json.tmp" "$hdir/$turn.exit.json"
+printf '%s\n' "$line" >"$hdir/$turn.exit.json.tmp" && grp "$hdir/$turn.exit.json.tmp" && mv -f "$hdir/$turn.exit.json.tmp" "$hdir/$turn.exit.json"
 rm -f "$fifo"
 printf '%s\n' "$line"
 exit "$code"
@@ -139,18 +155,26 @@ impl Place {
         format!("{}/{turn}.log", self.dir)
     }
 
-    /// Where the agent writes its inbox requests (its own directory).
-    pub fn inbox(&self) -> String {
+    /// The agent's inbox: a directory per turn below it (`inbox`), which the relay watches.
+    pub fn inbox_root(&self) -> String {
         format!("{}/{INBOX_DIR}", self.home.trim_end_matches('/'))
     }
 
-    /// Where the relay writes the answers: beside the turn's files, which the agent cannot write
-    /// where the split holds (elsewhere, in the agent's own directory).
-    pub fn answers(&self) -> String {
+    /// Where the turn's agent writes its requests: a directory of the turn's own. The relay takes
+    /// a request as the turn's whose directory holds it, never as what the file names, so a
+    /// request names only what its writer could write.
+    pub fn inbox(&self, turn: &str) -> String {
+        format!("{}/{turn}", self.inbox_root())
+    }
+
+    /// Where the relay writes the turn's answers: beside the turn's files, which the agent cannot
+    /// write where the split holds (elsewhere, in the agent's own directory); a directory per
+    /// turn, named only in that turn's environment.
+    pub fn answers(&self, turn: &str) -> String {
         if self.split {
-            format!("{}/answers", self.dir)
+            format!("{}/answers/{turn}", self.dir)
         } else {
-            format!("{}/{ANSWERS_DIR}", self.home.trim_end_matches('/'))
+            format!("{}/{ANSWERS_DIR}/{turn}", self.home.trim_end_matches('/'))
         }
     }
 
@@ -297,22 +321,33 @@ impl<'a> Shell<'a> {
     /// harness's settings file, makes the answers' directory (and, split, the agent's inbox and
     /// links to the log and exit file). Repeating it is harmless.
     pub async fn install(&self, place: &Place, turn: &str, prompt: &str, settings: Option<&str>) -> Result<()> {
-        let access = match (&place.user, place.split) {
-            (Some(u), true) => format!(
-                "mkdir -p {top}\nchmod 711 {top}\nmkdir -p \"$d\" \"$d/answers\"\nchown 0:{gid} \"$d\" \"$d/answers\"\n\
-                 chmod 750 \"$d\" \"$d/answers\"\n",
-                top = sh_quote(SPLIT_DIR),
-                gid = u.gid
+        // Split: the sandbox's directory and the turn's answers are root's, readable by the
+        // sandbox's group alone: what root writes there that the agent reads is given to the group
+        // (0640; a setgid directory would not do where the daemon lacks CAP_FSETID, as in Docker).
+        // Otherwise everything is the agent's alone (0600, 0700).
+        let (umask, access) = match (&place.user, place.split) {
+            (Some(u), true) => (
+                "027",
+                format!(
+                    "(umask 022 && mkdir -p {top})\nchmod 711 {top}\nmkdir -p \"$d\" \"$d/answers\" {answers}\n\
+                     chown 0:{gid} \"$d\" \"$d/answers\" {answers}\nchmod 750 \"$d\" \"$d/answers\" {answers}\n",
+                    top = sh_quote(SPLIT_DIR),
+                    answers = sh_quote(&place.answers(turn)),
+                    gid = u.gid
+                ),
             ),
-            _ => format!(
-                "mkdir -p \"$d\" {answers}\nmkdir -p -m 700 {inbox}\n",
-                answers = sh_quote(&place.answers()),
-                inbox = sh_quote(&place.inbox())
+            _ => (
+                "077",
+                format!(
+                    "mkdir -p \"$d\" {answers}\nmkdir -p -m 700 {inbox}\n",
+                    answers = sh_quote(&place.answers(turn)),
+                    inbox = sh_quote(&place.inbox(turn))
+                ),
             ),
         };
         let mut script = format!(
-            "set -e\numask 022\nd={dir}\n{access}\
-             printf %s {sup} | base64 -d >\"$d/supervisor.sh\"\n\
+            "set -e\numask {umask}\nd={dir}\n{access}\
+             printf %s {sup} | base64 -d >\"$d/.supervisor.sh.$$\"\nmv -f \"$d/.supervisor.sh.$$\" \"$d/supervisor.sh\"\n\
              printf %s {prompt} | base64 -d >\"$d/{turn}.prompt\"\n",
             dir = sh_quote(&place.dir),
             sup = sh_quote(&B64.encode(SUPERVISOR)),
@@ -320,7 +355,7 @@ impl<'a> Shell<'a> {
         );
         if let Some(settings) = settings {
             script.push_str(&format!(
-                "printf %s {} | base64 -d >\"$d/{turn}.settings.json\"\n",
+                "printf %s {} | base64 -d >\"$d/{turn}.settings.json\"\nchown \":$(stat -c %g \"$d\")\" \"$d/{turn}.settings.json\"\n",
                 sh_quote(&B64.encode(settings))
             ));
         }
@@ -329,12 +364,12 @@ impl<'a> Shell<'a> {
             // the agent can.
             script.push_str(&format!(
                 "setpriv --reuid={uid} --regid={gid} --init-groups --no-new-privs -- bash -c \
-                 'mkdir -p \"$1\" && mkdir -p -m 700 \"$4\" && ln -sfn \"$2/$3.log\" \"$1/$3.log\" && ln -sfn \"$2/$3.exit.json\" \"$1/$3.exit.json\"' \
+                 'umask 077 && mkdir -p \"$1\" \"$4\" && ln -sfn \"$2/$3.log\" \"$1/$3.log\" && ln -sfn \"$2/$3.exit.json\" \"$1/$3.exit.json\"' \
                  - {a} \"$d\" {turn} {inbox}\n",
                 uid = u.uid,
                 gid = u.gid,
                 a = sh_quote(&format!("{}/{AGENT_DIR}", u.home)),
-                inbox = sh_quote(&place.inbox()),
+                inbox = sh_quote(&place.inbox(turn)),
             ));
         }
         let out = self.run(place.split, &script, SCRIPT_TIMEOUT).await?;
@@ -350,13 +385,15 @@ impl<'a> Shell<'a> {
 
     /// Writes `body` to `dir/name` (made if missing), whole or not at all: a reader in the
     /// sandbox never sees half a file. As root when `root` (into a directory only root writes).
+    /// The file is 0640, of the directory's group where root writes it.
     pub async fn write_file(&self, root: bool, dir: &str, name: &str, body: &[u8]) -> Result<()> {
         let script = format!(
-            "set -e\numask 022\nd={d}\nn={n}\nmkdir -p \"$d\"\nprintf %s {body} | base64 -d >\"$d/.$n.tmp\"\n\
-             mv -f \"$d/.$n.tmp\" \"$d/$n\"",
+            "set -e\numask 027\nd={d}\nn={n}\nmkdir -p \"$d\"\nprintf %s {body} | base64 -d >\"$d/.$n.tmp\"\n\
+             {grp}mv -f \"$d/.$n.tmp\" \"$d/$n\"",
             d = sh_quote(dir),
             body = sh_quote(&B64.encode(body)),
             n = sh_quote(name),
+            grp = if root { "chown \":$(stat -c %g \"$d\")\" \"$d/.$n.tmp\"\n" } else { "" },
         );
         let out = self.run(root, &script, SCRIPT_TIMEOUT).await?;
         if out.exit_code != 0 {
@@ -385,7 +422,13 @@ impl<'a> Shell<'a> {
             Some(u) => args.extend([u.uid.to_string(), u.gid.to_string(), u.name.clone(), u.home.clone()]),
             None => args.extend(["-", "-", "-", "-"].map(String::from)),
         }
-        args.extend([cwd.to_string(), "--".to_string()]);
+        // The log's writer: the sandbox's own hangar-envd where the relay found one (root's and
+        // unwritable by the agent where the split holds), as it is there without a daemon too
+        // (Docker with the binary on PATH); a sandbox without one gets coreutils, and the relay
+        // reads long lines past what it keeps (`Lines`), so it holds with either writer.
+        let writer = place.agent_bin.clone().unwrap_or_else(|| "-".into());
+        let log_max = self.relay.sessions.settings.log_max_bytes.to_string();
+        args.extend([cwd.to_string(), log_max, writer, "--".to_string()]);
         args.extend(argv.iter().cloned());
         let Some(envd) = &self.envd else {
             let words: Vec<String> = args.iter().map(|a| sh_quote(a)).collect();

@@ -4,7 +4,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::{unknown, Result, Store};
+use super::{unknown, Durability, Result, Store};
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS inbox (
@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS inbox (
     text TEXT NOT NULL,
     options TEXT NOT NULL,
     tool TEXT,
+    call TEXT,
     created_at REAL NOT NULL,
     expires_at REAL,
     ended_at REAL,
@@ -140,6 +141,10 @@ pub struct ItemRow {
     pub text: String,
     pub options: Vec<String>,
     pub tool: Option<serde_json::Value>,
+    /// An approval's call as the relay read it, before redaction: its `ToolCall::digest`,
+    /// which an allow names so that the hook allows only that call.
+    #[serde(skip)]
+    pub call: Option<String>,
     pub created_at: f64,
     pub expires_at: Option<f64>,
     pub ended_at: Option<f64>,
@@ -171,6 +176,7 @@ fn item_row(r: &Row<'_>) -> rusqlite::Result<ItemRow> {
         text: r.get("text")?,
         options: serde_json::from_str(&options).unwrap_or_default(),
         tool: tool.and_then(|t| serde_json::from_str(&t).ok()),
+        call: r.get("call")?,
         created_at: r.get("created_at")?,
         expires_at: r.get("expires_at")?,
         ended_at: r.get("ended_at")?,
@@ -183,85 +189,129 @@ fn item_row(r: &Row<'_>) -> rusqlite::Result<ItemRow> {
 impl Store {
     /// Records a new item; `false` when the sandbox's request was recorded already (a watch and
     /// a poll, or a restarted relay, seeing one file twice).
-    pub fn insert_item(&self, i: &ItemRow) -> Result<bool> {
-        let n = self.conn().execute(
-            "INSERT OR IGNORE INTO inbox (id, kind, state, person, ask_id, request, session_id, session_name,
-                 turn_id, job_id, sandbox_id, sandbox_name, title, text, options, tool, created_at, expires_at,
-                 ended_at, ended_by, outcome)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
-            params![
-                i.id,
-                i.kind.as_str(),
-                i.state.as_str(),
-                i.person,
-                i.ask_id,
-                i.request,
-                i.session_id,
-                i.session_name,
-                i.turn_id,
-                i.job_id,
-                i.sandbox_id,
-                i.sandbox_name,
-                i.title,
-                i.text,
-                serde_json::to_string(&i.options).unwrap_or_else(|_| "[]".into()),
-                i.tool.as_ref().map(|t| t.to_string()),
-                i.created_at,
-                i.expires_at,
-                i.ended_at,
-                i.ended_by,
-                i.outcome,
-            ],
-        )?;
-        Ok(n == 1)
+    pub async fn insert_item(&self, i: &ItemRow) -> Result<bool> {
+        let i = i.clone();
+        self.threads.write(Durability::Durable, move |conn| {
+            let n = conn.execute(
+                "INSERT OR IGNORE INTO inbox (id, kind, state, person, ask_id, request, session_id, session_name,
+                     turn_id, job_id, sandbox_id, sandbox_name, title, text, options, tool, created_at, expires_at,
+                     ended_at, ended_by, outcome, call)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+                params![
+                    i.id,
+                    i.kind.as_str(),
+                    i.state.as_str(),
+                    i.person,
+                    i.ask_id,
+                    i.request,
+                    i.session_id,
+                    i.session_name,
+                    i.turn_id,
+                    i.job_id,
+                    i.sandbox_id,
+                    i.sandbox_name,
+                    i.title,
+                    i.text,
+                    serde_json::to_string(&i.options).unwrap_or_else(|_| "[]".into()),
+                    i.tool.as_ref().map(|t| t.to_string()),
+                    i.created_at,
+                    i.expires_at,
+                    i.ended_at,
+                    i.ended_by,
+                    i.outcome,
+                    i.call,
+                ],
+            )?;
+            Ok(n == 1)
+        })
+        .await
     }
 
     /// Ends an open item; `false` when it was not open (ended already: the first end holds).
-    pub fn end_item(&self, id: &str, state: ItemState, by: &str, outcome: Option<&str>, at: f64) -> Result<bool> {
-        let n = self.conn().execute(
-            "UPDATE inbox SET state = ?2, ended_by = ?3, outcome = ?4, ended_at = ?5 WHERE id = ?1 AND state = 'open'",
-            params![id, state.as_str(), by, outcome, at],
-        )?;
-        Ok(n == 1)
+    pub async fn end_item(&self, id: &str, state: ItemState, by: &str, outcome: Option<&str>, at: f64) -> Result<bool> {
+        let id = id.to_owned();
+        let by = by.to_owned();
+        let outcome = outcome.map(str::to_owned);
+        self.threads.write(Durability::Durable, move |conn| {
+            let n = conn.execute(
+                "UPDATE inbox SET state = ?2, ended_by = ?3, outcome = ?4, ended_at = ?5 WHERE id = ?1 AND state = 'open'",
+                params![id, state.as_str(), by, outcome, at],
+            )?;
+            Ok(n == 1)
+        })
+        .await
     }
 
     /// An item by its id or its approval's or question's id.
-    pub fn item(&self, reference: &str) -> Result<Option<ItemRow>> {
-        Ok(self
-            .conn()
-            .query_row("SELECT * FROM inbox WHERE id = ?1 OR ask_id = ?1", params![reference], item_row)
-            .optional()?)
+    pub async fn item(&self, reference: &str) -> Result<Option<ItemRow>> {
+        let reference = reference.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn
+                    .query_row("SELECT * FROM inbox WHERE id = ?1 OR ask_id = ?1", params![&reference], item_row)
+                    .optional()?)
+            })
+            .await
     }
 
-    pub fn open_items(&self) -> Result<Vec<ItemRow>> {
-        let conn = self.conn();
-        let mut st = conn.prepare("SELECT * FROM inbox WHERE state = 'open' ORDER BY created_at, id")?;
-        let rows = st.query_map([], item_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn open_items(&self) -> Result<Vec<ItemRow>> {
+        self.threads
+            .read(move |conn| {
+                let mut st = conn.prepare("SELECT * FROM inbox WHERE state = 'open' ORDER BY created_at, id")?;
+                let rows = st.query_map([], item_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// The item the sandbox's request `request` opened, if any.
+    pub async fn item_of_request(&self, sandbox_id: &str, request: &str) -> Result<Option<ItemRow>> {
+        let sandbox_id = sandbox_id.to_owned();
+        let request = request.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn
+                    .query_row(
+                        "SELECT * FROM inbox WHERE sandbox_id = ?1 AND request = ?2",
+                        params![sandbox_id, request],
+                        item_row,
+                    )
+                    .optional()?)
+            })
+            .await
     }
 
     /// Whether the sandbox's request `request` was recorded (open or ended).
-    pub fn has_request(&self, sandbox_id: &str, request: &str) -> Result<bool> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT 1 FROM inbox WHERE sandbox_id = ?1 AND request = ?2",
-                params![sandbox_id, request],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some())
+    pub async fn has_request(&self, sandbox_id: &str, request: &str) -> Result<bool> {
+        let sandbox_id = sandbox_id.to_owned();
+        let request = request.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn
+                    .query_row(
+                        "SELECT 1 FROM inbox WHERE sandbox_id = ?1 AND request = ?2",
+                        params![sandbox_id, request],
+                        |_| Ok(()),
+                    )
+                    .optional()?
+                    .is_some())
+            })
+            .await
     }
 
     /// The latest ended items (newest first), for `GET /api/inbox?ended=true`.
-    pub fn ended_items(&self, person: Option<&str>, limit: usize) -> Result<Vec<ItemRow>> {
-        let conn = self.conn();
-        let mut st = conn.prepare(
-            "SELECT * FROM inbox WHERE state != 'open' AND (?1 IS NULL OR person = ?1)
-             ORDER BY ended_at DESC, id LIMIT ?2",
-        )?;
-        let rows = st.query_map(params![person, limit as i64], item_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn ended_items(&self, person: Option<&str>, limit: usize) -> Result<Vec<ItemRow>> {
+        let person = person.map(str::to_owned);
+        self.threads
+            .read(move |conn| {
+                let mut st = conn.prepare(
+                    "SELECT * FROM inbox WHERE state != 'open' AND (?1 IS NULL OR person = ?1)
+                 ORDER BY ended_at DESC, id LIMIT ?2",
+                )?;
+                let rows = st.query_map(params![person, limit as i64], item_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 }
 
@@ -288,6 +338,7 @@ mod tests {
             text: String::new(),
             options: vec![],
             tool: Some(serde_json::json!({"name": "Bash"})),
+            call: None,
             created_at: 1.0,
             expires_at: Some(100.0),
             ended_at: None,
@@ -296,20 +347,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_request_is_recorded_once_and_the_first_end_holds() {
-        let (s, _dir) = store("inbox_once");
-        assert!(s.insert_item(&item("inb_1", Some("req-aaaaaaaa"))).unwrap());
-        assert!(!s.insert_item(&item("inb_2", Some("req-aaaaaaaa"))).unwrap());
-        assert!(s.has_request("sb_1", "req-aaaaaaaa").unwrap());
-        assert_eq!(s.open_items().unwrap().len(), 1);
-        assert_eq!(s.item("apr_inb_1").unwrap().unwrap().id, "inb_1");
-        assert!(s.end_item("inb_1", ItemState::Allowed, "ana", Some("ok"), 2.0).unwrap());
-        assert!(!s.end_item("inb_1", ItemState::Denied, "bob", None, 3.0).unwrap());
-        let ended = s.item("inb_1").unwrap().unwrap();
+    #[tokio::test]
+    async fn a_request_is_recorded_once_and_the_first_end_holds() {
+        let (s, _dir) = store("inbox_once").await;
+        assert!(s.insert_item(&item("inb_1", Some("req-aaaaaaaa"))).await.unwrap());
+        assert!(!s.insert_item(&item("inb_2", Some("req-aaaaaaaa"))).await.unwrap());
+        assert!(s.has_request("sb_1", "req-aaaaaaaa").await.unwrap());
+        assert_eq!(s.open_items().await.unwrap().len(), 1);
+        assert_eq!(s.item("apr_inb_1").await.unwrap().unwrap().id, "inb_1");
+        assert!(s.end_item("inb_1", ItemState::Allowed, "ana", Some("ok"), 2.0).await.unwrap());
+        assert!(!s.end_item("inb_1", ItemState::Denied, "bob", None, 3.0).await.unwrap());
+        let ended = s.item("inb_1").await.unwrap().unwrap();
         assert_eq!((ended.state, ended.ended_by.as_deref()), (ItemState::Allowed, Some("ana")));
-        assert!(s.open_items().unwrap().is_empty());
-        assert_eq!(s.ended_items(Some("ana"), 10).unwrap().len(), 1);
-        assert!(s.ended_items(Some("bob"), 10).unwrap().is_empty());
+        assert!(s.open_items().await.unwrap().is_empty());
+        assert_eq!(s.ended_items(Some("ana"), 10).await.unwrap().len(), 1);
+        assert!(s.ended_items(Some("bob"), 10).await.unwrap().is_empty());
     }
 }

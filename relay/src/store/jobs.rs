@@ -5,7 +5,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::{unknown, NewEvent, Result, Scope, Store};
+use super::{unknown, Durability, NewEvent, Result, Scope, Store};
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS jobs (
@@ -207,86 +207,104 @@ fn job_row(r: &Row<'_>) -> rusqlite::Result<JobRow> {
 
 impl Store {
     /// Creates a job unless its owner used its idempotency key already.
-    pub fn create_job(&self, j: &JobRow) -> Result<NewJob> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        if let Some(key) = &j.idempotency_key {
-            let found = tx
-                .query_row(
-                    "SELECT * FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
-                    params![j.owner, key],
-                    job_row,
-                )
-                .optional()?;
-            if let Some(found) = found {
-                return Ok(if found.prompt_sha256 == j.prompt_sha256 {
-                    NewJob::Replayed(found)
-                } else {
-                    NewJob::KeyConflict
-                });
+    pub async fn create_job(&self, j: &JobRow) -> Result<NewJob> {
+        let j = j.clone();
+        self.threads.write(Durability::Durable, move |conn| {
+            let tx = conn;
+            if let Some(key) = &j.idempotency_key {
+                let found = tx
+                    .query_row(
+                        "SELECT * FROM jobs WHERE owner = ?1 AND idempotency_key = ?2",
+                        params![j.owner, key],
+                        job_row,
+                    )
+                    .optional()?;
+                if let Some(found) = found {
+                    return Ok(if found.prompt_sha256 == j.prompt_sha256 {
+                        NewJob::Replayed(found)
+                    } else {
+                        NewJob::KeyConflict
+                    });
+                }
             }
-        }
-        tx.execute(
-            "INSERT INTO jobs (id, person, token_id, scope, owner, sandbox_id, sandbox_name, sandbox_spec, created_sandbox,
-                harness, prompt, prompt_sha256, cwd, verify, timeout_minutes, idempotency_key, state, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
-            params![
-                j.id,
-                j.person,
-                j.token_id,
-                j.scope.as_str(),
-                j.owner,
-                j.sandbox_id,
-                j.sandbox_name,
-                j.sandbox_spec.as_ref().map(|s| s.to_string()),
-                j.created_sandbox,
-                j.harness,
-                j.prompt,
-                j.prompt_sha256,
-                j.cwd,
-                j.verify,
-                j.timeout_minutes,
-                j.idempotency_key,
-                j.state.as_str(),
-                j.created_at
-            ],
-        )?;
-        tx.commit()?;
-        Ok(NewJob::New(j.clone()))
+            tx.execute(
+                "INSERT INTO jobs (id, person, token_id, scope, owner, sandbox_id, sandbox_name, sandbox_spec, created_sandbox,
+                    harness, prompt, prompt_sha256, cwd, verify, timeout_minutes, idempotency_key, state, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                params![
+                    j.id,
+                    j.person,
+                    j.token_id,
+                    j.scope.as_str(),
+                    j.owner,
+                    j.sandbox_id,
+                    j.sandbox_name,
+                    j.sandbox_spec.as_ref().map(|s| s.to_string()),
+                    j.created_sandbox,
+                    j.harness,
+                    j.prompt,
+                    j.prompt_sha256,
+                    j.cwd,
+                    j.verify,
+                    j.timeout_minutes,
+                    j.idempotency_key,
+                    j.state.as_str(),
+                    j.created_at
+                ],
+            )?;
+            Ok(NewJob::New(j.clone()))
+        })
+        .await
     }
 
     /// The job `id` if `of` sees it.
-    pub fn job(&self, id: &str, of: JobsOf<'_>) -> Result<Option<JobRow>> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT * FROM jobs WHERE id = ?1 AND (?2 IS NULL OR person = ?2) AND (?3 IS NULL OR token_id = ?3)",
-                params![id, of.person(), of.token()],
-                job_row,
-            )
-            .optional()?)
+    pub async fn job(&self, id: &str, of: JobsOf<'_>) -> Result<Option<JobRow>> {
+        let id = id.to_owned();
+        let (person, token) = (of.person().map(str::to_owned), of.token().map(str::to_owned));
+        self.threads.read(move |conn| {
+            Ok(conn.query_row(
+                    "SELECT * FROM jobs WHERE id = ?1 AND (?2 IS NULL OR person = ?2) AND (?3 IS NULL OR token_id = ?3)",
+                    params![id, person, token],
+                    job_row,
+                )
+                .optional()?)
+        })
+        .await
     }
 
-    pub fn jobs(&self, of: JobsOf<'_>) -> Result<Vec<JobRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT * FROM jobs WHERE (?1 IS NULL OR person = ?1) AND (?2 IS NULL OR token_id = ?2)
-             ORDER BY created_at DESC, id",
-        )?;
-        let rows = stmt.query_map(params![of.person(), of.token()], job_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn jobs(&self, of: JobsOf<'_>) -> Result<Vec<JobRow>> {
+        let (person, token) = (of.person().map(str::to_owned), of.token().map(str::to_owned));
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare(
+                    "SELECT * FROM jobs WHERE (?1 IS NULL OR person = ?1) AND (?2 IS NULL OR token_id = ?2)
+                 ORDER BY created_at DESC, id",
+                )?;
+                let rows = stmt.query_map(params![person, token], job_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
     /// The job whose session this is, if any.
-    pub fn job_of_session(&self, session_id: &str) -> Result<Option<JobRow>> {
-        Ok(self.conn().query_row("SELECT * FROM jobs WHERE session_id = ?1", [session_id], job_row).optional()?)
+    pub async fn job_of_session(&self, session_id: &str) -> Result<Option<JobRow>> {
+        let session_id = session_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn.query_row("SELECT * FROM jobs WHERE session_id = ?1", [&session_id], job_row).optional()?)
+            })
+            .await
     }
 
-    pub fn live_jobs(&self) -> Result<Vec<JobRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(&format!("SELECT * FROM jobs WHERE state IN {LIVE} ORDER BY created_at"))?;
-        let rows = stmt.query_map([], job_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn live_jobs(&self) -> Result<Vec<JobRow>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt =
+                    conn.prepare(&format!("SELECT * FROM jobs WHERE state IN {LIVE} ORDER BY created_at"))?;
+                let rows = stmt.query_map([], job_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
     /// Moves a live job to `to` and records `event` (hangar's `job.state`) in its session in the
@@ -294,100 +312,132 @@ impl Store {
     /// (a terminal state is final). The event's seq is returned in `Ok(Some)` where one was
     /// recorded.
     #[allow(clippy::too_many_arguments)]
-    pub fn set_job_state(
+    pub async fn set_job_state(
         &self,
         id: &str,
         to: JobState,
         reason: Option<&str>,
         detail: Option<&str>,
         at: f64,
-        event: Option<JobEvent<'_>>,
+        event: Option<JobEvent>,
     ) -> Result<Option<Option<i64>>> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let n = tx.execute(
-            &format!(
-                "UPDATE jobs SET state = ?2, reason = ?3, detail = ?4,
+        let (id, reason, detail) = (id.to_owned(), reason.map(str::to_owned), detail.map(str::to_owned));
+        self.threads
+            .write(Durability::Durable, move |tx| {
+                let n = tx.execute(
+                    &format!(
+                        "UPDATE jobs SET state = ?2, reason = ?3, detail = ?4,
                     started_at = CASE WHEN ?2 = 'running' THEN COALESCE(started_at, ?5) ELSE started_at END,
                     finished_at = CASE WHEN ?2 IN ('succeeded', 'failed', 'cancelled') THEN ?5 ELSE finished_at END
                  WHERE id = ?1 AND state IN {LIVE}"
-            ),
-            params![id, to.as_str(), reason, detail, at],
-        )?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let seq = event.map(|e| insert_event(&tx, &e, at)).transpose()?;
-        tx.commit()?;
-        Ok(Some(seq))
+                    ),
+                    params![id, to.as_str(), reason, detail, at],
+                )?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                let seq = event.map(|e| insert_event(tx, &e, at)).transpose()?;
+                Ok(Some(seq))
+            })
+            .await
     }
 
     /// The sandbox a job runs in, once known (created for it, or named).
-    pub fn set_job_sandbox(&self, id: &str, sandbox_id: &str, sandbox_name: &str, created: bool) -> Result<()> {
-        self.conn().execute(
-            "UPDATE jobs SET sandbox_id = ?2, sandbox_name = ?3, created_sandbox = ?4 WHERE id = ?1",
-            params![id, sandbox_id, sandbox_name, created],
-        )?;
-        Ok(())
+    pub async fn set_job_sandbox(&self, id: &str, sandbox_id: &str, sandbox_name: &str, created: bool) -> Result<()> {
+        let id = id.to_owned();
+        let sandbox_id = sandbox_id.to_owned();
+        let sandbox_name = sandbox_name.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "UPDATE jobs SET sandbox_id = ?2, sandbox_name = ?3, created_sandbox = ?4 WHERE id = ?1",
+                    params![id, sandbox_id, sandbox_name, created],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
     /// The working directory a job resolved to and the git head there before its session
     /// started (null outside a repository), recorded before the session starts.
-    pub fn set_job_base(&self, id: &str, cwd: &str, base: Option<&str>) -> Result<()> {
-        self.conn()
-            .execute("UPDATE jobs SET cwd = ?2, base = ?3, base_read = 1 WHERE id = ?1", params![id, cwd, base])?;
-        Ok(())
+    pub async fn set_job_base(&self, id: &str, cwd: &str, base: Option<&str>) -> Result<()> {
+        let id = id.to_owned();
+        let cwd = cwd.to_owned();
+        let base = base.map(str::to_owned);
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "UPDATE jobs SET cwd = ?2, base = ?3, base_read = 1 WHERE id = ?1",
+                    params![id, cwd, base],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
     /// The session a job started, with the working directory it runs in.
-    pub fn set_job_session(&self, id: &str, session_id: &str, cwd: &str) -> Result<()> {
-        self.conn().execute("UPDATE jobs SET session_id = ?2, cwd = ?3 WHERE id = ?1", params![id, session_id, cwd])?;
-        Ok(())
+    pub async fn set_job_session(&self, id: &str, session_id: &str, cwd: &str) -> Result<()> {
+        let id = id.to_owned();
+        let session_id = session_id.to_owned();
+        let cwd = cwd.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute("UPDATE jobs SET session_id = ?2, cwd = ?3 WHERE id = ?1", params![id, session_id, cwd])?;
+                Ok(())
+            })
+            .await
     }
 
     /// Records a job's result, and `event` (hangar's `job.result`) in its session in the same
     /// transaction, unless a result is recorded already: false then (a driver restarted after
     /// recording it does not record it twice). The event's seq is returned in `Ok(Some)`.
-    pub fn set_job_result(
+    pub async fn set_job_result(
         &self,
         id: &str,
         result: &serde_json::Value,
         at: f64,
-        event: Option<JobEvent<'_>>,
+        event: Option<JobEvent>,
     ) -> Result<Option<Option<i64>>> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let n = tx
-            .execute("UPDATE jobs SET result = ?2 WHERE id = ?1 AND result IS NULL", params![id, result.to_string()])?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let seq = event.map(|e| insert_event(&tx, &e, at)).transpose()?;
-        tx.commit()?;
-        Ok(Some(seq))
+        let (id, result) = (id.to_owned(), result.to_string());
+        self.threads
+            .write(Durability::Durable, move |tx| {
+                let n =
+                    tx.execute("UPDATE jobs SET result = ?2 WHERE id = ?1 AND result IS NULL", params![id, result])?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                let seq = event.map(|e| insert_event(tx, &e, at)).transpose()?;
+                Ok(Some(seq))
+            })
+            .await
     }
 
-    pub fn request_job_cancel(&self, id: &str, at: f64) -> Result<()> {
-        self.conn().execute(
-            "UPDATE jobs SET cancel_requested_at = COALESCE(cancel_requested_at, ?2) WHERE id = ?1",
-            params![id, at],
-        )?;
-        Ok(())
+    pub async fn request_job_cancel(&self, id: &str, at: f64) -> Result<()> {
+        let id = id.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "UPDATE jobs SET cancel_requested_at = COALESCE(cancel_requested_at, ?2) WHERE id = ?1",
+                    params![id, at],
+                )?;
+                Ok(())
+            })
+            .await
     }
 }
 
 /// An event hangar records in a job's session along with a change to the job.
-pub struct JobEvent<'a> {
-    pub session_id: &'a str,
-    pub turn_id: &'a str,
+pub struct JobEvent {
+    pub session_id: String,
+    pub turn_id: String,
     pub event: NewEvent,
 }
 
 /// Appends the event after the session's last (as `Store::record_events` does); its seq.
-fn insert_event(tx: &rusqlite::Transaction<'_>, e: &JobEvent<'_>, ts: f64) -> Result<i64> {
+fn insert_event(tx: &rusqlite::Connection, e: &JobEvent, ts: f64) -> Result<i64> {
     let seq: i64 =
-        tx.query_row("SELECT event_seq FROM sessions WHERE id = ?1", [e.session_id], |r| r.get::<_, i64>(0))? + 1;
-    super::sessions::insert_event(tx, e.session_id, seq, e.turn_id, &e.event, ts)?;
+        tx.query_row("SELECT event_seq FROM sessions WHERE id = ?1", [&e.session_id], |r| r.get::<_, i64>(0))? + 1;
+    super::sessions::insert_event(tx, &e.session_id, seq, &e.turn_id, &e.event, ts)?;
     tx.execute("UPDATE sessions SET event_seq = ?2 WHERE id = ?1", params![e.session_id, seq])?;
     Ok(seq)
 }
@@ -431,48 +481,48 @@ mod tests {
         }
     }
 
-    fn event<'a>(kind: &'static str) -> Option<JobEvent<'a>> {
+    fn event(kind: &'static str) -> Option<JobEvent> {
         let event = NewEvent { kind, data: serde_json::json!({}), src_offset: None, part: 0 };
-        Some(JobEvent { session_id: "s1", turn_id: "t1", event })
+        Some(JobEvent { session_id: "s1".into(), turn_id: "t1".into(), event })
     }
 
     /// What a restarted driver relies on: the base is kept once read (even when null), a result
     /// and its event are recorded once, and a state moves with its event.
-    #[test]
-    fn a_base_is_kept_once_read_and_a_result_and_an_end_are_recorded_once_with_their_events() {
-        let (s, dir) = store("jobs");
-        s.create_session(&session("s1"), &turn("t1", "s1")).unwrap();
-        assert!(matches!(s.create_job(&job("j1")).unwrap(), NewJob::New(_)));
-        assert!(!s.job("j1", JobsOf::Everyone).unwrap().unwrap().base_read);
-        s.set_job_base("j1", "/w", None).unwrap();
-        let j = s.job("j1", JobsOf::Everyone).unwrap().unwrap();
+    #[tokio::test]
+    async fn a_base_is_kept_once_read_and_a_result_and_an_end_are_recorded_once_with_their_events() {
+        let (s, dir) = store("jobs").await;
+        s.create_session(&session("s1"), &turn("t1", "s1")).await.unwrap();
+        assert!(matches!(s.create_job(&job("j1")).await.unwrap(), NewJob::New(_)));
+        assert!(!s.job("j1", JobsOf::Everyone).await.unwrap().unwrap().base_read);
+        s.set_job_base("j1", "/w", None).await.unwrap();
+        let j = s.job("j1", JobsOf::Everyone).await.unwrap().unwrap();
         assert_eq!((j.base_read, j.base, j.cwd.as_deref()), (true, None, Some("/w")), "read, outside a repository");
-        s.set_job_base("j1", "/w", Some(&"a".repeat(40))).unwrap();
-        s.set_job_session("j1", "s1", "/w").unwrap();
-        let j = s.job("j1", JobsOf::Everyone).unwrap().unwrap();
+        s.set_job_base("j1", "/w", Some(&"a".repeat(40))).await.unwrap();
+        s.set_job_session("j1", "s1", "/w").await.unwrap();
+        let j = s.job("j1", JobsOf::Everyone).await.unwrap().unwrap();
         assert_eq!((j.base, j.session_id.as_deref()), (Some("a".repeat(40)), Some("s1")), "the session keeps it");
 
         assert_eq!(
-            s.set_job_state("j1", JobState::Running, None, None, 1.0, event("job.state")).unwrap(),
+            s.set_job_state("j1", JobState::Running, None, None, 1.0, event("job.state")).await.unwrap(),
             Some(Some(1))
         );
         let result = serde_json::json!({"measured_by": "hangar"});
-        assert_eq!(s.set_job_result("j1", &result, 2.0, event("job.result")).unwrap(), Some(Some(2)));
+        assert_eq!(s.set_job_result("j1", &result, 2.0, event("job.result")).await.unwrap(), Some(Some(2)));
         let again = serde_json::json!({"measured_by": "again"});
-        assert_eq!(s.set_job_result("j1", &again, 3.0, event("job.result")).unwrap(), None, "recorded once");
-        assert_eq!(s.job("j1", JobsOf::Everyone).unwrap().unwrap().result, Some(result));
+        assert_eq!(s.set_job_result("j1", &again, 3.0, event("job.result")).await.unwrap(), None, "recorded once");
+        assert_eq!(s.job("j1", JobsOf::Everyone).await.unwrap().unwrap().result, Some(result));
         assert_eq!(
-            s.set_job_state("j1", JobState::Succeeded, Some("ok"), None, 4.0, event("job.state")).unwrap(),
+            s.set_job_state("j1", JobState::Succeeded, Some("ok"), None, 4.0, event("job.state")).await.unwrap(),
             Some(Some(3))
         );
         assert_eq!(
-            s.set_job_state("j1", JobState::Failed, None, None, 5.0, event("job.state")).unwrap(),
+            s.set_job_state("j1", JobState::Failed, None, None, 5.0, event("job.state")).await.unwrap(),
             None,
             "final"
         );
-        let kinds: Vec<String> = s.events_after("s1", 0, 100).unwrap().into_iter().map(|e| e.kind).collect();
+        let kinds: Vec<String> = s.events_after("s1", 0, 100).await.unwrap().into_iter().map(|e| e.kind).collect();
         assert_eq!(kinds, ["job.state", "job.result", "job.state"]);
-        assert_eq!(s.session_by_id("s1").unwrap().unwrap().event_seq, 3);
+        assert_eq!(s.session_by_id("s1").await.unwrap().unwrap().event_seq, 3);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

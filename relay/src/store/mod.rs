@@ -5,19 +5,20 @@
 //! sandbox's envd access token, which the relay must present to its daemon, and the named
 //! secrets handed to agents, which it must pass on (the database file is created 0600 in a 0700
 //! directory).
-use std::{
-    path::Path,
-    sync::{Mutex, MutexGuard},
-};
+use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use crate::events;
 
 mod inbox;
 mod jobs;
 mod sessions;
+mod threads;
 pub use inbox::{ItemKind, ItemRow, ItemState};
 pub use jobs::{JobEvent, JobRow, JobState, JobsOf, NewJob};
-pub use sessions::{Created, EventRow, NewEvent, SessionRow, TurnRow, TurnState, UsageRow};
+pub use sessions::{Created, EventRow, NewEvent, SecretRow, SessionRow, TurnRow, TurnState, UsageRow, CURRENT_OFFSET};
+pub use threads::Durability;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -25,6 +26,15 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// The writer's transaction did not commit (a full disk, a broken file): the write is not kept.
+    #[error("the store could not commit: {0}")]
+    Commit(String),
+    /// The store's thread for this call could not run it.
+    #[error("the store's thread failed: {0}")]
+    Thread(String),
+    /// The store is closing: nothing more is written.
+    #[error("the store is closed")]
+    Closed,
     /// A row holds a value this relay does not know (written by a newer relay, or by hand).
     #[error("{table} {id}: unknown {column} {value:?}")]
     Unknown { table: &'static str, id: String, column: &'static str, value: String },
@@ -200,9 +210,11 @@ pub struct SandboxRow {
     pub daemon_kind: Option<DaemonKind>,
     pub created_at: i64,
     /// The person who created it (a caller's person, or a job's). `None` for the default sandbox
-    /// and for sandboxes made before owners were recorded. Who may use a sandbox does not depend
-    /// on it.
+    /// and for sandboxes made before owners were recorded: those are the admins'. Only its owner,
+    /// the persons in `shared_with` and admins may work inside it (`Sandboxes::enter`).
     pub owner: Option<String>,
+    /// The persons its owner (or an admin) shares it with, sorted; `"*"` (`EVERYONE`): every person.
+    pub shared_with: Vec<String>,
     /// What the provider calls what backs the sandbox, when it chose the name (E2B's sandbox id).
     #[serde(skip)]
     pub provider_ref: Option<String>,
@@ -210,8 +222,22 @@ pub struct SandboxRow {
 
 pub use crate::time::now_secs as now;
 
+/// `PRAGMA auto_vacuum`'s value for INCREMENTAL.
+const AUTO_VACUUM_INCREMENTAL: i64 = 2;
+/// The most rows one chunk of a large delete removes.
+const DELETE_CHUNK: i64 = 5000;
+/// The most free pages one step of `compact` gives back (16 MiB of 4 KiB pages).
+const VACUUM_CHUNK_PAGES: i64 = 4096;
+/// The WAL's size after a checkpoint, at most (bytes).
+const JOURNAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
+/// A file's size, 0 if it is not there.
+fn file_bytes(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
 pub struct Store {
-    conn: Mutex<Connection>,
+    threads: threads::Threads,
 }
 
 const SCHEMA: &str = "
@@ -241,7 +267,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     uid INTEGER,
     owner TEXT,
     provider_ref TEXT,
-    daemon_kind TEXT
+    daemon_kind TEXT,
+    shared_with TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS detached (
     id TEXT PRIMARY KEY,
@@ -269,136 +296,260 @@ CREATE TABLE IF NOT EXISTS spared_execs (
 ";
 
 impl Store {
-    pub fn open(path: &Path) -> Result<Store> {
-        let conn = Connection::open(path)?;
-        restrict(path)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "busy_timeout", 5000)?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(sessions::SCHEMA)?;
-        conn.execute_batch(jobs::SCHEMA)?;
-        conn.execute_batch(inbox::SCHEMA)?;
-        add_columns(&conn)?;
-        Ok(Store { conn: Mutex::new(conn) })
+    /// Opens (or creates) the database and migrates it, off the runtime's workers: a database made
+    /// before may take a VACUUM here.
+    /// `on_thread_start` runs first on the store's writer thread (the relay's scheduling slice).
+    pub async fn open(path: &Path, on_thread_start: impl FnOnce() + Send + 'static) -> Result<Store> {
+        let owned = path.to_path_buf();
+        let conn = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => rt
+                .spawn_blocking(move || open_writer(&owned))
+                .await
+                .map_err(|e| StoreError::Thread(e.to_string()))??,
+            Err(_) => open_writer(&owned)?,
+        };
+        Ok(Store { threads: threads::Threads::start(conn, path, on_thread_start)? })
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `sql` (a DELETE of at most `DELETE_CHUNK` rows) until it deletes nothing, each
+    /// chunk its own write: a large delete never holds every other write, nor grows the WAL by
+    /// more than a chunk.
+    async fn delete_in_chunks(
+        &self,
+        sql: &'static str,
+        param: impl rusqlite::ToSql + Copy + Send + 'static,
+    ) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let n = self
+                .threads
+                .write(Durability::Replayable, move |conn| Ok(conn.execute(sql, params![param, DELETE_CHUNK])?))
+                .await?;
+            total += n;
+            if n == 0 {
+                return Ok(total);
+            }
+        }
     }
 
-    pub fn insert_token(&self, t: &TokenRow) -> Result<()> {
-        self.conn().execute(
-            "INSERT INTO tokens (id, name, scope, hash, created_at, revoked_at, person, person_name)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![t.id, t.name, t.scope.as_str(), t.hash, t.created_at, t.revoked_at, t.person, t.person_name],
-        )?;
+    /// Gives the pages deletes freed back to the file system, a chunk at a time, and cuts the
+    /// WAL back to nothing: the database file and its WAL shrink after a prune.
+    pub(crate) async fn compact(&self) -> Result<()> {
+        let before = self.sizes();
+        loop {
+            let done = self
+                .threads
+                .alone(|conn| {
+                    let free: i64 = conn.pragma_query_value(None, "freelist_count", |r| r.get(0))?;
+                    if free == 0 {
+                        return Ok(true);
+                    }
+                    conn.execute_batch(&format!("PRAGMA incremental_vacuum({VACUUM_CHUNK_PAGES})"))?;
+                    // Passive: moves what it can into the file so the WAL's pages are reused.
+                    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))?;
+                    Ok(false)
+                })
+                .await?;
+            if done {
+                break;
+            }
+        }
+        self.threads.alone(|conn| Ok(conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?)).await?;
+        let after = self.sizes();
+        events::StoreCompacted { before: before.0 + before.1, after: after.0 + after.1 }.emit();
         Ok(())
     }
 
-    pub fn token(&self, id: &str) -> Result<Option<TokenRow>> {
-        Ok(self.conn().query_row("SELECT * FROM tokens WHERE id = ?1", [id], token_row).optional()?)
+    /// The database file's bytes and its WAL's.
+    fn sizes(&self) -> (u64, u64) {
+        let p = self.threads.path();
+        (file_bytes(p), file_bytes(Path::new(&format!("{}-wal", p.display()))))
     }
 
-    pub fn tokens_with_hash(&self, hash: &[u8]) -> Result<Vec<TokenRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM tokens WHERE hash = ?1")?;
-        let rows = stmt.query_map([hash], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+    pub async fn insert_token(&self, t: &TokenRow) -> Result<()> {
+        let t = t.clone();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "INSERT INTO tokens (id, name, scope, hash, created_at, revoked_at, person, person_name)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![
+                        t.id,
+                        t.name,
+                        t.scope.as_str(),
+                        t.hash,
+                        t.created_at,
+                        t.revoked_at,
+                        t.person,
+                        t.person_name
+                    ],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
-    pub fn tokens(&self) -> Result<Vec<TokenRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM tokens ORDER BY created_at, id")?;
-        let rows = stmt.query_map([], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+    pub async fn token(&self, id: &str) -> Result<Option<TokenRow>> {
+        let id = id.to_owned();
+        self.threads
+            .read(move |conn| Ok(conn.query_row("SELECT * FROM tokens WHERE id = ?1", [&id], token_row).optional()?))
+            .await
+    }
+
+    pub async fn tokens_with_hash(&self, hash: &[u8]) -> Result<Vec<TokenRow>> {
+        let hash = hash.to_vec();
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT * FROM tokens WHERE hash = ?1")?;
+                let rows = stmt.query_map([&hash], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await
+    }
+
+    pub async fn tokens(&self) -> Result<Vec<TokenRow>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT * FROM tokens ORDER BY created_at, id")?;
+                let rows = stmt.query_map([], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
     /// Marks a token revoked; false if there is no such live token.
-    pub fn revoke_token(&self, id: &str) -> Result<bool> {
-        let n = self
-            .conn()
-            .execute("UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL", params![id, now()])?;
-        Ok(n > 0)
+    pub async fn revoke_token(&self, id: &str) -> Result<bool> {
+        let id = id.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                let n = conn.execute(
+                    "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                    params![id, now()],
+                )?;
+                Ok(n > 0)
+            })
+            .await
     }
 
-    pub fn any_admin(&self) -> Result<bool> {
-        Ok(self.conn().query_row(
-            "SELECT EXISTS(SELECT 1 FROM tokens WHERE scope = 'admin' AND revoked_at IS NULL)",
-            [],
-            |r| r.get(0),
-        )?)
+    pub async fn any_admin(&self) -> Result<bool> {
+        self.threads
+            .read(move |conn| {
+                Ok(conn.query_row(
+                    "SELECT EXISTS(SELECT 1 FROM tokens WHERE scope = 'admin' AND revoked_at IS NULL)",
+                    [],
+                    |r| r.get(0),
+                )?)
+            })
+            .await
     }
 
-    pub fn insert_sandbox(&self, s: &SandboxRow) -> Result<()> {
-        self.conn().execute(
-            "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at,
-                                    envd_pid_start, isolation, uid, owner, provider_ref, daemon_kind)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
-            params![
-                s.id,
-                s.name,
-                s.provider,
-                s.options.to_string(),
-                s.state.as_str(),
-                s.workdir,
-                s.envd_url,
-                s.envd_token,
-                s.envd_pid,
-                s.daemon,
-                s.created_at,
-                s.envd_pid_start,
-                s.isolation.as_str(),
-                s.uid,
-                s.owner,
-                s.provider_ref,
-                s.daemon_kind.map(DaemonKind::as_str)
-            ],
-        )?;
-        Ok(())
+    pub async fn insert_sandbox(&self, s: &SandboxRow) -> Result<()> {
+        let s = s.clone();
+        self.threads.write(Durability::Durable, move |conn| {
+            conn.execute(
+                "INSERT INTO sandboxes (id, name, provider, options, state, workdir, envd_url, envd_token, envd_pid, daemon, created_at,
+                                        envd_pid_start, isolation, uid, owner, provider_ref, daemon_kind, shared_with)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                params![
+                    s.id,
+                    s.name,
+                    s.provider,
+                    s.options.to_string(),
+                    s.state.as_str(),
+                    s.workdir,
+                    s.envd_url,
+                    s.envd_token,
+                    s.envd_pid,
+                    s.daemon,
+                    s.created_at,
+                    s.envd_pid_start,
+                    s.isolation.as_str(),
+                    s.uid,
+                    s.owner,
+                    s.provider_ref,
+                    s.daemon_kind.map(DaemonKind::as_str),
+                    json_list(&s.shared_with)
+                ],
+            )?;
+            Ok(())
+        })
+        .await
     }
 
-    pub fn update_sandbox(&self, s: &SandboxRow) -> Result<()> {
-        self.conn().execute(
-            "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7,
-                                  envd_pid_start = ?8, isolation = ?9, uid = ?10, provider_ref = ?11, daemon_kind = ?12
-                              WHERE id = ?1",
-            params![
-                s.id,
-                s.state.as_str(),
-                s.workdir,
-                s.envd_url,
-                s.envd_token,
-                s.envd_pid,
-                s.daemon,
-                s.envd_pid_start,
-                s.isolation.as_str(),
-                s.uid,
-                s.provider_ref,
-                s.daemon_kind.map(DaemonKind::as_str)
-            ],
-        )?;
-        Ok(())
+    /// Replaces whom a sandbox is shared with. Apart from `update_sandbox`, which writes what the
+    /// relay learned of the sandbox from a row it may have read before this change.
+    pub async fn set_sandbox_shared_with(&self, id: &str, shared_with: &[String]) -> Result<bool> {
+        let id = id.to_owned();
+        let shared_with = shared_with.to_vec();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                let n = conn.execute(
+                    "UPDATE sandboxes SET shared_with = ?2 WHERE id = ?1",
+                    params![id, json_list(&shared_with)],
+                )?;
+                Ok(n > 0)
+            })
+            .await
     }
 
-    pub fn delete_sandbox(&self, id: &str) -> Result<()> {
-        self.conn().execute("DELETE FROM sandboxes WHERE id = ?1", [id])?;
-        self.conn().execute("DELETE FROM started_processes WHERE sandbox_id = ?1", [id])?;
-        Ok(())
+    pub async fn update_sandbox(&self, s: &SandboxRow) -> Result<()> {
+        let s = s.clone();
+        self.threads.write(Durability::Durable, move |conn| {
+            conn.execute(
+                "UPDATE sandboxes SET state = ?2, workdir = ?3, envd_url = ?4, envd_token = ?5, envd_pid = ?6, daemon = ?7,
+                                      envd_pid_start = ?8, isolation = ?9, uid = ?10, provider_ref = ?11, daemon_kind = ?12
+                                  WHERE id = ?1",
+                params![
+                    s.id,
+                    s.state.as_str(),
+                    s.workdir,
+                    s.envd_url,
+                    s.envd_token,
+                    s.envd_pid,
+                    s.daemon,
+                    s.envd_pid_start,
+                    s.isolation.as_str(),
+                    s.uid,
+                    s.provider_ref,
+                    s.daemon_kind.map(DaemonKind::as_str)
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn delete_sandbox(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute("DELETE FROM sandboxes WHERE id = ?1", [&id])?;
+                conn.execute("DELETE FROM started_processes WHERE sandbox_id = ?1", [&id])?;
+                Ok(())
+            })
+            .await
     }
 
     /// A sandbox by id or name.
-    pub fn sandbox(&self, reference: &str) -> Result<Option<SandboxRow>> {
-        Ok(self
-            .conn()
-            .query_row("SELECT * FROM sandboxes WHERE id = ?1 OR name = ?1", [reference], sandbox_row)
-            .optional()?)
+    pub async fn sandbox(&self, reference: &str) -> Result<Option<SandboxRow>> {
+        let reference = reference.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn
+                    .query_row("SELECT * FROM sandboxes WHERE id = ?1 OR name = ?1", [&reference], sandbox_row)
+                    .optional()?)
+            })
+            .await
     }
 
-    pub fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM sandboxes ORDER BY created_at, name")?;
-        let rows = stmt.query_map([], sandbox_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+    pub async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT * FROM sandboxes ORDER BY created_at, name")?;
+                let rows = stmt.query_map([], sandbox_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await
     }
 }
 
@@ -416,52 +567,70 @@ pub struct DetachedRow {
 }
 
 impl Store {
-    pub fn insert_detached(&self, d: &DetachedRow) -> Result<()> {
-        self.conn().execute(
-            "INSERT INTO detached (id, sandbox_id, token_id, pid, command, started_at, ended_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![d.id, d.sandbox_id, d.token_id, d.pid, d.command, d.started_at, d.ended_at],
-        )?;
-        Ok(())
+    pub async fn insert_detached(&self, d: &DetachedRow) -> Result<()> {
+        let d = d.clone();
+        self.threads.write(Durability::Durable, move |conn| {
+            conn.execute(
+                "INSERT INTO detached (id, sandbox_id, token_id, pid, command, started_at, ended_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![d.id, d.sandbox_id, d.token_id, d.pid, d.command, d.started_at, d.ended_at],
+            )?;
+            Ok(())
+        })
+        .await
     }
 
     /// A token's detached processes in a sandbox, dropping those that ended before `forget_before`.
-    pub fn detached(&self, sandbox_id: &str, token_id: &str, forget_before: i64) -> Result<Vec<DetachedRow>> {
-        let conn = self.conn();
-        conn.execute(
-            "DELETE FROM detached WHERE sandbox_id = ?1 AND ended_at IS NOT NULL AND ended_at < ?2",
-            params![sandbox_id, forget_before],
-        )?;
-        let mut stmt = conn.prepare(
-            "SELECT id, sandbox_id, token_id, pid, command, started_at, ended_at FROM detached
-             WHERE sandbox_id = ?1 AND token_id = ?2 ORDER BY started_at, id",
-        )?;
-        let rows = stmt
-            .query_map(params![sandbox_id, token_id], |r| {
-                Ok(DetachedRow {
-                    id: r.get(0)?,
-                    sandbox_id: r.get(1)?,
-                    token_id: r.get(2)?,
-                    pid: r.get(3)?,
-                    command: r.get(4)?,
-                    started_at: r.get(5)?,
-                    ended_at: r.get(6)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+    pub async fn detached(&self, sandbox_id: &str, token_id: &str, forget_before: i64) -> Result<Vec<DetachedRow>> {
+        let sandbox_id = sandbox_id.to_owned();
+        let token_id = token_id.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "DELETE FROM detached WHERE sandbox_id = ?1 AND ended_at IS NOT NULL AND ended_at < ?2",
+                    params![sandbox_id, forget_before],
+                )?;
+                let mut stmt = conn.prepare(
+                    "SELECT id, sandbox_id, token_id, pid, command, started_at, ended_at FROM detached
+                 WHERE sandbox_id = ?1 AND token_id = ?2 ORDER BY started_at, id",
+                )?;
+                let rows = stmt
+                    .query_map(params![sandbox_id, token_id], |r| {
+                        Ok(DetachedRow {
+                            id: r.get(0)?,
+                            sandbox_id: r.get(1)?,
+                            token_id: r.get(2)?,
+                            pid: r.get(3)?,
+                            command: r.get(4)?,
+                            started_at: r.get(5)?,
+                            ended_at: r.get(6)?,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
     /// Every detached process not yet seen to end: `(sandbox id, token id)` pairs, once each.
-    pub fn detached_owners_running(&self) -> Result<Vec<(String, String)>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT DISTINCT sandbox_id, token_id FROM detached WHERE ended_at IS NULL")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+    pub async fn detached_owners_running(&self) -> Result<Vec<(String, String)>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt =
+                    conn.prepare("SELECT DISTINCT sandbox_id, token_id FROM detached WHERE ended_at IS NULL")?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
-    pub fn end_detached(&self, id: &str, at: i64) -> Result<()> {
-        self.conn().execute("UPDATE detached SET ended_at = ?2 WHERE id = ?1 AND ended_at IS NULL", params![id, at])?;
-        Ok(())
+    pub async fn end_detached(&self, id: &str, at: i64) -> Result<()> {
+        let id = id.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute("UPDATE detached SET ended_at = ?2 WHERE id = ?1 AND ended_at IS NULL", params![id, at])?;
+                Ok(())
+            })
+            .await
     }
 }
 
@@ -532,13 +701,46 @@ fn sandbox_row(r: &Row<'_>) -> rusqlite::Result<SandboxRow> {
         daemon_kind,
         created_at: r.get("created_at")?,
         owner: r.get("owner")?,
+        // Unreadable: shared with nobody, the narrower reading.
+        shared_with: serde_json::from_str(&r.get::<_, String>("shared_with")?).unwrap_or_default(),
         provider_ref: r.get("provider_ref")?,
     })
 }
 
+fn json_list(list: &[String]) -> String {
+    serde_json::to_string(list).unwrap_or_else(|_| "[]".into())
+}
+
+/// The writer's connection: the file made 0600, the settings every connection shares, the schema
+/// and its migrations.
+fn open_writer(path: &Path) -> Result<Connection> {
+    let mut conn = Connection::open(path)?;
+    restrict(path)?;
+    // Pages freed by a prune go back to the file system (`compact`): a database made
+    // before needs one VACUUM to take the setting, done here once.
+    let auto_vacuum: i64 = conn.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?;
+    if auto_vacuum != AUTO_VACUUM_INCREMENTAL {
+        conn.pragma_update(None, "auto_vacuum", AUTO_VACUUM_INCREMENTAL)?;
+        let before = file_bytes(path);
+        conn.execute_batch("VACUUM")?;
+        events::StoreVacuumed { path: &path.to_string_lossy(), before, after: file_bytes(path) }.emit();
+    }
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "busy_timeout", 5000)?;
+    // A WAL a burst of writes grew is cut back to this at the next checkpoint.
+    conn.pragma_update(None, "journal_size_limit", JOURNAL_SIZE_LIMIT)?;
+    conn.execute_batch(SCHEMA)?;
+    conn.execute_batch(sessions::SCHEMA)?;
+    conn.execute_batch(jobs::SCHEMA)?;
+    conn.execute_batch(inbox::SCHEMA)?;
+    add_columns(&conn)?;
+    sessions::migrate_secrets(&mut conn)?;
+    Ok(conn)
+}
+
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 10] = [
+    const ADDED: [(&str, &str, &str); 14] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
@@ -549,6 +751,10 @@ fn add_columns(conn: &Connection) -> Result<()> {
         ("sandboxes", "owner", "TEXT"),
         ("sandboxes", "provider_ref", "TEXT"),
         ("sandboxes", "daemon_kind", "TEXT"),
+        ("sessions", "secret_owners", "TEXT"),
+        ("inbox", "call", "TEXT"),
+        ("sandboxes", "shared_with", "TEXT NOT NULL DEFAULT '[]'"),
+        ("turns", "parser", "TEXT"),
     ];
     for (table, column, kind) in ADDED {
         let have: Vec<String> = conn
@@ -571,39 +777,62 @@ pub fn restrict(path: &Path) -> std::io::Result<()> {
 /// Streamed commands a pause, destroy or graceful shutdown cut off and spared: they run to their
 /// end or timeout, and a restarted relay must not take them for orphans of a crash.
 impl Store {
-    pub fn spare_exec(&self, sandbox_id: &str, tag: &str) -> Result<()> {
-        self.conn().execute(
-            "INSERT OR IGNORE INTO spared_execs (sandbox_id, tag, at) VALUES (?1, ?2, ?3)",
-            params![sandbox_id, tag, now()],
-        )?;
-        Ok(())
+    pub async fn spare_exec(&self, sandbox_id: &str, tag: &str) -> Result<()> {
+        let sandbox_id = sandbox_id.to_owned();
+        let tag = tag.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "INSERT OR IGNORE INTO spared_execs (sandbox_id, tag, at) VALUES (?1, ?2, ?3)",
+                    params![sandbox_id, tag, now()],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
     /// The spared commands' tags in a sandbox.
-    pub fn spared_execs(&self, sandbox_id: &str) -> Result<Vec<String>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT tag FROM spared_execs WHERE sandbox_id = ?1")?;
-        let rows = stmt.query_map([sandbox_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
-        Ok(rows)
+    pub async fn spared_execs(&self, sandbox_id: &str) -> Result<Vec<String>> {
+        let sandbox_id = sandbox_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT tag FROM spared_execs WHERE sandbox_id = ?1")?;
+                let rows = stmt.query_map([&sandbox_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
     /// Forgets spared commands no longer running (their tags are not in `running`).
-    pub fn forget_spared_execs(&self, sandbox_id: &str, running: &[String]) -> Result<()> {
-        for tag in self.spared_execs(sandbox_id)? {
-            if !running.contains(&tag) {
-                self.conn()
-                    .execute("DELETE FROM spared_execs WHERE sandbox_id = ?1 AND tag = ?2", params![sandbox_id, tag])?;
-            }
-        }
-        Ok(())
+    pub async fn forget_spared_execs(&self, sandbox_id: &str, running: &[String]) -> Result<()> {
+        let sandbox_id = sandbox_id.to_owned();
+        let running = running.to_vec();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                let tags: Vec<String> = conn
+                    .prepare("SELECT tag FROM spared_execs WHERE sandbox_id = ?1")?
+                    .query_map([&sandbox_id], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                for tag in tags.iter().filter(|t| !running.contains(t)) {
+                    conn.execute(
+                        "DELETE FROM spared_execs WHERE sandbox_id = ?1 AND tag = ?2",
+                        params![sandbox_id, tag],
+                    )?;
+                }
+                Ok(())
+            })
+            .await
     }
 
     /// The tokens revoked, by id.
-    pub fn revoked_tokens(&self) -> Result<Vec<String>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT id FROM tokens WHERE revoked_at IS NOT NULL")?;
-        let rows = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
-        Ok(rows)
+    pub async fn revoked_tokens(&self) -> Result<Vec<String>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT id FROM tokens WHERE revoked_at IS NOT NULL")?;
+                let rows = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok(rows)
+            })
+            .await
     }
 }
 
@@ -614,21 +843,30 @@ const STARTED_KEPT_SECONDS: i64 = 90 * 24 * 3600;
 /// The pid each background process had when the relay started it through a daemon: what its
 /// tag names is that process, not one started later with the same tag.
 impl Store {
-    pub fn record_started(&self, sandbox_id: &str, process_id: &str, pid: u32) -> Result<()> {
-        let conn = self.conn();
-        conn.execute("DELETE FROM started_processes WHERE started_at < ?1", [now() - STARTED_KEPT_SECONDS])?;
-        conn.execute(
-            "INSERT OR REPLACE INTO started_processes (sandbox_id, process_id, pid, started_at) VALUES (?1, ?2, ?3, ?4)",
-            params![sandbox_id, process_id, pid, now()],
-        )?;
-        Ok(())
+    pub async fn record_started(&self, sandbox_id: &str, process_id: &str, pid: u32) -> Result<()> {
+        let sandbox_id = sandbox_id.to_owned();
+        let process_id = process_id.to_owned();
+        self.threads.write(Durability::Durable, move |conn| {
+                    conn.execute("DELETE FROM started_processes WHERE started_at < ?1", [now() - STARTED_KEPT_SECONDS])?;
+            conn.execute(
+                "INSERT OR REPLACE INTO started_processes (sandbox_id, process_id, pid, started_at) VALUES (?1, ?2, ?3, ?4)",
+                params![sandbox_id, process_id, pid, now()],
+            )?;
+            Ok(())
+        })
+        .await
     }
 
-    pub fn started_pids(&self, sandbox_id: &str) -> Result<std::collections::HashMap<String, u32>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT process_id, pid FROM started_processes WHERE sandbox_id = ?1")?;
-        let rows = stmt.query_map([sandbox_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn started_pids(&self, sandbox_id: &str) -> Result<std::collections::HashMap<String, u32>> {
+        let sandbox_id = sandbox_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT process_id, pid FROM started_processes WHERE sandbox_id = ?1")?;
+                let rows =
+                    stmt.query_map([&sandbox_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 }
 
@@ -638,8 +876,8 @@ mod tests {
 
     /// A database made before isolation was recorded gets the new columns at open; its rows
     /// read as what they were: a container, or a local sandbox that isolated nothing.
-    #[test]
-    fn an_older_database_gets_the_new_columns_and_keeps_its_rows() {
+    #[tokio::test]
+    async fn an_older_database_gets_the_new_columns_and_keeps_its_rows() {
         let dir = std::env::temp_dir().join(format!("hangar-store-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("relay.sqlite");
@@ -655,21 +893,26 @@ mod tests {
             )
             .unwrap();
         }
-        let store = Store::open(&path).unwrap();
-        let mut local = store.sandbox("default").unwrap().unwrap();
+        let store = Store::open(&path, || {}).await.unwrap();
+        let mut local = store.sandbox("default").await.unwrap().unwrap();
         assert_eq!(
             (local.isolation, local.envd_pid, local.envd_pid_start, local.uid, local.owner.clone()),
             (Isolation::None, Some(42), None, None, None)
         );
-        assert_eq!(store.sandbox("box").unwrap().unwrap().isolation, Isolation::Container);
+        assert!(local.shared_with.is_empty(), "a sandbox from before sharing is shared with nobody");
+        assert_eq!(store.sandbox("box").await.unwrap().unwrap().isolation, Isolation::Container);
         local.isolation = Isolation::Namespaces;
         local.envd_pid_start = Some(7);
         local.uid = Some(0x7000_0001);
-        store.update_sandbox(&local).unwrap();
-        assert_eq!(store.sandbox("sbx_1").unwrap().unwrap(), local);
+        store.update_sandbox(&local).await.unwrap();
+        assert_eq!(store.sandbox("sbx_1").await.unwrap().unwrap(), local);
+        let team = vec!["*".to_string()];
+        assert!(store.set_sandbox_shared_with("sbx_1", &team).await.unwrap());
+        assert_eq!(store.sandbox("default").await.unwrap().unwrap().shared_with, team);
+        assert!(!store.set_sandbox_shared_with("sbx_9", &team).await.unwrap());
         drop(store);
         // Opening again adds nothing twice.
-        Store::open(&path).unwrap();
+        Store::open(&path, || {}).await.unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -3,16 +3,19 @@
 //! A turn's read position (`log_offset`) is written in the same transaction as the events read
 //! up to it, and events are unique by (turn, offset of their line, index in the line): a relay
 //! that restarts, even after `kill -9`, resumes where it was and records nothing twice.
-use rusqlite::{params, OptionalExtension, Row, Transaction};
+use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
-use super::{unknown, Result, Store};
+use super::{unknown, Durability, Result, Store};
 
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS secrets (
-    name TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
     value TEXT NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    shared_with TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (owner, name)
 );
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
@@ -157,6 +160,10 @@ pub struct SessionRow {
     pub cwd: String,
     /// Names of the relay's secrets the harness gets as environment variables.
     pub secrets: Vec<String>,
+    /// Whose secret each of `secrets` is (`""`: the admins'), as resolved when the session
+    /// started.
+    #[serde(skip)]
+    pub secret_owners: Vec<String>,
     pub credential: Option<String>,
     /// Which tool calls wait for a person's approval (Claude Code permission patterns); empty:
     /// none.
@@ -175,6 +182,37 @@ pub struct SessionRow {
     pub prompt_sha256: String,
     pub created_at: f64,
     pub started_at: Option<f64>,
+}
+
+/// A secret without its value: whose it is (`""`: the admins') and who else may use it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecretRow {
+    pub owner: String,
+    pub name: String,
+    pub shared_with: Vec<String>,
+    pub created_at: i64,
+}
+
+/// Secrets had one name space before they had owners: those become the admins' (`owner` `""`),
+/// whom they were for (only admins could make them). Rebuilt once, in one transaction.
+pub(super) fn migrate_secrets(conn: &mut rusqlite::Connection) -> Result<()> {
+    let owned: bool =
+        conn.query_row("SELECT EXISTS (SELECT 1 FROM pragma_table_info('secrets') WHERE name = 'owner')", [], |r| {
+            r.get(0)
+        })?;
+    if owned {
+        return Ok(());
+    }
+    let tx = conn.transaction()?;
+    // The old table moves aside and SCHEMA (every statement `IF NOT EXISTS`) makes the new one.
+    tx.execute_batch("ALTER TABLE secrets RENAME TO secrets_unowned;")?;
+    tx.execute_batch(SCHEMA)?;
+    tx.execute_batch(
+        "INSERT INTO secrets (owner, name, value, created_at) SELECT '', name, value, created_at FROM secrets_unowned;
+        DROP TABLE secrets_unowned;",
+    )?;
+    tx.commit()?;
+    Ok(())
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -211,6 +249,9 @@ pub struct TurnRow {
     pub log_base: i64,
     /// Whether the log is being polled rather than followed.
     pub polled: bool,
+    /// What the log's parser remembered at `log_offset` (`Parser::snapshot`), so reading resumes
+    /// there as if it had never stopped. `None` before anything was read.
+    pub parser: Option<String>,
 }
 
 /// One recorded event, as stored and served.
@@ -226,8 +267,13 @@ pub struct EventRow {
     pub src_offset: Option<i64>,
 }
 
+/// The `src_offset` of an event kept current: one per turn and `part`, each recorded one
+/// replacing the one before (with a new seq, so followers see it). No log offset is negative.
+pub const CURRENT_OFFSET: i64 = -1;
+
 /// An event to record: `src_offset` and `part` place it in its turn's log (`None` for hangar's
-/// own events).
+/// own events, [`CURRENT_OFFSET`] for one kept current).
+#[derive(Clone)]
 pub struct NewEvent {
     pub kind: &'static str,
     pub data: serde_json::Value,
@@ -262,6 +308,11 @@ fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
         sandbox_name: r.get("sandbox_name")?,
         harness: r.get("harness")?,
         cwd: r.get("cwd")?,
+        // A session from before secrets had owners used the admins' (the only ones there were).
+        secret_owners: r
+            .get::<_, Option<String>>("secret_owners")?
+            .and_then(|o| serde_json::from_str(&o).ok())
+            .unwrap_or_else(|| vec![String::new(); secrets.len()]),
         secrets,
         credential: r.get("credential")?,
         approvals: r
@@ -306,6 +357,7 @@ fn turn_row(r: &Row<'_>) -> rusqlite::Result<TurnRow> {
         log_offset: r.get("log_offset")?,
         log_base: r.get("log_base")?,
         polled: r.get("polled")?,
+        parser: r.get("parser")?,
     })
 }
 
@@ -333,24 +385,24 @@ pub enum Created<T> {
 
 /// Writes one event row: the one insert every recorder of session events uses.
 pub(super) fn insert_event(
-    tx: &Transaction<'_>,
+    tx: &rusqlite::Connection,
     session_id: &str,
     seq: i64,
     turn_id: &str,
     e: &NewEvent,
     ts: f64,
 ) -> rusqlite::Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO session_events (session_id, seq, turn_id, src_offset, part, ts, type, data)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![session_id, seq, turn_id, e.src_offset, e.part, ts, e.kind, e.data.to_string()],
-    )?;
+    )?
+    .execute(params![session_id, seq, turn_id, e.src_offset, e.part, ts, e.kind, e.data.to_string()])?;
     Ok(())
 }
 
 const LIVE_STATES: &str = "('queued', 'starting', 'running', 'waiting_input')";
 
-fn insert_turn(tx: &Transaction<'_>, t: &TurnRow) -> rusqlite::Result<()> {
+fn insert_turn(tx: &rusqlite::Connection, t: &TurnRow) -> rusqlite::Result<()> {
     tx.execute(
         "INSERT INTO turns (id, session_id, n, prompt, prompt_sha256, state, reason, detail, credential,
             idempotency_key, ignore_limits, timeout_minutes, created_at)
@@ -377,231 +429,332 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRow) -> rusqlite::Result<()> {
 impl Store {
     // Secrets.
 
-    pub fn put_secret(&self, name: &str, value: &str) -> Result<()> {
-        self.conn().execute(
-            "INSERT INTO secrets (name, value, created_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (name) DO UPDATE SET value = excluded.value, created_at = excluded.created_at",
-            params![name, value, super::now()],
-        )?;
-        Ok(())
+    /// Creates or replaces `owner`'s secret `name` (`owner` `""`: the admins').
+    pub async fn put_secret(&self, owner: &str, name: &str, value: &str, shared_with: &[String]) -> Result<()> {
+        let owner = owner.to_owned();
+        let name = name.to_owned();
+        let value = value.to_owned();
+        let shared_with = shared_with.to_vec();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "INSERT INTO secrets (owner, name, value, created_at, shared_with) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (owner, name) DO UPDATE SET value = excluded.value, created_at = excluded.created_at,
+                    shared_with = excluded.shared_with",
+                    params![
+                        owner,
+                        name,
+                        value,
+                        super::now(),
+                        serde_json::to_string(&shared_with).unwrap_or_else(|_| "[]".into())
+                    ],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
-    /// Names and creation times, never values.
-    pub fn secret_names(&self) -> Result<Vec<(String, i64)>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT name, created_at FROM secrets ORDER BY name")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    /// Every secret without its value, by owner then name.
+    pub async fn secrets(&self) -> Result<Vec<SecretRow>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt =
+                    conn.prepare("SELECT owner, name, created_at, shared_with FROM secrets ORDER BY owner, name")?;
+                let rows = stmt
+                    .query_map([], |r| {
+                        let shared: String = r.get(3)?;
+                        Ok(SecretRow {
+                            owner: r.get(0)?,
+                            name: r.get(1)?,
+                            created_at: r.get(2)?,
+                            shared_with: serde_json::from_str(&shared).unwrap_or_default(),
+                        })
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
-    /// Every secret with its value: for the redaction step and for the harness's environment.
-    pub fn secret_values(&self) -> Result<Vec<(String, String)>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT name, value FROM secrets")?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    /// Every secret's name and value: for the redaction step.
+    pub async fn secret_values(&self) -> Result<Vec<(String, String)>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT name, value FROM secrets")?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
-    pub fn delete_secret(&self, name: &str) -> Result<bool> {
-        Ok(self.conn().execute("DELETE FROM secrets WHERE name = ?1", [name])? > 0)
+    /// One secret's value, for a harness's environment.
+    pub async fn secret_value(&self, owner: &str, name: &str) -> Result<Option<String>> {
+        let owner = owner.to_owned();
+        let name = name.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn
+                    .query_row("SELECT value FROM secrets WHERE owner = ?1 AND name = ?2", [owner, name], |r| r.get(0))
+                    .optional()?)
+            })
+            .await
+    }
+
+    pub async fn delete_secret(&self, owner: &str, name: &str) -> Result<bool> {
+        let owner = owner.to_owned();
+        let name = name.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                Ok(conn.execute("DELETE FROM secrets WHERE owner = ?1 AND name = ?2", [owner, name])? > 0)
+            })
+            .await
     }
 
     // Sessions and turns.
 
     /// Creates a session with its first turn, unless its idempotency key or name says otherwise;
     /// decided and written in one transaction, before anything starts.
-    pub fn create_session(&self, s: &SessionRow, first: &TurnRow) -> Result<Created<(SessionRow, TurnRow)>> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        if let Some(key) = &s.idempotency_key {
-            let found = tx
-                .query_row(
-                    "SELECT * FROM sessions WHERE person = ?1 AND idempotency_key = ?2",
-                    params![s.person, key],
-                    session_row,
-                )
-                .optional()?;
-            if let Some(found) = found {
-                if found.prompt_sha256 != s.prompt_sha256 {
-                    return Ok(Created::KeyConflict);
+    pub async fn create_session(&self, s: &SessionRow, first: &TurnRow) -> Result<Created<(SessionRow, TurnRow)>> {
+        let s = s.clone();
+        let first = first.clone();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                let tx = conn;
+                if let Some(key) = &s.idempotency_key {
+                    let found = tx
+                        .query_row(
+                            "SELECT * FROM sessions WHERE person = ?1 AND idempotency_key = ?2",
+                            params![s.person, key],
+                            session_row,
+                        )
+                        .optional()?;
+                    if let Some(found) = found {
+                        if found.prompt_sha256 != s.prompt_sha256 {
+                            return Ok(Created::KeyConflict);
+                        }
+                        let turn = tx.query_row(
+                            "SELECT * FROM turns WHERE session_id = ?1 ORDER BY n LIMIT 1",
+                            [&found.id],
+                            turn_row,
+                        )?;
+                        return Ok(Created::Replayed((found, turn)));
+                    }
                 }
-                let turn = tx.query_row(
-                    "SELECT * FROM turns WHERE session_id = ?1 ORDER BY n LIMIT 1",
-                    [&found.id],
-                    turn_row,
+                let taken: bool = tx.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM sessions WHERE person = ?1 AND name = ?2)",
+                    params![s.person, s.name],
+                    |r| r.get(0),
                 )?;
-                return Ok(Created::Replayed((found, turn)));
-            }
-        }
-        let taken: bool = tx.query_row(
-            "SELECT EXISTS (SELECT 1 FROM sessions WHERE person = ?1 AND name = ?2)",
-            params![s.person, s.name],
-            |r| r.get(0),
-        )?;
-        if taken {
-            return Ok(Created::Taken);
-        }
-        tx.execute(
-            "INSERT INTO sessions (id, name, person, sandbox_id, sandbox_name, harness, cwd, secrets, credential,
-                agent_session_id, split, summary, event_seq, idempotency_key, prompt_sha256, created_at, approvals)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14, ?15, ?16)",
-            params![
-                s.id,
-                s.name,
-                s.person,
-                s.sandbox_id,
-                s.sandbox_name,
-                s.harness,
-                s.cwd,
-                serde_json::to_string(&s.secrets).unwrap_or_else(|_| "[]".into()),
-                s.credential,
-                s.agent_session_id,
-                s.split,
-                s.summary.to_string(),
-                s.idempotency_key,
-                s.prompt_sha256,
-                s.created_at,
-                serde_json::to_string(&s.approvals).unwrap_or_else(|_| "[]".into()),
-            ],
-        )?;
-        insert_turn(&tx, first)?;
-        tx.commit()?;
-        Ok(Created::New((s.clone(), first.clone())))
+                if taken {
+                    return Ok(Created::Taken);
+                }
+                tx.execute(
+                "INSERT INTO sessions (id, name, person, sandbox_id, sandbox_name, harness, cwd, secrets, credential,
+                    agent_session_id, split, summary, event_seq, idempotency_key, prompt_sha256, created_at, approvals,
+                    secret_owners)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, ?13, ?14, ?15, ?16, ?17)",
+                params![
+                    s.id,
+                    s.name,
+                    s.person,
+                    s.sandbox_id,
+                    s.sandbox_name,
+                    s.harness,
+                    s.cwd,
+                    serde_json::to_string(&s.secrets).unwrap_or_else(|_| "[]".into()),
+                    s.credential,
+                    s.agent_session_id,
+                    s.split,
+                    s.summary.to_string(),
+                    s.idempotency_key,
+                    s.prompt_sha256,
+                    s.created_at,
+                    serde_json::to_string(&s.approvals).unwrap_or_else(|_| "[]".into()),
+                    serde_json::to_string(&s.secret_owners).unwrap_or_else(|_| "[]".into()),
+                ],
+            )?;
+                insert_turn(tx, &first)?;
+                Ok(Created::New((s.clone(), first.clone())))
+            })
+            .await
     }
 
     /// Adds a follow-up turn, unless its key was used (the same turn back, or a conflict) or a
     /// turn of the session is still live.
-    pub fn create_turn(&self, t: &TurnRow) -> Result<Created<TurnRow>> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        if let Some(key) = &t.idempotency_key {
-            let found = tx
-                .query_row(
-                    "SELECT * FROM turns WHERE session_id = ?1 AND idempotency_key = ?2",
-                    params![t.session_id, key],
-                    turn_row,
-                )
-                .optional()?;
-            if let Some(found) = found {
-                return Ok(if found.prompt_sha256 == t.prompt_sha256 {
-                    Created::Replayed(found)
-                } else {
-                    Created::KeyConflict
-                });
-            }
-        }
-        let live: bool = tx.query_row(
-            &format!("SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND state IN {LIVE_STATES})"),
-            [&t.session_id],
-            |r| r.get(0),
-        )?;
-        if live {
-            return Ok(Created::Taken);
-        }
-        let n: i64 =
-            tx.query_row("SELECT COALESCE(MAX(n), 0) + 1 FROM turns WHERE session_id = ?1", [&t.session_id], |r| {
-                r.get(0)
-            })?;
-        let t = TurnRow { n, ..t.clone() };
-        insert_turn(&tx, &t)?;
-        tx.commit()?;
-        Ok(Created::New(t))
+    pub async fn create_turn(&self, t: &TurnRow) -> Result<Created<TurnRow>> {
+        let t = t.clone();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                let tx = conn;
+                if let Some(key) = &t.idempotency_key {
+                    let found = tx
+                        .query_row(
+                            "SELECT * FROM turns WHERE session_id = ?1 AND idempotency_key = ?2",
+                            params![t.session_id, key],
+                            turn_row,
+                        )
+                        .optional()?;
+                    if let Some(found) = found {
+                        return Ok(if found.prompt_sha256 == t.prompt_sha256 {
+                            Created::Replayed(found)
+                        } else {
+                            Created::KeyConflict
+                        });
+                    }
+                }
+                let live: bool = tx.query_row(
+                    &format!("SELECT EXISTS (SELECT 1 FROM turns WHERE session_id = ?1 AND state IN {LIVE_STATES})"),
+                    [&t.session_id],
+                    |r| r.get(0),
+                )?;
+                if live {
+                    return Ok(Created::Taken);
+                }
+                let n: i64 = tx.query_row(
+                    "SELECT COALESCE(MAX(n), 0) + 1 FROM turns WHERE session_id = ?1",
+                    [&t.session_id],
+                    |r| r.get(0),
+                )?;
+                let t = TurnRow { n, ..t.clone() };
+                insert_turn(tx, &t)?;
+                Ok(Created::New(t))
+            })
+            .await
     }
 
     /// The session `reference` (its id, or its name among `person`'s sessions; `None` for any
     /// person's, which only admins ask for).
-    pub fn session(&self, reference: &str, person: Option<&str>) -> Result<Option<SessionRow>> {
-        let conn = self.conn();
-        let row = conn
-            .query_row(
-                "SELECT * FROM sessions WHERE (id = ?1 OR name = ?1) AND (?2 IS NULL OR person = ?2)
-                 ORDER BY (id = ?1) DESC, created_at LIMIT 1",
-                params![reference, person],
-                session_row,
-            )
-            .optional()?;
-        Ok(row)
+    pub async fn session(&self, reference: &str, person: Option<&str>) -> Result<Option<SessionRow>> {
+        let reference = reference.to_owned();
+        let person = person.map(str::to_owned);
+        self.threads
+            .read(move |conn| {
+                let row = conn
+                    .query_row(
+                        "SELECT * FROM sessions WHERE (id = ?1 OR name = ?1) AND (?2 IS NULL OR person = ?2)
+                     ORDER BY (id = ?1) DESC, created_at LIMIT 1",
+                        params![reference, person],
+                        session_row,
+                    )
+                    .optional()?;
+                Ok(row)
+            })
+            .await
     }
 
-    pub fn session_by_id(&self, id: &str) -> Result<Option<SessionRow>> {
-        Ok(self.conn().query_row("SELECT * FROM sessions WHERE id = ?1", [id], session_row).optional()?)
+    pub async fn session_by_id(&self, id: &str) -> Result<Option<SessionRow>> {
+        let id = id.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn.query_row("SELECT * FROM sessions WHERE id = ?1", [&id], session_row).optional()?)
+            })
+            .await
     }
 
-    pub fn sessions(&self, person: Option<&str>) -> Result<Vec<SessionRow>> {
-        let conn = self.conn();
-        let mut stmt =
-            conn.prepare("SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC")?;
-        let rows = stmt.query_map(params![person], session_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn sessions(&self, person: Option<&str>) -> Result<Vec<SessionRow>> {
+        let person = person.map(str::to_owned);
+        self.threads
+            .read(move |conn| {
+                let mut stmt =
+                    conn.prepare("SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC")?;
+                let rows = stmt.query_map(params![person], session_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
-    pub fn sessions_in_sandbox(&self, sandbox_id: &str) -> Result<Vec<SessionRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM sessions WHERE sandbox_id = ?1")?;
-        let rows = stmt.query_map([sandbox_id], session_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn sessions_in_sandbox(&self, sandbox_id: &str) -> Result<Vec<SessionRow>> {
+        let sandbox_id = sandbox_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT * FROM sessions WHERE sandbox_id = ?1")?;
+                let rows = stmt.query_map([&sandbox_id], session_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
-    pub fn delete_session(&self, id: &str) -> Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.execute("DELETE FROM session_events WHERE session_id = ?1", [id])?;
-        tx.execute("DELETE FROM turns WHERE session_id = ?1", [id])?;
-        tx.execute("DELETE FROM sessions WHERE id = ?1", [id])?;
-        tx.commit()?;
-        Ok(())
+    pub async fn delete_session(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                let tx = conn;
+                tx.execute("DELETE FROM session_events WHERE session_id = ?1", [&id])?;
+                tx.execute("DELETE FROM turns WHERE session_id = ?1", [&id])?;
+                tx.execute("DELETE FROM sessions WHERE id = ?1", [&id])?;
+                Ok(())
+            })
+            .await
     }
 
     /// What the session learned as its turns started: the CLI's conversation id, the split.
-    pub fn update_session_start(
+    pub async fn update_session_start(
         &self,
         id: &str,
         agent_session_id: Option<&str>,
         split: Option<bool>,
         started_at: f64,
     ) -> Result<()> {
-        self.conn().execute(
-            "UPDATE sessions SET agent_session_id = COALESCE(?2, agent_session_id), split = COALESCE(?3, split),
-                started_at = COALESCE(started_at, ?4) WHERE id = ?1",
-            params![id, agent_session_id, split, started_at],
-        )?;
-        Ok(())
+        let (id, agent_session_id) = (id.to_owned(), agent_session_id.map(str::to_owned));
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "UPDATE sessions SET agent_session_id = COALESCE(?2, agent_session_id), split = COALESCE(?3, split),
+                        started_at = COALESCE(started_at, ?4) WHERE id = ?1",
+                    params![id, agent_session_id, split, started_at],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
-    pub fn turns(&self, session_id: &str) -> Result<Vec<TurnRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM turns WHERE session_id = ?1 ORDER BY n")?;
-        let rows = stmt.query_map([session_id], turn_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn turns(&self, session_id: &str) -> Result<Vec<TurnRow>> {
+        let session_id = session_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT * FROM turns WHERE session_id = ?1 ORDER BY n")?;
+                let rows = stmt.query_map([&session_id], turn_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
-    pub fn turn(&self, id: &str) -> Result<Option<TurnRow>> {
-        Ok(self.conn().query_row("SELECT * FROM turns WHERE id = ?1", [id], turn_row).optional()?)
+    pub async fn turn(&self, id: &str) -> Result<Option<TurnRow>> {
+        let id = id.to_owned();
+        self.threads
+            .read(move |conn| Ok(conn.query_row("SELECT * FROM turns WHERE id = ?1", [&id], turn_row).optional()?))
+            .await
     }
 
     /// Each session's latest turn (the one with the highest `n`), for the fleet's picture at start.
-    pub fn latest_turns(&self) -> Result<Vec<TurnRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT t.* FROM turns t JOIN (SELECT session_id, MAX(n) AS n FROM turns GROUP BY session_id) m
-             ON t.session_id = m.session_id AND t.n = m.n",
-        )?;
-        let rows = stmt.query_map([], turn_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn latest_turns(&self) -> Result<Vec<TurnRow>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare(
+                    "SELECT t.* FROM turns t JOIN (SELECT session_id, MAX(n) AS n FROM turns GROUP BY session_id) m
+                 ON t.session_id = m.session_id AND t.n = m.n",
+                )?;
+                let rows = stmt.query_map([], turn_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
     /// Every turn not yet terminal, oldest first (the queue's order).
-    pub fn live_turns(&self) -> Result<Vec<TurnRow>> {
-        let conn = self.conn();
-        let mut stmt =
-            conn.prepare(&format!("SELECT * FROM turns WHERE state IN {LIVE_STATES} ORDER BY created_at, id"))?;
-        let rows = stmt.query_map([], turn_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn live_turns(&self) -> Result<Vec<TurnRow>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt =
+                    conn.prepare(&format!("SELECT * FROM turns WHERE state IN {LIVE_STATES} ORDER BY created_at, id"))?;
+                let rows = stmt.query_map([], turn_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 
     /// Moves a turn from a live state to `to`; false when it was terminal already (a terminal
     /// state is final) or is gone.
-    pub fn set_turn_state(
+    pub async fn set_turn_state(
         &self,
         id: &str,
         to: TurnState,
@@ -611,170 +764,346 @@ impl Store {
     ) -> Result<bool> {
         let finished = to.is_terminal().then_some(at);
         let started = matches!(to, TurnState::Running).then_some(at);
-        let n = self.conn().execute(
-            &format!(
-                "UPDATE turns SET state = ?2, reason = ?3, detail = ?4, finished_at = COALESCE(?5, finished_at),
-                    started_at = COALESCE(started_at, ?6) WHERE id = ?1 AND state IN {LIVE_STATES}"
-            ),
-            params![id, to.as_str(), reason, detail, finished, started],
-        )?;
-        Ok(n > 0)
+        let (id, reason, detail) = (id.to_owned(), reason.map(str::to_owned), detail.map(str::to_owned));
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                let n = conn.execute(
+                    &format!(
+                        "UPDATE turns SET state = ?2, reason = ?3, detail = ?4, finished_at = COALESCE(?5, finished_at),
+                            started_at = COALESCE(started_at, ?6) WHERE id = ?1 AND state IN {LIVE_STATES}"
+                    ),
+                    params![id, to.as_str(), reason, detail, finished, started],
+                )?;
+                Ok(n > 0)
+            })
+            .await
     }
 
-    pub fn set_turn_started(&self, id: &str, pid: Option<i64>) -> Result<()> {
-        self.conn().execute("UPDATE turns SET pid = ?2 WHERE id = ?1", params![id, pid])?;
-        Ok(())
+    pub async fn set_turn_started(&self, id: &str, pid: Option<i64>) -> Result<()> {
+        let id = id.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute("UPDATE turns SET pid = ?2 WHERE id = ?1", params![id, pid])?;
+                Ok(())
+            })
+            .await
     }
 
-    pub fn set_turn_exit(&self, id: &str, exit_code: Option<i64>, signal: Option<&str>) -> Result<()> {
-        self.conn()
-            .execute("UPDATE turns SET exit_code = ?2, signal = ?3 WHERE id = ?1", params![id, exit_code, signal])?;
-        Ok(())
+    pub async fn set_turn_exit(&self, id: &str, exit_code: Option<i64>, signal: Option<&str>) -> Result<()> {
+        let id = id.to_owned();
+        let signal = signal.map(str::to_owned);
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "UPDATE turns SET exit_code = ?2, signal = ?3 WHERE id = ?1",
+                    params![id, exit_code, signal],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
-    pub fn set_turn_polled(&self, id: &str, polled: bool) -> Result<()> {
-        self.conn().execute("UPDATE turns SET polled = ?2 WHERE id = ?1", params![id, polled])?;
-        Ok(())
+    pub async fn set_turn_polled(&self, id: &str, polled: bool) -> Result<()> {
+        let id = id.to_owned();
+        self.threads
+            .write(Durability::Replayable, move |conn| {
+                conn.execute("UPDATE turns SET polled = ?2 WHERE id = ?1", params![id, polled])?;
+                Ok(())
+            })
+            .await
     }
 
     /// Marks the cancel asked for (the first time only); the turn as it is then.
-    pub fn request_cancel(&self, id: &str, at: f64) -> Result<()> {
-        self.conn().execute(
-            "UPDATE turns SET cancel_requested_at = COALESCE(cancel_requested_at, ?2) WHERE id = ?1",
-            params![id, at],
-        )?;
-        Ok(())
+    pub async fn request_cancel(&self, id: &str, at: f64) -> Result<()> {
+        let id = id.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute(
+                    "UPDATE turns SET cancel_requested_at = COALESCE(cancel_requested_at, ?2) WHERE id = ?1",
+                    params![id, at],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
     // Events.
 
-    /// Records events for a turn with its new read position (`(log_base, log_offset)`) and the
+    /// Records events for a turn with its new read position (`(log_base, log_offset, parser)`) and the
     /// session's summary, in one transaction; each gets the next seq. Events whose (turn, offset, part) was recorded
-    /// already are skipped. Returns the session's last seq.
-    pub fn record_events(
+    /// already are skipped. Returns the session's last seq and the seqs recorded.
+    pub async fn record_events(
         &self,
         session_id: &str,
         turn_id: &str,
-        events: &[NewEvent],
+        events: Vec<NewEvent>,
         ts: f64,
-        log: Option<(i64, i64)>,
+        log: Option<(i64, i64, String)>,
         summary: Option<&serde_json::Value>,
-    ) -> Result<(i64, Vec<EventRow>)> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let mut seq: i64 = tx.query_row("SELECT event_seq FROM sessions WHERE id = ?1", [session_id], |r| r.get(0))?;
-        let mut recorded = Vec::with_capacity(events.len());
-        for e in events {
-            if let Some(off) = e.src_offset {
-                let seen: bool = tx.query_row(
-                    "SELECT EXISTS (SELECT 1 FROM session_events WHERE turn_id = ?1 AND src_offset = ?2 AND part = ?3)",
-                    params![turn_id, off, e.part],
+    ) -> Result<(i64, Vec<i64>)> {
+        let (session_id, turn_id, summary) =
+            (session_id.to_owned(), turn_id.to_owned(), summary.map(|s| s.to_string()));
+        // Read from the turn's log with the offset they were read up to: read again after a power
+        // loss. hangar's own events (no offset) are nowhere else.
+        let durability = if log.is_some() && events.iter().all(|e| e.src_offset.is_some()) {
+            Durability::Replayable
+        } else {
+            Durability::Durable
+        };
+        self.threads
+            .write(durability, move |tx| {
+                // The statements of the hottest write, prepared once per connection.
+                let mut seq: i64 = tx
+                    .prepare_cached("SELECT event_seq FROM sessions WHERE id = ?1")?
+                    .query_row([&session_id], |r| r.get(0))?;
+                let mut recorded = Vec::with_capacity(events.len());
+                for e in &events {
+                    if e.src_offset == Some(CURRENT_OFFSET) {
+                        tx.prepare_cached(
+                            "DELETE FROM session_events WHERE turn_id = ?1 AND src_offset = ?2 AND part = ?3",
+                        )?
+                        .execute(params![turn_id, CURRENT_OFFSET, e.part])?;
+                    } else if let Some(off) = e.src_offset {
+                        let seen: bool = tx
+                            .prepare_cached(
+                                "SELECT EXISTS (SELECT 1 FROM session_events
+                                 WHERE turn_id = ?1 AND src_offset = ?2 AND part = ?3)",
+                            )?
+                            .query_row(params![turn_id, off, e.part], |r| r.get(0))?;
+                        if seen {
+                            continue;
+                        }
+                    }
+                    seq += 1;
+                    insert_event(tx, &session_id, seq, &turn_id, e, ts)?;
+                    recorded.push(seq);
+                }
+                tx.prepare_cached("UPDATE sessions SET event_seq = ?2 WHERE id = ?1")?
+                    .execute(params![session_id, seq])?;
+                if let Some(summary) = summary {
+                    tx.prepare_cached("UPDATE sessions SET summary = ?2 WHERE id = ?1")?
+                        .execute(params![session_id, summary])?;
+                }
+                if let Some((base, offset, parser)) = log {
+                    tx.prepare_cached("UPDATE turns SET log_base = ?2, log_offset = ?3, parser = ?4 WHERE id = ?1")?
+                        .execute(params![turn_id, base, offset, parser])?;
+                }
+                Ok((seq, recorded))
+            })
+            .await
+    }
+
+    /// What a turn's log has recorded so far: the events at their place in the log, and the
+    /// events kept current (`part` and data).
+    pub async fn turn_event_tally(&self, turn_id: &str) -> Result<(u64, Vec<(i64, serde_json::Value)>)> {
+        let turn_id = turn_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let placed: i64 = conn.query_row(
+                    "SELECT COUNT(*) FROM session_events WHERE turn_id = ?1 AND src_offset >= 0",
+                    [&turn_id],
                     |r| r.get(0),
                 )?;
-                if seen {
-                    continue;
-                }
-            }
-            seq += 1;
-            insert_event(&tx, session_id, seq, turn_id, e, ts)?;
-            recorded.push(EventRow {
-                seq,
-                ts,
-                turn: turn_id.to_string(),
-                kind: e.kind.to_string(),
-                data: e.data.clone(),
-                src_offset: e.src_offset,
-            });
-        }
-        tx.execute("UPDATE sessions SET event_seq = ?2 WHERE id = ?1", params![session_id, seq])?;
-        if let Some(summary) = summary {
-            tx.execute("UPDATE sessions SET summary = ?2 WHERE id = ?1", params![session_id, summary.to_string()])?;
-        }
-        if let Some((base, offset)) = log {
-            tx.execute(
-                "UPDATE turns SET log_base = ?2, log_offset = ?3 WHERE id = ?1",
-                params![turn_id, base, offset],
-            )?;
-        }
-        tx.commit()?;
-        Ok((seq, recorded))
+                let mut stmt =
+                    conn.prepare("SELECT part, data FROM session_events WHERE turn_id = ?1 AND src_offset = ?2")?;
+                let current = stmt
+                    .query_map(params![turn_id, CURRENT_OFFSET], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?
+                    .map(|r| r.map(|(part, data)| (part, serde_json::from_str(&data).unwrap_or_default())))
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok((placed.max(0) as u64, current))
+            })
+            .await
     }
 
     /// Events after `since`, at most `limit`, oldest first.
-    pub fn events_after(&self, session_id: &str, since: i64, limit: usize) -> Result<Vec<EventRow>> {
-        let conn = self.conn();
-        let mut stmt =
-            conn.prepare("SELECT * FROM session_events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")?;
-        let rows =
-            stmt.query_map(params![session_id, since, limit as i64], event_row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn events_after(&self, session_id: &str, since: i64, limit: usize) -> Result<Vec<EventRow>> {
+        let session_id = session_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn
+                    .prepare("SELECT * FROM session_events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3")?;
+                let rows = stmt
+                    .query_map(params![session_id, since, limit as i64], event_row)?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// Events after `since`, at most `limit`, oldest first, and the state of the session's latest
+    /// turn, read together: a follower's page in one read, loading no other turn.
+    pub async fn events_page(
+        &self,
+        session_id: &str,
+        since: i64,
+        limit: usize,
+    ) -> Result<(Vec<EventRow>, Option<TurnState>)> {
+        let session_id = session_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT * FROM session_events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                )?;
+                let events = stmt
+                    .query_map(params![session_id, since, limit as i64], event_row)?
+                    .collect::<rusqlite::Result<_>>()?;
+                let state = conn
+                    .query_row(
+                        "SELECT state FROM turns WHERE session_id = ?1 ORDER BY n DESC LIMIT 1",
+                        [&session_id],
+                        |r| r.get::<_, String>(0),
+                    )
+                    .optional()?;
+                let state = match state {
+                    Some(text) => Some(
+                        TurnState::parse(&text).ok_or_else(|| unknown("turn", session_id.clone(), "state", text))?,
+                    ),
+                    None => None,
+                };
+                Ok((events, state))
+            })
+            .await
+    }
+
+    /// The session's turns not yet terminal (one at most, as turns are made).
+    pub async fn live_turns_of(&self, session_id: &str) -> Result<Vec<TurnRow>> {
+        let session_id = session_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare(&format!(
+                    "SELECT * FROM turns WHERE session_id = ?1 AND state IN {LIVE_STATES} ORDER BY n"
+                ))?;
+                let rows = stmt.query_map([&session_id], turn_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// The session's first turn.
+    pub async fn first_turn(&self, session_id: &str) -> Result<Option<TurnRow>> {
+        let session_id = session_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn
+                    .query_row("SELECT * FROM turns WHERE session_id = ?1 ORDER BY n LIMIT 1", [&session_id], turn_row)
+                    .optional()?)
+            })
+            .await
     }
 
     /// The last `limit` events, oldest first.
-    pub fn latest_events(&self, session_id: &str, limit: usize) -> Result<Vec<EventRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM session_events WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2")?;
-        let mut rows: Vec<EventRow> =
-            stmt.query_map(params![session_id, limit as i64], event_row)?.collect::<rusqlite::Result<_>>()?;
-        rows.reverse();
-        Ok(rows)
+    pub async fn latest_events(&self, session_id: &str, limit: usize) -> Result<Vec<EventRow>> {
+        let session_id = session_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut stmt =
+                    conn.prepare("SELECT * FROM session_events WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2")?;
+                let mut rows: Vec<EventRow> =
+                    stmt.query_map(params![session_id, limit as i64], event_row)?.collect::<rusqlite::Result<_>>()?;
+                rows.reverse();
+                Ok(rows)
+            })
+            .await
     }
 
-    /// Drops events older than `before` (epoch seconds) and all but each session's newest `keep`.
-    pub fn prune_events(&self, before: f64, keep: i64) -> Result<usize> {
-        let conn = self.conn();
-        let mut n = conn.execute("DELETE FROM session_events WHERE ts < ?1", [before])?;
-        n += conn.execute(
-            "DELETE FROM session_events WHERE rowid IN (
+    /// Drops events older than `before` (epoch seconds) and all but each session's newest `keep`,
+    /// in chunks; then, if any went, gives their space back (`compact`).
+    pub async fn prune_events(&self, before: f64, keep: i64) -> Result<usize> {
+        let mut n = self
+            .delete_in_chunks(
+                "DELETE FROM session_events WHERE rowid IN (SELECT rowid FROM session_events WHERE ts < ?1 LIMIT ?2)",
+                before,
+            )
+            .await?;
+        n += self
+            .delete_in_chunks(
+                "DELETE FROM session_events WHERE rowid IN (
                 SELECT e.rowid FROM session_events e JOIN sessions s ON s.id = e.session_id
-                WHERE e.seq <= s.event_seq - ?1)",
-            [keep],
-        )?;
+                WHERE e.seq <= s.event_seq - ?1 LIMIT ?2)",
+                keep,
+            )
+            .await?;
+        if n > 0 {
+            self.compact().await?;
+        }
         Ok(n)
     }
 
     // Plan usage.
 
-    pub fn put_usage(&self, u: &UsageRow) -> Result<()> {
-        self.conn().execute(
-            "INSERT INTO usage (credential, window, used_pct, status, resets_at, seen_at, raw)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-             ON CONFLICT (credential, window) DO UPDATE SET used_pct = excluded.used_pct, status = excluded.status,
-                resets_at = excluded.resets_at, seen_at = excluded.seen_at, raw = excluded.raw",
-            params![u.credential, u.window, u.used_pct, u.status, u.resets_at, u.seen_at, u.raw.to_string()],
-        )?;
-        Ok(())
+    pub async fn put_usage(&self, u: &UsageRow) -> Result<()> {
+        let u = u.clone();
+        self.threads
+            .write(Durability::Replayable, move |conn| {
+                conn.execute(
+                    "INSERT INTO usage (credential, window, used_pct, status, resets_at, seen_at, raw)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (credential, window) DO UPDATE SET used_pct = excluded.used_pct, status = excluded.status,
+                    resets_at = excluded.resets_at, seen_at = excluded.seen_at, raw = excluded.raw",
+                    params![u.credential, u.window, u.used_pct, u.status, u.resets_at, u.seen_at, u.raw.to_string()],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
-    pub fn usage(&self) -> Result<Vec<UsageRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT * FROM usage ORDER BY credential, window")?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(UsageRow {
-                    credential: r.get("credential")?,
-                    window: r.get("window")?,
-                    used_pct: r.get("used_pct")?,
-                    status: r.get("status")?,
-                    resets_at: r.get("resets_at")?,
-                    seen_at: r.get("seen_at")?,
-                    raw: json_col(r, "raw")?,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+    pub async fn usage(&self) -> Result<Vec<UsageRow>> {
+        self.threads
+            .read(move |conn| {
+                let mut stmt = conn.prepare("SELECT * FROM usage ORDER BY credential, window")?;
+                let rows = stmt
+                    .query_map([], |r| {
+                        Ok(UsageRow {
+                            credential: r.get("credential")?,
+                            window: r.get("window")?,
+                            used_pct: r.get("used_pct")?,
+                            status: r.get("status")?,
+                            resets_at: r.get("resets_at")?,
+                            seen_at: r.get("seen_at")?,
+                            raw: json_col(r, "raw")?,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
     }
 }
 
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::store::{file_bytes, AUTO_VACUUM_INCREMENTAL};
+    use rusqlite::Connection;
 
-    pub(in crate::store) fn store(test: &str) -> (Store, std::path::PathBuf) {
+    pub(in crate::store) async fn store(test: &str) -> (Store, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("hangar-sessions-store-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        (Store::open(&dir.join("relay.sqlite")).unwrap(), dir)
+        (Store::open(&dir.join("relay.sqlite"), || {}).await.unwrap(), dir)
+    }
+
+    #[tokio::test]
+    async fn secrets_from_before_owners_become_the_admins() {
+        let dir = std::env::temp_dir().join(format!("hangar-secrets-migrate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("relay.sqlite");
+        let old = rusqlite::Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL, created_at INTEGER NOT NULL);
+             INSERT INTO secrets VALUES ('OLD_KEY', 'old-value-123', 7);",
+        )
+        .unwrap();
+        drop(old);
+        for _ in 0..2 {
+            let store = Store::open(&path, || {}).await.unwrap();
+            let rows = store.secrets().await.unwrap();
+            assert_eq!(rows.len(), 1);
+            assert_eq!((rows[0].owner.as_str(), rows[0].name.as_str(), rows[0].created_at), ("", "OLD_KEY", 7));
+            assert_eq!(store.secret_value("", "OLD_KEY").await.unwrap().as_deref(), Some("old-value-123"));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     pub(in crate::store) fn session(id: &str) -> SessionRow {
@@ -787,6 +1116,7 @@ pub(super) mod tests {
             harness: "h".into(),
             cwd: "/".into(),
             secrets: vec![],
+            secret_owners: vec![],
             credential: None,
             approvals: vec![],
             agent_session_id: None,
@@ -823,6 +1153,7 @@ pub(super) mod tests {
             cancel_requested_at: None,
             log_offset: 0,
             log_base: 0,
+            parser: None,
             polled: false,
         }
     }
@@ -833,40 +1164,96 @@ pub(super) mod tests {
 
     /// Reading a byte range again (a restart before the position was saved) records nothing
     /// twice, and the position is saved with the events.
-    #[test]
-    fn events_are_unique_by_their_place_in_the_log_and_a_terminal_state_is_final() {
-        let (s, dir) = store("unique");
-        assert!(matches!(s.create_session(&session("s1"), &turn("t1", "s1")).unwrap(), Created::New(_)));
+    #[tokio::test]
+    async fn events_are_unique_by_their_place_in_the_log_and_a_terminal_state_is_final() {
+        let (s, dir) = store("unique").await;
+        assert!(matches!(s.create_session(&session("s1"), &turn("t1", "s1")).await.unwrap(), Created::New(_)));
         let (seq, rec) = s
-            .record_events("s1", "t1", &[ev(Some(0), 0), ev(Some(0), 1), ev(Some(10), 0)], 1.0, Some((0, 20)), None)
+            .record_events(
+                "s1",
+                "t1",
+                vec![ev(Some(0), 0), ev(Some(0), 1), ev(Some(10), 0)],
+                1.0,
+                Some((0, 20, "{}".into())),
+                None,
+            )
+            .await
             .unwrap();
         assert_eq!((seq, rec.len()), (3, 3));
         let (seq, rec) = s
-            .record_events("s1", "t1", &[ev(Some(10), 0), ev(Some(20), 0), ev(None, 0)], 2.0, Some((0, 30)), None)
+            .record_events(
+                "s1",
+                "t1",
+                vec![ev(Some(10), 0), ev(Some(20), 0), ev(None, 0)],
+                2.0,
+                Some((0, 30, "{}".into())),
+                None,
+            )
+            .await
             .unwrap();
-        assert_eq!((seq, rec.iter().map(|e| e.seq).collect::<Vec<_>>()), (5, vec![4, 5]));
-        assert_eq!(s.turn("t1").unwrap().unwrap().log_offset, 30);
-        assert_eq!(s.events_after("s1", 0, 100).unwrap().len(), 5);
+        assert_eq!((seq, rec), (5, vec![4, 5]));
+        assert_eq!(s.turn("t1").await.unwrap().unwrap().log_offset, 30);
+        assert_eq!(s.events_after("s1", 0, 100).await.unwrap().len(), 5);
 
-        assert!(s.set_turn_state("t1", TurnState::Running, None, None, 3.0).unwrap());
-        assert!(s.set_turn_state("t1", TurnState::Succeeded, Some("ok"), None, 4.0).unwrap());
-        assert!(!s.set_turn_state("t1", TurnState::Crashed, Some("process_died"), None, 5.0).unwrap(), "final");
-        assert_eq!(s.turn("t1").unwrap().unwrap().state, TurnState::Succeeded);
+        assert!(s.set_turn_state("t1", TurnState::Running, None, None, 3.0).await.unwrap());
+        assert!(s.set_turn_state("t1", TurnState::Succeeded, Some("ok"), None, 4.0).await.unwrap());
+        assert!(!s.set_turn_state("t1", TurnState::Crashed, Some("process_died"), None, 5.0).await.unwrap(), "final");
+        assert_eq!(s.turn("t1").await.unwrap().unwrap().state, TurnState::Succeeded);
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    #[test]
-    fn pruning_keeps_the_newest_and_the_recent() {
-        let (s, dir) = store("prune");
-        s.create_session(&session("s1"), &turn("t1", "s1")).unwrap();
+    #[tokio::test]
+    async fn pruning_keeps_the_newest_and_the_recent() {
+        let (s, dir) = store("prune").await;
+        s.create_session(&session("s1"), &turn("t1", "s1")).await.unwrap();
         let many: Vec<NewEvent> = (0..10).map(|i| ev(Some(i), 0)).collect();
-        s.record_events("s1", "t1", &many[..5], 100.0, None, None).unwrap();
-        s.record_events("s1", "t1", &many[5..], 200.0, None, None).unwrap();
+        s.record_events("s1", "t1", many[..5].to_vec(), 100.0, None, None).await.unwrap();
+        s.record_events("s1", "t1", many[5..].to_vec(), 200.0, None, None).await.unwrap();
         // Older than 150: the first five go; then only the newest 3 are kept.
-        assert_eq!(s.prune_events(150.0, 1000).unwrap(), 5);
-        assert_eq!(s.prune_events(0.0, 3).unwrap(), 2);
-        let left: Vec<i64> = s.events_after("s1", 0, 100).unwrap().iter().map(|e| e.seq).collect();
+        assert_eq!(s.prune_events(150.0, 1000).await.unwrap(), 5);
+        assert_eq!(s.prune_events(0.0, 3).await.unwrap(), 2);
+        let left: Vec<i64> = s.events_after("s1", 0, 100).await.unwrap().iter().map(|e| e.seq).collect();
         assert_eq!(left, vec![8, 9, 10]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A flood of events, then a prune: the database file and its WAL shrink back. A database
+    /// made before incremental vacuuming switches to it at open.
+    #[tokio::test]
+    async fn the_store_shrinks_back_after_a_prune() {
+        let (s, dir) = store("shrink").await;
+        let path = dir.join("relay.sqlite");
+        let bytes = || file_bytes(&path) + file_bytes(&dir.join("relay.sqlite-wal"));
+        drop(s);
+        {
+            // As a relay before this change left it: no auto_vacuum.
+            let c = Connection::open(&path).unwrap();
+            c.pragma_update(None, "journal_mode", "DELETE").unwrap();
+            c.pragma_update(None, "auto_vacuum", 0).unwrap();
+            c.execute_batch("VACUUM").unwrap();
+            assert_eq!(c.pragma_query_value(None, "auto_vacuum", |r| r.get::<_, i64>(0)).unwrap(), 0);
+        }
+        let s = Store::open(&path, || {}).await.unwrap();
+        let mode: i64 = s.threads.read(|c| Ok(c.pragma_query_value(None, "auto_vacuum", |r| r.get(0))?)).await.unwrap();
+        assert_eq!(mode, AUTO_VACUUM_INCREMENTAL);
+        s.create_session(&session("s1"), &turn("t1", "s1")).await.unwrap();
+        let text = "x".repeat(1000);
+        for batch in 0..40 {
+            let many: Vec<NewEvent> = (0..500)
+                .map(|i| NewEvent {
+                    kind: "message",
+                    data: serde_json::json!({ "text": text }),
+                    src_offset: Some(batch * 500 + i),
+                    part: 0,
+                })
+                .collect();
+            s.record_events("s1", "t1", many, 1.0, None, None).await.unwrap();
+        }
+        let full = bytes();
+        assert!(full > 20 << 20, "20,000 events of 1 KB: {full} bytes");
+        assert_eq!(s.prune_events(0.0, 10).await.unwrap(), 19_990);
+        let after = bytes();
+        assert!(after < full / 10, "{full} bytes before the prune, {after} after");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -342,6 +342,8 @@ pub async fn background_processes_without_the_daemon_are_detached_and_polled(p: 
     let r = relay.call("GET", &format!("/api/sandboxes/{name}/watch?path=/tmp"), Some(ADMIN), None).await;
     assert_eq!(r.status, 503, "a watch needs the daemon: {r:?}");
     assert!(r.json()["error"]["message"].as_str().unwrap_or_default().contains("needs the daemon"), "{r:?}");
+    // Shared with everyone: what keeps another token out is the process's owner, not the sandbox's.
+    relay.share(&name, &["*"]).await;
     let other = relay.token("o", "user").await.secret;
     assert_eq!(relay.call("GET", &format!("{base}/{id}"), Some(&other), None).await.status, 404);
     assert_eq!(relay.call("GET", &base, Some(&other), None).await.json()["processes"], json!([]));

@@ -214,12 +214,12 @@ fn watch_update(item: WatchItem) -> Update {
 /// A session's recorded seqs as updates, as one open stream (kind `mcp_events`) that ends with
 /// its close: the token revoked, the relay shutting down, the sandbox paused or destroyed, the
 /// stream's lifetime.
-fn session_updates(
+async fn session_updates(
     relay: &Relay,
     caller: &Caller,
     reference: &str,
 ) -> Result<impl futures::Stream<Item = Update> + Send + 'static> {
-    let session = sessions::find(relay, caller, reference)?;
+    let session = sessions::find(relay, caller, reference).await?;
     let mut admitted = relay.streams.open(caller, &session.sandbox_id, Kind::Events, Front::Mcp)?;
     let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
     Ok(async_stream::stream! {
@@ -250,12 +250,12 @@ fn session_updates(
 /// session's is) that also ends once the job has ended and its last event was recorded, or the
 /// caller no longer sees the job. Before the job has a session it has no events: the job is
 /// looked at until it has one.
-fn job_updates(
+async fn job_updates(
     relay: Arc<Relay>,
     caller: &Caller,
     id: &str,
 ) -> Result<impl futures::Stream<Item = Update> + Send + 'static> {
-    let job = jobs::find(&relay, caller, id)?;
+    let job = jobs::find(&relay, caller, id).await?;
     // As `GET /api/jobs/{id}/events/stream`: a job whose sandbox is not created yet is under none.
     let mut admitted =
         relay.streams.open(caller, job.sandbox_id.as_deref().unwrap_or_default(), Kind::Events, Front::Mcp)?;
@@ -266,12 +266,12 @@ fn job_updates(
         let mut seq = 0i64;
         let mut graced = false;
         let closed = loop {
-            let job = match jobs::find(&relay, &caller, &id) {
+            let job = match jobs::find(&relay, &caller, &id).await {
                 Ok(j) => j,
                 Err(e) => break (Reason::Error, e.to_string()),
             };
             if let (None, Some(s)) = (&rx, &job.session_id) {
-                let at = relay.store.session_by_id(s).ok().flatten().map_or(0, |s| s.event_seq);
+                let at = relay.store.session_by_id(s).await.ok().flatten().map_or(0, |s| s.event_seq);
                 rx = Some(relay.sessions.live.subscribe(s, at));
                 if at > seq {
                     seq = at;
@@ -283,7 +283,7 @@ fn job_updates(
                 // Done once the event recording the end was recorded (or never will be: no
                 // session), or after a grace for it.
                 let last = match &job.session_id {
-                    Some(s) => relay.store.latest_events(s, 1).ok().and_then(|e| e.into_iter().next_back()),
+                    Some(s) => relay.store.latest_events(s, 1).await.ok().and_then(|e| e.into_iter().next_back()),
                     None => None,
                 };
                 if job.session_id.is_none() || last.as_ref().is_some_and(jobs::ends_job) || graced {
@@ -438,8 +438,8 @@ impl Hub {
                     .map(watch_update)
                     .boxed()
             }
-            Resource::SessionEvents { session } => session_updates(&self.relay, caller, session)?.boxed(),
-            Resource::JobEvents { job } => job_updates(self.relay.clone(), caller, job)?.boxed(),
+            Resource::SessionEvents { session } => session_updates(&self.relay, caller, session).await?.boxed(),
+            Resource::JobEvents { job } => job_updates(self.relay.clone(), caller, job).await?.boxed(),
         };
         let (changed, _) = signal::channel(0);
         let followed = Arc::new_cyclic(|weak: &std::sync::Weak<Followed>| {
@@ -496,28 +496,28 @@ impl Hub {
         let key = (caller.token_id.clone(), resource.key());
         let followed = self.map().get(&key).cloned();
         let v = match &resource {
-            Resource::SandboxWatch { sandbox, .. } => self.read_watch(sandbox, since, followed)?,
-            Resource::SessionEvents { session } => self.read_session(caller, session, since, followed)?,
-            Resource::JobEvents { job } => self.read_job(caller, job, since, followed)?,
+            Resource::SandboxWatch { sandbox, .. } => self.read_watch(caller, sandbox, since, followed).await?,
+            Resource::SessionEvents { session } => self.read_session(caller, session, since, followed).await?,
+            Resource::JobEvents { job } => self.read_job(caller, job, since, followed).await?,
         };
         Ok((resource, v))
     }
 
     /// `{session, events, next, more, state, subscribed, closed}`: the latest `KEPT_EVENTS`
     /// events, or those after `since`, from the store.
-    fn read_session(
+    async fn read_session(
         &self,
         caller: &Caller,
         session: &str,
         since: Option<u64>,
         followed: Option<Arc<Followed>>,
     ) -> Result<Value> {
-        let row = sessions::find(&self.relay, caller, session)?;
+        let row = sessions::find(&self.relay, caller, session).await?;
         let since = match since {
             Some(s) => i64::try_from(s).unwrap_or(i64::MAX),
             None => (row.event_seq - KEPT_EVENTS as i64).max(0),
         };
-        let page = sessions::read_page(&self.relay, &row.id, since, KEPT_EVENTS)?;
+        let page = sessions::read_page(&self.relay, &row.id, since, KEPT_EVENTS).await?;
         let closed = followed.as_ref().and_then(|f| f.seen().closed.clone());
         Ok(json!({
             "session": row.name,
@@ -533,19 +533,19 @@ impl Hub {
     /// `{job, state, session, events, next, more, subscribed, closed}`: the latest
     /// `KEPT_EVENTS` events of the job, or those after `since`, from the store (none before it
     /// has a session).
-    fn read_job(
+    async fn read_job(
         &self,
         caller: &Caller,
         id: &str,
         since: Option<u64>,
         followed: Option<Arc<Followed>>,
     ) -> Result<Value> {
-        let view = jobs::get(&self.relay, caller, id)?;
+        let view = jobs::get(&self.relay, caller, id).await?;
         let since = match since {
             Some(s) => i64::try_from(s).unwrap_or(i64::MAX),
             None => (view.events_cursor - KEPT_EVENTS as i64).max(0),
         };
-        let (events, next, more) = match jobs::read_events(&self.relay, &view.job, since, KEPT_EVENTS)? {
+        let (events, next, more) = match jobs::read_events(&self.relay, &view.job, since, KEPT_EVENTS).await? {
             Some(p) => (p.events, p.next, p.more),
             None => (Vec::new(), since, false),
         };
@@ -563,8 +563,15 @@ impl Hub {
     }
 
     /// `{events, next, watching}`: the kept events newer than `since`.
-    fn read_watch(&self, sandbox: &str, since: Option<u64>, followed: Option<Arc<Followed>>) -> Result<Value> {
-        let row = self.relay.sandboxes.get(sandbox)?;
+    async fn read_watch(
+        &self,
+        caller: &Caller,
+        sandbox: &str,
+        since: Option<u64>,
+        followed: Option<Arc<Followed>>,
+    ) -> Result<Value> {
+        // As the watch itself would: only in a sandbox the caller may work in.
+        let row = self.relay.sandboxes.enter(sandbox, caller).await?;
         let Some(f) = followed else {
             let message = if row.daemon {
                 "not watched: subscribe to this URI to watch the directory".to_string()

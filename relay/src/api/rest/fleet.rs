@@ -56,7 +56,7 @@ pub async fn read(
     Extension(caller): Extension<Caller>,
     Params(q): Params<FleetQuery>,
 ) -> Result<Json<FleetView>, ApiError> {
-    Ok(Json(fleet::read(&relay, &caller, &q.filter())?))
+    Ok(Json(fleet::read(&relay, &caller, &q.filter()).await?))
 }
 
 /// The fleet document's word for why a stream closed (`code`), beside the relay's (`reason`).

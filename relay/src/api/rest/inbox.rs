@@ -58,7 +58,7 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     Params(q): Params<InboxQuery>,
 ) -> Result<Json<InboxView>, ApiError> {
-    Ok(Json(inbox::list(&relay, &caller, q.ended)?))
+    Ok(Json(inbox::list(&relay, &caller, q.ended).await?))
 }
 
 pub async fn ack(
@@ -66,7 +66,7 @@ pub async fn ack(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<ItemRow>, ApiError> {
-    Ok(Json(inbox::ack(&relay, &caller, &id)?))
+    Ok(Json(inbox::ack(&relay, &caller, &id).await?))
 }
 
 pub async fn decide(

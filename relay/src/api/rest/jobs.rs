@@ -82,7 +82,7 @@ pub async fn list(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(serde_json::json!({ "jobs": jobs::list(&relay, &caller)? })))
+    Ok(Json(serde_json::json!({ "jobs": jobs::list(&relay, &caller).await? })))
 }
 
 pub async fn get(
@@ -90,7 +90,7 @@ pub async fn get(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    Ok(Json(jobs::get(&relay, &caller, &id)?))
+    Ok(Json(jobs::get(&relay, &caller, &id).await?))
 }
 
 pub async fn cancel(
@@ -129,8 +129,8 @@ struct JobEvents {
 impl sse::Source for JobEvents {
     async fn next(&mut self) -> sse::Next {
         loop {
-            let state = self.relay.store.job(&self.job_id, JobsOf::Everyone).ok().flatten().map(|j| j.state);
-            let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE) {
+            let state = self.relay.store.job(&self.job_id, JobsOf::Everyone).await.ok().flatten().map(|j| j.state);
+            let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE).await {
                 Ok(p) => p,
                 Err(e) => return sse::Next::End(Reason::Error, Some(e.to_string())),
             };
@@ -168,7 +168,7 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let since = sse::resume_seq(&headers, q.since)?;
-    let job = jobs::find(&relay, &caller, &id)?;
+    let job = jobs::find(&relay, &caller, &id).await?;
     let events = async_stream::stream! {
         let mut job = job;
         // Until the job has a session there are no events: wait for one, or the job's end.
@@ -181,7 +181,7 @@ pub async fn stream(
                 return;
             }
             tokio::time::sleep(NO_SESSION_POLL).await;
-            match relay.store.job(&job.id, JobsOf::Everyone) {
+            match relay.store.job(&job.id, JobsOf::Everyone).await {
                 Ok(Some(j)) => job = j,
                 _ => {
                     yield Ok(sse::close_event(Reason::Error, Some("the job is gone")));
@@ -197,7 +197,7 @@ pub async fn stream(
                 return;
             }
         };
-        let seq = relay.store.session_by_id(&session_id).ok().flatten().map_or(0, |s| s.event_seq);
+        let seq = relay.store.session_by_id(&session_id).await.ok().flatten().map_or(0, |s| s.event_seq);
         let rx = relay.sessions.live.subscribe(&session_id, seq);
         let source = JobEvents { relay, job_id: job.id, session_id, since, rx, saw_end: false, graced: false };
         for await e in sse::serve(admitted, source) {

@@ -38,8 +38,8 @@ pub mod inputs {
         inbox::{AnswerBody, Decide, InboxQuery},
         jobs::{CreateJob, JobStreamQuery},
         processes::{resume_from, InputBody, SinceQuery, StartBody},
-        sandboxes::CreateSandbox,
-        sessions::{CreateSecret, CreateSession, CreateTurn, EventsQuery, StreamQuery},
+        sandboxes::{CreateSandbox, ShareSandbox},
+        sessions::{CreateSecret, CreateSession, CreateTurn, EventsQuery, SecretQuery, StreamQuery},
         tickets::CreateTicket,
         tokens::CreateToken,
         watch::WatchQuery,
@@ -50,9 +50,12 @@ pub fn router(relay: Arc<Relay>) -> Router {
     let tokens = Router::new()
         .route("/api/tokens", post(tokens::create).get(tokens::list))
         .route("/api/tokens/{id}", delete(tokens::revoke))
+        .route_layer(middleware::from_fn(auth::admin_scope));
+    // A person's own secrets (an admin's: anyone's); not an agent's token (`mcp`, `jobs`).
+    let secrets = Router::new()
         .route("/api/secrets", post(sessions::create_secret).get(sessions::list_secrets))
         .route("/api/secrets/{name}", delete(sessions::delete_secret))
-        .route_layer(middleware::from_fn(auth::admin_scope));
+        .route_layer(middleware::from_fn(auth::person_scopes));
     let agents = Router::new()
         .route("/api/sessions", post(sessions::create).get(sessions::list))
         .route("/api/sessions/{session}", get(sessions::get).delete(sessions::delete))
@@ -86,7 +89,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sandboxes/{sandbox}/watch", get(watch::watch));
     let sandboxes = Router::new()
         .route("/api/sandboxes", post(sandboxes::create).get(sandboxes::list))
-        .route("/api/sandboxes/{sandbox}", get(sandboxes::get).delete(sandboxes::destroy))
+        .route("/api/sandboxes/{sandbox}", get(sandboxes::get).patch(sandboxes::share).delete(sandboxes::destroy))
         .route("/api/sandboxes/{sandbox}/pause", post(sandboxes::pause))
         .route("/api/sandboxes/{sandbox}/resume", post(sandboxes::resume))
         .merge(inside)
@@ -96,6 +99,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         // Any scope (a `jobs` token only for its jobs' streams): see `tickets`.
         .route("/api/tickets", post(tickets::create))
         .merge(tokens)
+        .merge(secrets)
         .merge(sandboxes)
         .merge(agents)
         .merge(jobs)

@@ -1,9 +1,9 @@
 //! Agent sessions: `POST/GET /api/sessions`, `GET/DELETE /api/sessions/{ref}`,
 //! `POST /api/sessions/{ref}/turns` (a follow-up), `POST /api/sessions/{ref}/cancel`,
 //! `GET /api/sessions/{ref}/events?since=&limit=&wait=` (a long poll) and
-//! `GET /api/sessions/{ref}/events/stream?since=` (SSE, `id` the seq); `GET /api/usage`; and the
-//! admin's `POST/GET /api/secrets`, `DELETE /api/secrets/{name}`.
-use std::{convert::Infallible, sync::Arc, time::Duration};
+//! `GET /api/sessions/{ref}/events/stream?since=` (SSE, `id` the seq); `GET /api/usage`; and
+//! `POST/GET /api/secrets`, `DELETE /api/secrets/{name}` (a person's own, an admin's any).
+use std::{convert::Infallible, sync::Arc};
 
 use axum::{
     extract::{Path, State},
@@ -22,8 +22,8 @@ use crate::{
     },
     app::Relay,
     auth::Caller,
-    secrets::SecretView,
-    sessions::{self, EventsPage, SessionView, StartRequest, TurnRequest},
+    secrets::{NewSecret, SecretView},
+    sessions::{self, EventsPage, EventsRead, SessionView, StartRequest, TurnRequest},
     store::EventRow,
     streams::{Front, Kind, Reason},
 };
@@ -76,7 +76,7 @@ pub async fn list(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(serde_json::json!({ "sessions": sessions::list(&relay, &caller)? })))
+    Ok(Json(serde_json::json!({ "sessions": sessions::list(&relay, &caller).await? })))
 }
 
 pub async fn get(
@@ -84,7 +84,7 @@ pub async fn get(
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(sessions::get(&relay, &caller, &reference)?))
+    Ok(Json(sessions::get(&relay, &caller, &reference).await?))
 }
 
 pub async fn delete(
@@ -137,10 +137,10 @@ pub async fn cancel(
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     #[serde(default)]
-    since: i64,
+    since: Option<i64>,
     #[serde(default)]
     limit: Option<usize>,
-    /// Seconds to wait for an event newer than `since` (at most 25).
+    /// Seconds to wait for an event newer than `since`.
     #[serde(default)]
     wait: Option<f64>,
 }
@@ -151,13 +151,8 @@ pub async fn events(
     Path(reference): Path<String>,
     Params(q): Params<EventsQuery>,
 ) -> Result<Json<EventsPage>, ApiError> {
-    let wait = match q.wait {
-        None => Duration::ZERO,
-        Some(w) if w.is_finite() && w >= 0.0 => Duration::from_secs_f64(w.min(sessions::MAX_WAIT.as_secs_f64())),
-        Some(_) => return Err(ApiError::bad_request("wait: seconds, 0 to 25")),
-    };
-    let limit = q.limit.unwrap_or(200);
-    Ok(Json(sessions::events(&relay, &caller, &reference, q.since, limit, wait).await?))
+    let read = EventsRead::new(q.since, q.limit, q.wait, "wait")?;
+    Ok(Json(sessions::events(&relay, &caller, &reference, read).await?))
 }
 
 #[derive(Deserialize)]
@@ -186,7 +181,7 @@ struct SessionEvents {
 impl sse::Source for SessionEvents {
     async fn next(&mut self) -> sse::Next {
         loop {
-            let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE) {
+            let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE).await {
                 Ok(p) => p,
                 Err(e) => return sse::Next::End(Reason::Error, Some(e.to_string())),
             };
@@ -217,7 +212,7 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let since = sse::resume_seq(&headers, q.since)?;
-    let session = sessions::find(&relay, &caller, &reference)?;
+    let session = sessions::find(&relay, &caller, &reference).await?;
     let admitted = relay.streams.open(&caller, &session.sandbox_id, Kind::Events, Front::Rest)?;
     let rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
     let source = SessionEvents { relay, session_id: session.id, since, follow: q.follow, rx };
@@ -225,7 +220,7 @@ pub async fn stream(
 }
 
 pub async fn usage(State(relay): State<Arc<Relay>>) -> Result<Json<sessions::Usage>, ApiError> {
-    Ok(Json(sessions::usage(&relay)?))
+    Ok(Json(sessions::usage(&relay).await?))
 }
 
 #[derive(Deserialize)]
@@ -233,20 +228,49 @@ pub async fn usage(State(relay): State<Arc<Relay>>) -> Result<Json<sessions::Usa
 pub struct CreateSecret {
     name: String,
     value: String,
+    /// Whose it is (an admin's choice): a person's id, or `null` for the admins'.
+    #[serde(default, deserialize_with = "present")]
+    person: Option<Option<String>>,
+    #[serde(default)]
+    shared_with: Vec<String>,
+}
+
+/// `"person": null` (the admins') apart from no `person` at all (the caller's default).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretQuery {
+    /// An admin's: the person whose secret is meant; empty for the admins'.
+    #[serde(default)]
+    person: Option<String>,
 }
 
 pub async fn create_secret(
     State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
     Body(b): Body<CreateSecret>,
 ) -> Result<(StatusCode, Json<SecretView>), ApiError> {
-    Ok((StatusCode::CREATED, Json(relay.secrets.put(&b.name, &b.value)?)))
+    let new = NewSecret { name: b.name, value: b.value, person: b.person, shared_with: b.shared_with };
+    Ok((StatusCode::CREATED, Json(relay.secrets.put(&caller, new).await?)))
 }
 
-pub async fn list_secrets(State(relay): State<Arc<Relay>>) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(serde_json::json!({ "secrets": relay.secrets.list()? })))
+pub async fn list_secrets(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(serde_json::json!({ "secrets": relay.secrets.list(&caller).await? })))
 }
 
-pub async fn delete_secret(State(relay): State<Arc<Relay>>, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
-    relay.secrets.delete(&name)?;
+pub async fn delete_secret(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    Params(q): Params<SecretQuery>,
+) -> Result<StatusCode, ApiError> {
+    let person = q.person.map(|p| Some(p).filter(|p| !p.is_empty()));
+    relay.secrets.delete(&caller, &name, person).await?;
     Ok(StatusCode::NO_CONTENT)
 }

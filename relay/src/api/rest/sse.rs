@@ -36,9 +36,9 @@ pub fn close_event(reason: Reason, message: Option<&str>) -> Event {
 /// (the last seq it saw) wins over the `since` of the URL it first used.
 pub fn resume_seq(headers: &axum::http::HeaderMap, since: Option<i64>) -> Result<i64, crate::api::ApiError> {
     match headers.get("last-event-id").map(|v| v.to_str().map(|s| s.trim().parse::<i64>())) {
-        Some(Ok(Ok(n))) => Ok(n),
+        Some(Ok(Ok(n))) if crate::sessions::check_since(n).is_ok() => Ok(n),
         Some(_) => Err(crate::api::ApiError::bad_request("Last-Event-ID must be an event's seq")),
-        None => Ok(since.unwrap_or(0)),
+        None => Ok(crate::sessions::check_since(since.unwrap_or(0))?),
     }
 }
 

@@ -29,7 +29,7 @@ pub async fn create(
     State(relay): State<Arc<Relay>>,
     Body(req): Body<CreateToken>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let (row, secret) = auth::create(&relay.store, &req.name, &req.scope, req.person.as_ref())?;
+    let (row, secret) = auth::create(&relay.store, &req.name, &req.scope, req.person.as_ref()).await?;
     relay.fleet.person(&row.person, &row.person_name);
     let mut body = serde_json::json!(row);
     body["secret"] = serde_json::Value::String(secret);
@@ -37,7 +37,7 @@ pub async fn create(
 }
 
 pub async fn list(State(relay): State<Arc<Relay>>) -> Result<Json<serde_json::Value>, ApiError> {
-    let tokens = relay.store.tokens().map_err(Error::from)?;
+    let tokens = relay.store.tokens().await.map_err(Error::from)?;
     Ok(Json(serde_json::json!({ "tokens": tokens })))
 }
 

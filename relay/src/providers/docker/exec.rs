@@ -94,12 +94,7 @@ impl DockerProvider {
         if timed_out {
             guard.kill().await;
             events::FallbackExecKilled { sandbox: &sandbox.name, reason: "timeout" }.emit();
-            return Ok(ExecOutput {
-                exit_code: -1,
-                stdout: stdout.into_bytes(),
-                stderr: stderr.into_bytes(),
-                timed_out: true,
-            });
+            return Ok(ExecOutput::of(-1, stdout, stderr, true));
         }
         guard.armed = false;
         // The output ends a moment before the Engine records the exit code.
@@ -112,7 +107,7 @@ impl DockerProvider {
                 _ => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         };
-        Ok(ExecOutput { exit_code, stdout: stdout.into_bytes(), stderr: stderr.into_bytes(), timed_out: false })
+        Ok(ExecOutput::of(exit_code, stdout, stderr, false))
     }
 }
 

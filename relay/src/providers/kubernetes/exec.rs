@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Status};
 use kube::api::{Api, AttachParams};
-use tokio::io::AsyncReadExt;
 
 use super::{
     super::options::{bad, valid_env_key, ENV_EXEC_MARK},
@@ -20,7 +19,7 @@ use super::{
 };
 use crate::{
     auth, events,
-    providers::{docker::scripts::KILL_SCRIPT, ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
+    providers::{docker::scripts::KILL_SCRIPT, read_tail, ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
     store::SandboxRow,
     text::Tail,
 };
@@ -52,17 +51,6 @@ fn exit_code(status: &Status) -> Option<i32> {
         .as_deref()?
         .parse()
         .ok()
-}
-
-async fn read_all(reader: Option<impl tokio::io::AsyncRead + Unpin>, tail: &mut Tail) {
-    let Some(mut reader) = reader else { return };
-    let mut buf = vec![0u8; 16 * 1024];
-    while let Ok(n) = reader.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        tail.push(&buf[..n]);
-    }
 }
 
 impl KubernetesProvider {
@@ -98,7 +86,7 @@ impl KubernetesProvider {
         let status = attached.take_status();
         let (mut out, mut err) = (Tail::new(EXEC_OUTPUT_BYTES), Tail::new(EXEC_OUTPUT_BYTES));
         let run = async {
-            tokio::join!(read_all(stdout, &mut out), read_all(stderr, &mut err));
+            tokio::join!(read_tail(stdout, &mut out), read_tail(stderr, &mut err));
             match status {
                 Some(s) => s.await,
                 None => None,
@@ -109,12 +97,7 @@ impl KubernetesProvider {
         let Ok(ended) = ended else {
             guard.kill().await;
             events::FallbackExecKilled { sandbox: &sandbox.name, reason: "timeout" }.emit();
-            return Ok(ExecOutput {
-                exit_code: -1,
-                stdout: out.into_bytes(),
-                stderr: err.into_bytes(),
-                timed_out: true,
-            });
+            return Ok(ExecOutput::of(-1, out, err, true));
         };
         guard.armed = false;
         let exit_code = match ended {
@@ -127,7 +110,7 @@ impl KubernetesProvider {
             // The stream ended without a status: the pod went away under it.
             None => -1,
         };
-        Ok(ExecOutput { exit_code, stdout: out.into_bytes(), stderr: err.into_bytes(), timed_out: false })
+        Ok(ExecOutput::of(exit_code, out, err, false))
     }
 }
 

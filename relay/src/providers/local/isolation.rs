@@ -8,8 +8,11 @@
 //! cannot enter, such as `/root`, so the sandbox's user can reach its work directory), holding
 //! only the path down to the sandbox's own work directory (bound from the host) and a root-only
 //! copy of the daemon's token. `/proc` is the namespace's: the sandbox sees its own processes.
-//! The user has no passwd entry on the host: a copy of `/etc/passwd` and `/etc/group` with its
-//! line added is bound over them inside.
+//! The user has no passwd entry on the host: inside, `/etc` is a tmpfs of the sandbox's own
+//! holding copies of `/etc/passwd` and `/etc/group` with its line added, and, for every other
+//! entry of the host's `/etc`, a symbolic link into the host's `/etc` bound whole beneath it. A
+//! file bound over a host file is detached when the host replaces that file by a rename (a
+//! package install does), which took the sandbox's user away; a directory's bind is not.
 use std::{
     io,
     os::unix::fs::{MetadataExt as _, PermissionsExt as _},
@@ -52,7 +55,7 @@ pub fn daemon_env(home: &Path) -> Vec<(String, String)> {
     env
 }
 
-fn find_on_path(name: &str) -> Option<PathBuf> {
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").unwrap_or_else(|_| DEFAULT_PATH.to_string());
     path.split(':').chain(DEFAULT_PATH.split(':')).map(|d| Path::new(d).join(name)).find(|p| p.is_file())
 }
@@ -108,9 +111,16 @@ const NAMESPACES: [&str; 8] =
 /// Run by /bin/sh as root inside the new namespaces, before the daemon: `$1` an empty staging
 /// directory, `$2` the directory to cover, `$3` the sandbox's directory, `$4` the daemon's
 /// binary; the daemon's arguments follow.
-/// - The sandbox's user exists only here: its passwd and group files are bound over the host's,
-///   read-only (setuid tools such as chfn write them).
+/// - The sandbox's user exists only here: `/etc` is a read-only tmpfs (setuid tools such as chfn
+///   write passwd) with the sandbox's passwd and group, and a link for every other entry of the
+///   host's `/etc`, into the host's `/etc` bound whole at `/etc/.hangar-host`: what the host
+///   changes there, by a rename or in place, the sandbox reads at once (resolv.conf, hosts,
+///   certificates). A host entry that is itself a link is copied (a relative target stays
+///   right). An entry the host adds later is not seen until the daemon starts again.
 /// - POSIX shared memory (/dev/shm) is the sandbox's own, as SysV IPC is (`--ipc`).
+/// - The work directory is bound in whole: where it is the mount point of the sandbox's own
+///   filesystem (`disk.rs`), the bind is of that filesystem. Other sandboxes' filesystems this
+///   namespace copied stay hidden under the tmpfs, and go when their directories are removed.
 /// - The tmpfs is built at the staging directory and moved over `$2` in one step at the end,
 ///   so nothing on the host has to be reached once it is covered.
 /// - Its directories are 0711 (umask 066): the sandbox's user passes through to its work
@@ -123,10 +133,30 @@ const SCRIPT: &str = r#"set -eu
 stage=$1 cover=$2 dir=$3 envd=$4
 shift 4
 mask=$(umask)
+etc=$dir/etc
+mkdir -p "$etc"
+mount -t tmpfs -o mode=0755,nosuid,nodev,size=1m hangar-etc "$etc"
+mkdir "$etc/.hangar-host"
+mount --rbind /etc "$etc/.hangar-host"
+(
+    cd /etc
+    set --
+    for n in * .[!.]* ..?*; do
+        case $n in passwd | group | .hangar-host) continue ;; esac
+        if [ -L "$n" ]; then
+            cp -P -- "$n" "$etc/$n"
+        elif [ -e "$n" ]; then
+            set -- "$@" "/etc/.hangar-host/$n"
+        fi
+    done
+    [ $# -eq 0 ] || ln -s -- "$@" "$etc/"
+)
 for f in passwd group; do
-    mount --bind "$dir/$f" "/etc/$f"
-    mount -o remount,bind,ro "/etc/$f"
+    cp -- "$dir/$f" "$etc/$f"
+    chmod 0644 "$etc/$f"
 done
+mount -o remount,ro "$etc"
+mount --move "$etc" /etc
 if [ -d /dev/shm ]; then
     mount -t tmpfs -o mode=1777,nosuid,nodev hangar-shm /dev/shm
 fi

@@ -7,8 +7,12 @@
 //! nothing (`Isolation::None`): commands run as the relay's user on the host, and the domain
 //! lets only admin tokens use such a sandbox unless the operator allows it. Either way the
 //! daemon gets only an allow-listed environment, and a pid is signalled only while it is still
-//! the daemon it was recorded for (`pids.rs`).
+//! the daemon it was recorded for (`pids.rs`). Where it isolates, each sandbox's work directory is
+//! a filesystem of its own of a bounded size (`disk.rs`), so a sandbox filling it costs no one
+//! else.
+mod disk;
 mod isolation;
+mod options;
 mod pids;
 
 use std::{
@@ -22,7 +26,12 @@ use std::{
 
 use tokio::{io::AsyncBufReadExt, process::Command};
 
+pub use disk::{
+    DiskError, Support as DiskSupport, DEFAULT_MIB as DEFAULT_DISK_MIB, MAX_MIB as MAX_DISK_MIB,
+    MIN_MIB as MIN_DISK_MIB,
+};
 pub use isolation::Support;
+use options::Options;
 use pids::Proc;
 
 use super::{ExecOutput, Provider, ProviderError};
@@ -39,8 +48,11 @@ pub struct LocalProvider {
     root: PathBuf,
     envd_bin: PathBuf,
     support: Support,
+    disk: disk::Support,
 }
 
+/// The sandbox's filesystem image, beside its work directory (the mount point).
+const IMAGE: &str = "work.img";
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a destroy waits for a killed daemon to be gone (with its namespace, everything in it).
@@ -50,18 +62,30 @@ const KILL_ROUNDS: usize = 100;
 
 impl LocalProvider {
     /// Makes the sandboxes' directory and finds out, once, whether sandboxes can be isolated
-    /// (it runs `unshare` to try, a few milliseconds).
-    pub fn new(root: PathBuf, envd_bin: PathBuf, isolation_disabled_for_tests: bool) -> io::Result<Self> {
+    /// (it runs `unshare` to try, a few milliseconds) and given filesystems of their own, of
+    /// `disk_mib` unless they ask otherwise.
+    pub fn new(
+        root: PathBuf,
+        envd_bin: PathBuf,
+        isolation_disabled_for_tests: bool,
+        disk_mib: u64,
+    ) -> io::Result<Self> {
         std::fs::create_dir_all(&root)?;
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
         let root = root.canonicalize()?;
         let support = isolation::detect(&root, isolation_disabled_for_tests);
-        Ok(Self { root, envd_bin, support })
+        let disk = disk::detect(&support, disk_mib);
+        Ok(Self { root, envd_bin, support, disk })
     }
 
     /// Whether new daemons start isolated, and if not, why.
     pub fn support(&self) -> &Support {
         &self.support
+    }
+
+    /// Whether new sandboxes get a filesystem of their own, and if not, why.
+    pub fn disk(&self) -> &disk::Support {
+        &self.disk
     }
 
     fn dir(&self, sandbox: &SandboxRow) -> PathBuf {
@@ -85,6 +109,7 @@ impl LocalProvider {
     async fn start_daemon(&self, sandbox: &mut SandboxRow) -> Result<Envd, ProviderError> {
         let dir = self.dir(sandbox);
         let work = dir.join("work");
+        self.remount(sandbox, &dir, &work).await?;
         let token = sandbox.envd_token.clone().unwrap_or_else(|| auth::random_hex(32));
         let token_file = dir.join("envd.token");
         write_secret(&token_file, &token).map_err(Self::io("writing the daemon's token"))?;
@@ -105,7 +130,7 @@ impl LocalProvider {
         let envd_bin = self.envd_bin();
         let (mut cmd, isolation) = match &self.support {
             Support::Namespaces { unshare } => {
-                let user = self.prepare_user(sandbox, &dir, &work)?;
+                let user = self.prepare_user(sandbox, &dir, &work).await?;
                 args.push("--default-user".into());
                 args.push(user.into());
                 let stage = dir.join("mnt");
@@ -170,17 +195,100 @@ impl LocalProvider {
         Envd::new(&url, &token).map_err(|e| ProviderError::DaemonStart(e.to_string()))
     }
 
+    /// Mounts the sandbox's image on its work directory again where it is not (the host
+    /// restarted): the daemon must never start on the directory beneath, on the state
+    /// directory's filesystem. A sandbox without an image (made by a relay from before images,
+    /// or one that could not make them) keeps its plain directory.
+    async fn remount(&self, sandbox: &SandboxRow, dir: &Path, work: &Path) -> Result<(), ProviderError> {
+        let image = dir.join(IMAGE);
+        if !image.exists() || disk::is_mounted(work) {
+            return Ok(());
+        }
+        let mount = match &self.disk {
+            disk::Support::Images { mount, .. } => mount.clone(),
+            // A relay that lost the right to mount still tries, and says why it failed.
+            disk::Support::Unavailable(_) => PathBuf::from("mount"),
+        };
+        disk::mount(&mount, &image, work).await.map_err(|e| self.disk_failed(sandbox, "mounting again", e))?;
+        events::LocalDiskRemounted { sandbox: &sandbox.name, path: &work.to_string_lossy() }.emit();
+        Ok(())
+    }
+
+    fn disk_failed(&self, sandbox: &SandboxRow, step: &str, e: disk::DiskError) -> ProviderError {
+        events::LocalDiskFailed { sandbox: &sandbox.name, step, error: &e.to_string() }.emit();
+        ProviderError::Disk(e)
+    }
+
+    /// Makes a new sandbox's work directory: its own filesystem where the relay gives one.
+    async fn make_work(&self, sandbox: &SandboxRow, dir: &Path, disk_mib: Option<u64>) -> Result<(), ProviderError> {
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work).map_err(Self::io(format!("creating {}", dir.display())))?;
+        // Only the relay's user may look into the sandbox's directory (its token, its log).
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(Self::io(format!("restricting {}", dir.display())))?;
+        let (disk::Support::Images { mkfs, mount, .. }, Some(mib)) = (&self.disk, disk_mib) else {
+            return Ok(());
+        };
+        let image = dir.join(IMAGE);
+        disk::make(mkfs, &image, mib).await.map_err(|e| self.disk_failed(sandbox, "making", e))?;
+        disk::mount(mount, &image, &work).await.map_err(|e| self.disk_failed(sandbox, "mounting", e))?;
+        // mkfs's lost+found (root's, 0700) would be the one thing in the sandbox's home it cannot
+        // enter; e2fsck makes it again should it ever need it.
+        std::fs::remove_dir(work.join("lost+found")).map_err(Self::io("removing lost+found from the work directory"))
+    }
+
+    /// Unmounts the sandbox's filesystem, if it has one, and removes its directory.
+    async fn remove_dir(&self, sandbox: &SandboxRow) -> Result<(), ProviderError> {
+        let dir = self.dir(sandbox);
+        let work = dir.join("work");
+        match disk::unmount(&work).await {
+            Ok(disk::Unmount::Detached) => {
+                events::LocalDiskDetached { sandbox: &sandbox.name, path: &work.to_string_lossy() }.emit();
+            }
+            Ok(_) => {}
+            // Removing the directory now would leave the mount behind and empty the sandbox's
+            // files through it: the sandbox stays, to be destroyed again.
+            Err(e) => return Err(self.disk_failed(sandbox, "unmounting", e)),
+        }
+        // Removing `work` also detaches the copies of its mount that other sandboxes' mount
+        // namespaces made when they started (the kernel does so for a mount point removed in
+        // another namespace), so none of them keeps this filesystem alive.
+        // A work directory of many files takes a while to remove: not on a runtime worker.
+        let removing = dir.clone();
+        let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(removing))
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)));
+        match removed {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ProviderError::Io { context: format!("removing {}", dir.display()), source: e }),
+        }
+    }
+
     /// The sandbox's own user: its uid (made once, kept in the row), the passwd and group files
     /// its namespace sees, and the work directory given to it. Returns the user's name.
-    fn prepare_user(&self, sandbox: &mut SandboxRow, dir: &Path, work: &Path) -> Result<String, ProviderError> {
-        let (uid, fresh) = match sandbox.uid {
-            Some(uid) => (uid, false),
-            None => (isolation::allocate_uid(&self.root).map_err(Self::io("choosing the sandbox's uid"))?, true),
-        };
+    /// The directory walks (choosing a uid, giving a work directory's files) run off the
+    /// runtime's workers.
+    async fn prepare_user(&self, sandbox: &mut SandboxRow, dir: &Path, work: &Path) -> Result<String, ProviderError> {
+        let (root, dir, work, uid) = (self.root.clone(), dir.to_path_buf(), work.to_path_buf(), sandbox.uid);
         let name = isolation::user_name(&sandbox.id);
-        isolation::write_user_files(dir, &name, uid, work).map_err(Self::io("writing the sandbox's passwd"))?;
-        // A sandbox that had no user yet may hold files the relay's user made: they become its.
-        isolation::give_to(work, uid, fresh).map_err(Self::io("giving the work directory to the sandbox's user"))?;
+        let user = name.clone();
+        let uid = tokio::task::spawn_blocking(move || -> Result<u32, ProviderError> {
+            let (uid, fresh) = match uid {
+                Some(uid) => (uid, false),
+                None => (isolation::allocate_uid(&root).map_err(Self::io("choosing the sandbox's uid"))?, true),
+            };
+            isolation::write_user_files(&dir, &user, uid, &work).map_err(Self::io("writing the sandbox's passwd"))?;
+            // A sandbox that had no user yet may hold files the relay's user made: they become its.
+            isolation::give_to(&work, uid, fresh)
+                .map_err(Self::io("giving the work directory to the sandbox's user"))?;
+            Ok(uid)
+        })
+        .await
+        .map_err(|e| ProviderError::Io {
+            context: "preparing the sandbox's user".into(),
+            source: io::Error::other(e),
+        })??;
         sandbox.uid = Some(uid);
         Ok(name)
     }
@@ -232,15 +340,24 @@ impl Provider for LocalProvider {
     }
 
     async fn create(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError> {
-        if !sandbox.options.as_object().is_none_or(|o| o.is_empty()) {
-            return Err(ProviderError::BadOptions("the local provider takes no options".into()));
-        }
+        let options = Options::parse(&sandbox.options, &self.disk)?;
+        sandbox.options = options.to_json();
         let dir = self.dir(sandbox);
-        std::fs::create_dir_all(dir.join("work")).map_err(Self::io(format!("creating {}", dir.display())))?;
-        // Only the relay's user may look into the sandbox's directory (its token, its log).
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(Self::io(format!("restricting {}", dir.display())))?;
-        self.start_daemon(sandbox).await?;
+        let made = match self.make_work(sandbox, &dir, options.disk_mib).await {
+            Ok(()) => self.start_daemon(sandbox).await.map(drop),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = made {
+            // No row will name this sandbox: nothing of it may stay, its mount least of all.
+            if let Err(undo) = self.remove_dir(sandbox).await {
+                events::CleanupFailed {
+                    what: "removing a local sandbox that failed to start",
+                    error: &undo.to_string(),
+                }
+                .emit();
+            }
+            return Err(e);
+        }
         sandbox.daemon = true;
         Ok(())
     }
@@ -298,12 +415,7 @@ impl Provider for LocalProvider {
                 events::CleanupFailed { what: "stopping a local sandbox's daemon", error: &error }.emit();
             }
         }
-        let dir = self.dir(sandbox);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ProviderError::Io { context: format!("removing {}", dir.display()), source: e }),
-        }
+        self.remove_dir(sandbox).await
     }
 
     async fn exec(
@@ -329,17 +441,24 @@ impl Provider for LocalProvider {
         let mut cmd = Command::new("/bin/bash");
         cmd.arg("-lc").arg(command).current_dir(dir);
         cmd.env_clear().envs(isolation::daemon_env(&work)).envs(env.iter().cloned());
-        cmd.stdin(Stdio::null()).process_group(0).kill_on_drop(true);
-        let child = cmd.output();
-        match tokio::time::timeout(timeout, child).await {
-            Ok(Ok(out)) => Ok(ExecOutput {
-                exit_code: out.status.code().unwrap_or(-1),
-                stdout: out.stdout,
-                stderr: out.stderr,
-                timed_out: false,
-            }),
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.process_group(0).kill_on_drop(true);
+        let mut child =
+            cmd.spawn().map_err(|e| ProviderError::Io { context: "running the command".into(), source: e })?;
+        // Each output is read into its last EXEC_OUTPUT_BYTES as it comes, as the other
+        // providers' execs keep it: a command printing gigabytes costs the relay 256 KiB each.
+        let (mut out, mut err) =
+            (crate::text::Tail::new(super::EXEC_OUTPUT_BYTES), crate::text::Tail::new(super::EXEC_OUTPUT_BYTES));
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let run = async {
+            tokio::join!(super::read_tail(stdout, &mut out), super::read_tail(stderr, &mut err));
+            child.wait().await
+        };
+        // At the timeout the child is dropped, and so killed (`kill_on_drop`).
+        match tokio::time::timeout(timeout, run).await {
+            Ok(Ok(status)) => Ok(ExecOutput::of(status.code().unwrap_or(-1), out, err, false)),
             Ok(Err(e)) => Err(ProviderError::Io { context: "running the command".into(), source: e }),
-            Err(_) => Ok(ExecOutput { exit_code: -1, timed_out: true, ..Default::default() }),
+            Err(_) => Ok(ExecOutput::of(-1, out, err, true)),
         }
     }
 }

@@ -84,7 +84,7 @@ pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) 
     }
     let item = |i: ItemRow| result(serde_json::to_value(i).unwrap_or(Value::Null), ITEM_TEXT);
     match action {
-        Action::List => Ok(result(json!(inbox::list(relay, caller, a.ended)?), LIST_TEXT)),
+        Action::List => Ok(result(json!(inbox::list(relay, caller, a.ended).await?), LIST_TEXT)),
         Action::Allow | Action::Deny => {
             let decision = if action == Action::Allow { Decision::Allow } else { Decision::Deny };
             let id = need(a.item, "item", action)?;
@@ -94,6 +94,6 @@ pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) 
             let id = need(a.item, "item", action)?;
             Ok(item(answers::answer(relay, caller, &id, &need(a.answer, "answer", action)?).await?))
         }
-        Action::Ack => Ok(item(inbox::ack(relay, caller, &need(a.item, "item", action)?)?)),
+        Action::Ack => Ok(item(inbox::ack(relay, caller, &need(a.item, "item", action)?).await?)),
     }
 }

@@ -103,10 +103,10 @@ pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) 
             };
             Ok(view(jobs::start(relay, caller, req).await?))
         }
-        Action::Status => Ok(view(jobs::get(relay, caller, &need(a.job, "job", action)?)?)),
+        Action::Status => Ok(view(jobs::get(relay, caller, &need(a.job, "job", action)?).await?)),
         Action::Cancel => Ok(view(jobs::cancel(relay, caller, &need(a.job, "job", action)?).await?)),
         Action::List => {
-            let list = jobs::list(relay, caller)?;
+            let list = jobs::list(relay, caller).await?;
             let marked: Vec<String> =
                 list.first().map(|v| v.agent_text.iter().map(|f| format!("jobs[].{f}")).collect()).unwrap_or_default();
             let marked: Vec<&str> = marked.iter().map(String::as_str).collect();

@@ -74,8 +74,9 @@ pub fn list() -> Vec<Tool> {
     vec![
         Tool::new(
             "sandboxes",
-            "The sandboxes you may use: name, provider, state, and whether each has its daemon \
-             (streamed output, background processes' input and watches need it).",
+            "The sandboxes you may use (your person's, those shared with you): name, provider, \
+             state, owner, shared_with, and whether each has its daemon (streamed output, \
+             background processes' input and watches need it).",
             schema(json!({ "type": "object", "properties": {}, "additionalProperties": false })),
         )
         .with_annotations(
@@ -296,7 +297,7 @@ pub async fn call(
         return failed(Error::unavailable("the relay is shutting down: no new calls"));
     }
     let result = match req.name.as_ref() {
-        "sandboxes" => sandboxes::call(relay, req.arguments),
+        "sandboxes" => sandboxes::call(relay, caller, req.arguments).await,
         "exec" => exec::call(relay, caller, req.arguments, ctx).await,
         "process" => process::call(relay, caller, req.arguments, ctx).await,
         "session" => session::call(relay, caller, req.arguments, ctx).await,

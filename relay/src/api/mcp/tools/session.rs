@@ -1,7 +1,7 @@
 //! The `session` tool: agent sessions (start, prompt, cancel, status, list, events) through the
 //! same `sessions` calls as `/api/sessions`. The agent's own text in a result is named in
 //! `_meta["hangar/agent_text"]`: it is untrusted, never instructions.
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use rmcp::{
     model::{CallToolResult, JsonObject, ProgressNotificationParam},
@@ -16,13 +16,11 @@ use crate::{
     app::Relay,
     auth::Caller,
     error::{Error, Result},
-    sessions::{self, EventsPage, SessionView, StartRequest, TurnRequest},
+    sessions::{self, EventsPage, EventsRead, SessionView, StartRequest, TurnRequest},
     store::{EventRow, TurnState},
     streams::{Front, Kind, Reason},
 };
 
-/// Events a read returns when the call names no `limit` (as over REST).
-pub const DEFAULT_LIMIT: usize = 200;
 /// Where the agent's text is in an `events` result: the data of every event whose
 /// `data.source` is not `"hangar"` (hangar's own events say `"hangar"`).
 const EVENTS_AGENT_TEXT: &[&str] = &["events[].data"];
@@ -145,9 +143,9 @@ pub async fn call(
             Ok(view(sessions::follow_up(relay, caller, &reference, req).await?))
         }
         Action::Cancel => Ok(view(sessions::cancel(relay, caller, &need(a.session, "session", action)?).await?)),
-        Action::Status => Ok(view(sessions::get(relay, caller, &need(a.session, "session", action)?)?)),
+        Action::Status => Ok(view(sessions::get(relay, caller, &need(a.session, "session", action)?).await?)),
         Action::List => {
-            let list = sessions::list(relay, caller)?;
+            let list = sessions::list(relay, caller).await?;
             let marked: Vec<String> = list
                 .first()
                 .map(|v| v.agent_text.iter().map(|f| format!("sessions[].{f}")).collect())
@@ -157,21 +155,8 @@ pub async fn call(
         }
         Action::Events => {
             let reference = need(a.session, "session", action)?;
-            let since = a.since.unwrap_or(0);
-            if since < 0 {
-                return Err(Error::invalid("since: an event's seq (a previous read's next), 0 or more"));
-            }
-            let limit = a.limit.unwrap_or(DEFAULT_LIMIT);
-            if !(1..=sessions::MAX_EVENTS_PER_READ).contains(&limit) {
-                return Err(Error::invalid(format!("limit: 1 to {}", sessions::MAX_EVENTS_PER_READ)));
-            }
-            let max = sessions::MAX_WAIT.as_secs_f64();
-            let wait = match a.wait_seconds {
-                None => Duration::ZERO,
-                Some(w) if w.is_finite() && (0.0..=max).contains(&w) => Duration::from_secs_f64(w),
-                Some(w) => return Err(Error::invalid(format!("wait_seconds: {w}: 0 to {max}"))),
-            };
-            events(relay, caller, &reference, since, limit, wait, ctx).await
+            let read = EventsRead::new(a.since, a.limit, a.wait_seconds, "wait_seconds")?;
+            events(relay, caller, &reference, read, ctx).await
         }
     }
 }
@@ -230,21 +215,20 @@ async fn events(
     relay: &Arc<Relay>,
     caller: &Caller,
     reference: &str,
-    since: i64,
-    limit: usize,
-    wait: Duration,
+    read: EventsRead,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
-    let session = sessions::find(relay, caller, reference)?;
+    let session = sessions::find(relay, caller, reference).await?;
+    let (since, limit, wait) = (read.since(), read.limit(), read.wait());
     if wait.is_zero() {
-        return Ok(whole(&session.name, &sessions::read_page(relay, &session.id, since, limit)?, None));
+        return Ok(whole(&session.name, &sessions::read_page(relay, &session.id, since, limit).await?, None));
     }
     let mut admitted = relay.streams.open(caller, &session.sandbox_id, Kind::Events, Front::Mcp)?;
     let Some(token) = ctx.meta.get_progress_token() else {
         let r = tokio::select! {
-            r = sessions::events(relay, caller, &session.id, since, limit, wait) => r.map(|p| (p, None)),
+            r = sessions::events(relay, caller, &session.id, read) => r.map(|p| (p, None)),
             reason = admitted.closed() => {
-                sessions::read_page(relay, &session.id, since, limit).map(|p| (p, Some(reason)))
+                sessions::read_page(relay, &session.id, since, limit).await.map(|p| (p, Some(reason)))
             }
             _ = ctx.ct.cancelled() => Err(Error::unavailable("the call was cancelled")),
         };
@@ -259,7 +243,7 @@ async fn events(
     let mut closed = None;
     let mut first = true;
     loop {
-        let p = sessions::read_page(relay, &session.id, next, limit - sent.len())?;
+        let p = sessions::read_page(relay, &session.id, next, limit - sent.len()).await?;
         for e in p.events {
             let text = serde_json::to_string(&e).unwrap_or_default();
             if let Err(r) = admitted.send(text.len() as u64).await {
@@ -294,6 +278,6 @@ async fn events(
     }
     admitted.end(closed.unwrap_or(Reason::Done));
     // Whether more is recorded past what was sent, and the state as it is now.
-    let after = sessions::read_page(relay, &session.id, next, 1)?;
+    let after = sessions::read_page(relay, &session.id, next, 1).await?;
     Ok(page(&session.name, &sent, next, !after.events.is_empty(), after.state, closed))
 }

@@ -1,0 +1,128 @@
+//! Secrets between persons, driven through the real relay as curl would: a secret belongs to a
+//! person (or the admins), is used only by its person and those it is shared with, is refused
+//! alike whether it exists or not, and is redacted in the forms an agent's output commonly
+//! carries it (base64 at each alignment, hex, reversed, upper-cased, spaced, wrapped,
+//! `\u`-escaped).
+use hangar_e2e::{
+    relay::{Relay, StateDir, ADMIN},
+    sessions::{all_events, harness_file, profile, start, until_ended},
+    STEP,
+};
+use serde_json::{json, Value};
+
+/// Literal arguments: braces are doubled, since a profile's `{...}` are placeholders.
+fn argv(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.replace('{', "{{").replace('}', "}}")).collect()
+}
+
+/// Prints `$E2E_TOKEN` as an agent's messages, once per form, each labelled.
+const ENCODINGS: &str = r#"cat >/dev/null
+v=$E2E_TOKEN
+say() { printf '{"type":"assistant","message":{"content":[{"type":"text","text":"%s %s"}]}}\n' "$1" "$2"; }
+say plain "$v"
+say b64 "$(printf %s "$v" | base64 -w0)"
+say b64a1 "$(printf x%s "$v" | base64 -w0)"
+say b64a2 "$(printf xx%s "$v" | base64 -w0 | tr -d =)"
+say hex "$(printf %s "$v" | od -An -tx1 -v | tr -d ' \n')"
+say rev "$(printf %s "$v" | rev)"
+say upper "$(printf %s "$v" | tr a-z A-Z)"
+say spaced "$(printf %s "$v" | sed 's/./& /g')"
+say wrapped "${v:0:9}\\n${v:9}"
+say uesc "$(printf %s "$v" | od -An -tx1 -v | tr -s ' \n' '  ' | sed 's/ \([0-9a-f][0-9a-f]\)/\\\\u00\1/g')"
+"#;
+
+const LABELS: [&str; 10] = ["plain", "b64", "b64a1", "b64a2", "hex", "rev", "upper", "spaced", "wrapped", "uesc"];
+
+fn relay(state: &StateDir) -> Relay {
+    let script = argv(&["bash", "-c", ENCODINGS]);
+    let file = harness_file(&state.0, &[profile("encodings", &script, Some(&script), "claude-stream-json", "none")]);
+    Relay::start(
+        &state.0,
+        &[("HANGAR_HARNESSES", file.to_str().expect("path")), ("HANGAR_SESSION_POLL_SECONDS", "0.3")],
+    )
+}
+
+fn session(name: &str, secrets: &[&str]) -> Value {
+    json!({"name": name, "sandbox": "default", "harness": "encodings", "prompt": "p", "secrets": secrets})
+}
+
+async fn put(relay: &Relay, token: &str, body: Value) -> Value {
+    let r = relay.call("POST", "/api/secrets", Some(token), Some(body.clone())).await;
+    assert_eq!(r.status, 201, "{body}: {r:?}");
+    r.json()
+}
+
+#[tokio::test]
+async fn a_secret_is_its_persons_and_those_it_is_shared_with() {
+    let state = StateDir::new();
+    let relay = relay(&state);
+    relay.share_default().await;
+    let (ada, bob) = (relay.token("ada", "user").await, relay.token("bob", "user").await);
+    let mcp = relay.token("ada-orchestrator", "mcp").await;
+    put(&relay, ADMIN, json!({"name": "ADMIN_KEY", "value": "admin-value-0123456789"})).await;
+    let mine = put(&relay, &ada.secret, json!({"name": "E2E_TOKEN", "value": "ada-value-0123456789"})).await;
+    assert_eq!((mine["person"].clone(), mine["shared_with"].clone()), (json!("ada"), json!([])), "{mine}");
+
+    // Another person's secret, the admins' and one that does not exist: one refusal, word for
+    // word but the name, before anything starts.
+    let mut refusals = Vec::new();
+    for name in ["E2E_TOKEN", "ADMIN_KEY", "NO_SUCH_KEY"] {
+        let r = relay.call("POST", "/api/sessions", Some(&bob.secret), Some(session("steal", &[name]))).await;
+        assert_eq!(r.status, 403, "{name}: {r:?}");
+        refusals.push(String::from_utf8_lossy(&r.body).replace(name, "NAME"));
+    }
+    assert!(refusals.windows(2).all(|w| w[0] == w[1]), "{refusals:?}");
+    let listed = relay.call("GET", "/api/sessions", Some(&bob.secret), None).await;
+    assert_eq!(listed.json()["sessions"], json!([]), "nothing started: {listed:?}");
+
+    // A person cannot make another's secret, nor the admins'; an agent's token manages none.
+    for body in [
+        json!({"name": "X_KEY", "value": "x-value-0123456789", "person": "ada"}),
+        json!({"name": "X_KEY", "value": "x-value-0123456789", "person": null}),
+    ] {
+        let r = relay.call("POST", "/api/secrets", Some(&bob.secret), Some(body.clone())).await;
+        assert_eq!(r.status, 403, "{body}: {r:?}");
+    }
+    assert_eq!(relay.call("GET", "/api/secrets", Some(&mcp.secret), None).await.status, 403);
+    let r = relay.call("DELETE", "/api/secrets/E2E_TOKEN", Some(&bob.secret), None).await;
+    assert_eq!(r.status, 404, "{r:?}");
+
+    // Shared: bob now sees it and may use it; its owner and the admins see whom it is shared with.
+    put(&relay, &ada.secret, json!({"name": "E2E_TOKEN", "value": "ada-value-0123456789", "shared_with": ["bob"]}))
+        .await;
+    let seen = relay.call("GET", "/api/secrets", Some(&bob.secret), None).await.json();
+    assert_eq!(seen["secrets"][0]["name"], json!("E2E_TOKEN"), "{seen}");
+    start(&relay, &bob.secret, session("shared", &["E2E_TOKEN"])).await;
+    let s = until_ended(&relay, &bob.secret, "shared", STEP).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    let events = serde_json::to_string(&all_events(&relay, &bob.secret, "shared").await).expect("json");
+    assert!(events.contains("plain [redacted:E2E_TOKEN]"), "the harness got ada's value: {events}");
+
+    // Unshared: bob's next turn cannot start with it.
+    put(&relay, &ada.secret, json!({"name": "E2E_TOKEN", "value": "ada-value-0123456789"})).await;
+    let r = relay.call("POST", "/api/sessions/shared/turns", Some(&bob.secret), Some(json!({"prompt": "again"}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let s = until_ended(&relay, &bob.secret, "shared", STEP).await;
+    assert_ne!(s["state"], json!("succeeded"), "a secret no longer shared is not handed over: {s}");
+    assert!(s.to_string().contains("E2E_TOKEN"), "the turn says which secret: {s}");
+}
+
+#[tokio::test]
+async fn redaction_catches_the_common_encodings_of_a_value() {
+    let state = StateDir::new();
+    let relay = relay(&state);
+    let value = "sk-e2e-7f3a9c1d2b4e6f80";
+    put(&relay, ADMIN, json!({"name": "E2E_TOKEN", "value": value})).await;
+    start(&relay, ADMIN, session("enc", &["E2E_TOKEN"])).await;
+    let s = until_ended(&relay, ADMIN, "enc", STEP).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    let events: Vec<String> = all_events(&relay, ADMIN, "enc").await.iter().map(Value::to_string).collect();
+    for label in LABELS {
+        let said = events
+            .iter()
+            .find(|e| e.contains(&format!("\"{label} ")))
+            .unwrap_or_else(|| panic!("no message {label}: {events:?}"));
+        assert!(said.contains("[redacted:E2E_TOKEN]"), "{label} passed redaction: {said}");
+    }
+    assert!(!events.concat().contains(value));
+}
