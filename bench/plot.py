@@ -1,4 +1,4 @@
-"""Draws the per-line delay distributions of a hangar-bench result (scenarios 1, 5 and 6) as one PNG.
+"""Draws the per-line delay distributions of a hangar-bench result (scenarios 1, 5, 6 and 9) as one PNG.
 
 Usage: plot.py RESULT.json OUT.png. Reads only the JSON hangar-bench wrote, so a plot can be
 redrawn from committed results.
@@ -21,9 +21,9 @@ def cdf(ax, percentiles, label):
 def main(src, dest):
     with open(src) as f:
         r = json.load(f)
-    panels = [p for p in ("streaming", "scale", "turns") if r.get(p)]
+    panels = [p for p in ("streaming", "scale", "turns", "agents") if r.get(p)]
     if not panels:
-        print(f"plot.py: {src} has no streaming, scale or turns results: no plot", file=sys.stderr)
+        print(f"plot.py: {src} has no streaming, scale, turns or agents results: no plot", file=sys.stderr)
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False)
     for ax, panel in zip(axes[0], panels):
@@ -39,6 +39,12 @@ def main(src, dest):
                 cdf(ax, row["recorded_ms"]["percentiles"], f"{label}: recorded")
                 cdf(ax, row["delivered_ms"]["percentiles"], f"{label}: at the SSE client")
             ax.set_title(f"6. Turn events, {t['runs']} runs x {t['lines_with_events']} lines")
+        elif panel == "agents":
+            a = r["agents"]
+            for row in a["rows"]:
+                label = f"{row['provider']} {row['agents']} agents on {row['sandboxes']}, {row['pace']}"
+                cdf(ax, row["recorded_ms"]["percentiles"], label)
+            ax.set_title(f"9. The fleet under load: line to recorded, {a['seconds']:.0f} s a case")
         else:
             s = r["scale"]
             d = s["line_delay_ms"]
@@ -46,7 +52,7 @@ def main(src, dest):
             cdf(ax, s["line_delay_all_open_ms"]["percentiles"], "lines printed while all were open")
             ax.set_title(f"5. Each line's delay, {s['streams']} streams ({d['n']} lines)")
         ax.set_xscale("log")
-        what = "delay from a log line's writing" if panel == "turns" else "delay from printing to arrival"
+        what = "delay from a log line's writing" if panel in ("turns", "agents") else "delay from printing to arrival"
         ax.set_xlabel(f"{what}, ms (log)")
         ax.set_ylabel("percentile")
         ax.grid(True, which="both", alpha=0.3)

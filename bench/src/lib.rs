@@ -27,7 +27,7 @@ use clap::ValueEnum;
 
 pub use error::{BenchError, Result};
 use report::Results;
-use scenarios::{fleet, follow, memory, scale, starts, streaming, throughput, turns, watch};
+use scenarios::{agents, fleet, follow, memory, scale, starts, streaming, throughput, turns, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
@@ -40,9 +40,10 @@ pub enum Scenario {
     Turns,
     Fleet,
     Starts,
+    Agents,
 }
 
-pub const ALL: [Scenario; 9] = [
+pub const ALL: [Scenario; 10] = [
     Scenario::Streaming,
     Scenario::Follow,
     Scenario::Watch,
@@ -52,6 +53,7 @@ pub const ALL: [Scenario; 9] = [
     Scenario::Turns,
     Scenario::Fleet,
     Scenario::Starts,
+    Scenario::Agents,
 ];
 
 /// How much of each scenario to run: the full run behind committed results, or a quick one
@@ -142,6 +144,7 @@ pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results>
                 r.fleet = Some(fleet::run(&cfg).await?);
             }
             Scenario::Starts => r.starts = Some(starts::run(&starts::Config { starts: sizes.starts }).await?),
+            Scenario::Agents => r.agents = Some(agents::run(&agents::Config::new(sizes.quick)).await?),
         }
         eprintln!("hangar-bench: {s:?} done in {:.1} s", t.elapsed().as_secs_f64());
     }

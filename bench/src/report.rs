@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::{
     error::{fail, IoContext, Result},
     machine::Machine,
-    scenarios::{fleet, follow, memory, scale, starts, streaming, throughput, turns, watch},
+    scenarios::{agents, fleet, follow, memory, scale, starts, streaming, throughput, turns, watch},
     shipped::Shipped,
     stats::{significant, Summary},
 };
@@ -37,6 +37,7 @@ pub struct Results {
     pub turns: Option<turns::Report>,
     pub fleet: Option<fleet::Report>,
     pub starts: Option<starts::Report>,
+    pub agents: Option<agents::Report>,
 }
 
 impl Results {
@@ -57,6 +58,7 @@ impl Results {
             turns: None,
             fleet: None,
             starts: None,
+            agents: None,
         }
     }
 
@@ -438,7 +440,104 @@ pub fn markdown(r: &Results) -> String {
             ratios(&st.joined_vs_cloned)
         );
     }
+    if let Some(a) = &r.agents {
+        agents_markdown(&mut m, a);
+    }
     m
+}
+
+fn p3(s: &Summary) -> String {
+    format!("{} / {} / {}", ms(s.p50), ms(s.p95), ms(s.p99))
+}
+
+/// Scenario 9's section.
+fn agents_markdown(m: &mut String, a: &agents::Report) {
+    let _ = writeln!(m, "## 9. The fleet under load\n");
+    let _ = writeln!(
+        m,
+        "N agent sessions on S sandboxes, each a turn of `hangar-bench-agent-writer` (Claude Code stream-json lines, a 64 KiB tool result every 40 lines, one agent in ten writing one 1 MiB line) for {:.0} s, started over {:.0} s; {} followers on tokens of their own following sampled sessions; an unrelated `exec/stream` printing a line every 10 ms (set against the same stream before the agents started); the fleet stream read and `GET /api/fleet` read every 200 ms. CPU and memory over the window in which every agent writes. Kubernetes and several relays are not measured here.\n",
+        a.seconds, a.ramp, a.followers
+    );
+    let _ = writeln!(m, "| Provider | N | S | Pace | Lines/s | Ramp, window, s | Streams (limit) | Line to recorded p50/p95/p99, ms | Line to SSE follower p50/p95/p99, ms (sessions) | Polled turns | Unrelated stream p99: idle → loaded, ms (ratio) | Fleet update beyond 2 s p50/p99/max, ms | Fleet read p50/p95, ms | Relay CPU, % of a core: unrelated stream alone → loaded (ms per 1,000 events) | Relay RSS | Machine CPU: alone → loaded | Writers' CPU, % of a core (µs a line) | Bytes written per event | Turns not succeeded |");
+    let _ = writeln!(m, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in &a.rows {
+        let fleet = row
+            .fleet_update_excess_ms
+            .as_ref()
+            .map_or("n/a".to_string(), |e| format!("{} / {} / {}", ms(e.p50), ms(e.p99), ms(e.max)));
+        let _ = writeln!(
+            m,
+            "| {:?} | {} | {} | {} | {:.0} | {:.1}, {:.1} | {} | {} | {} ({}) | {} | {} → {} ({}) | {} | {} | {:.1}% → {:.1}% ({:.0}) | {} | {:.0}% → {:.0}% | {:.2}% ({:.0}) | {:.0} | {} |",
+            row.provider,
+            row.agents,
+            row.sandboxes,
+            row.pace,
+            row.lines_per_second,
+            row.ramp_seconds,
+            row.window_seconds,
+            row.stream_max_total,
+            p3(&row.recorded_ms),
+            p3(&row.delivered_ms),
+            row.followed_sessions,
+            row.polled_turns,
+            ms(row.unrelated_idle_ms.p99),
+            ms(row.unrelated_loaded_ms.p99),
+            one_ratio(row.unrelated_ratio[1]),
+            fleet,
+            pair(&row.fleet_read_ms),
+            row.relay_cpu_idle_percent,
+            row.relay_cpu_percent,
+            row.relay_cpu_ms_per_1000_events,
+            mib(row.relay_rss_kib),
+            row.machine_cpu_idle_percent,
+            row.machine_cpu_percent,
+            row.writers_cpu_percent,
+            row.writer_cpu_us_per_line,
+            row.sqlite_bytes_per_event,
+            row.turns_not_succeeded
+        );
+    }
+    for row in a.rows.iter().filter(|r| !r.raised_limits.is_empty()) {
+        let _ = writeln!(
+            m,
+            "\n{:?}, {} agents on {}: limits raised: {}.",
+            row.provider,
+            row.agents,
+            row.sandboxes,
+            row.raised_limits.join(", ")
+        );
+    }
+    for row in a.rows.iter().filter(|r| r.polled_turns > 0) {
+        let why: Vec<String> = row.polled_why.iter().map(|(w, n)| format!("{n}: {w}")).collect();
+        let _ = writeln!(
+            m,
+            "\n{:?}, {} agents on {}: {} turns polled rather than followed ({}).",
+            row.provider,
+            row.agents,
+            row.sandboxes,
+            row.polled_turns,
+            if why.is_empty() { "why: run with HANGAR_BENCH_RELAY_LOG=info".to_string() } else { why.join("; ") }
+        );
+    }
+    let _ = writeln!(m, "\nGoals (docs/performance.md, issue 36 part 4):\n");
+    let _ = writeln!(m, "| Case | Goal | Value | Limit | Met |");
+    let _ = writeln!(m, "|---|---|---|---|---|");
+    for row in &a.rows {
+        for g in &row.goals {
+            let _ = writeln!(
+                m,
+                "| {:?}, {} agents on {} | {} | {} | {} | {} |",
+                row.provider,
+                row.agents,
+                row.sandboxes,
+                g.what,
+                significant(g.value, 3),
+                g.limit,
+                if g.met { "yes" } else { "**no**" }
+            );
+        }
+    }
+    let _ = writeln!(m);
 }
 
 /// Now in UTC as `YYYY-MM-DDTHH:MM:SSZ`.

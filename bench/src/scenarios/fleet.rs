@@ -97,7 +97,13 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     std::fs::write(&file, harnesses(&fixture.to_string_lossy())).ctx(format!("writing {}", file.display()))?;
     let file = file.to_string_lossy().into_owned();
     let per_token = (WATCHERS + 16).to_string();
-    let world = RelayWorld::start(&[("HANGAR_HARNESSES", &file), ("HANGAR_STREAM_MAX_PER_TOKEN", &per_token)]);
+    // Each local sandbox reserves its disk when it is made: 200 of the default 2 GiB would ask for
+    // 400 GiB. These sandboxes hold nothing, so each gets the smallest (docs/operations.md).
+    let world = RelayWorld::start(&[
+        ("HANGAR_HARNESSES", &file),
+        ("HANGAR_STREAM_MAX_PER_TOKEN", &per_token),
+        ("HANGAR_LOCAL_DISK_MIB", "64"),
+    ]);
     let person = post(
         &world,
         ADMIN,

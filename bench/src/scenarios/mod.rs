@@ -1,5 +1,6 @@
 //! The scenarios, one module each, numbered as in docs/performance.md.
 
+pub mod agents;
 pub mod fleet;
 pub mod follow;
 pub mod memory;
