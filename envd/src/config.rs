@@ -51,10 +51,16 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1024..=(256 * 1024 * 1024)))]
     pub max_message_bytes: u64,
 
-    /// Directory watches and follows that may run at once (each holds one inotify instance).
+    /// Directory watches that may run at once (each holds one inotify instance).
     #[arg(long, env = "HANGAR_ENVD_MAX_WATCHES", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub max_watches: u32,
+
+    /// Follows that may run at once (all share one inotify instance; each holds an open file and
+    /// a 64 KiB buffer).
+    #[arg(long, env = "HANGAR_ENVD_MAX_FOLLOWS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_follows: u32,
 
     /// Seconds a polled watcher (E2B's CreateWatcher) lives without a GetWatcherEvents call.
     #[arg(long, env = "HANGAR_ENVD_WATCHER_IDLE_SECONDS", default_value_t = 60,

@@ -93,6 +93,7 @@ impl Daemon {
             max_message_bytes: config.max_message_bytes,
             max_watches: config.max_watches,
             watches: watches.clone(),
+            follows: crate::follow::Follows::new(config.max_follows),
         });
         let services = if config.e2b_only { wire::Services::E2bOnly } else { wire::Services::All };
         let app = wire::app(core, Arc::new(auth::AccessToken::new(token)), services);

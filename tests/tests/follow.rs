@@ -248,6 +248,98 @@ async fn follow_errors() {
     assert_eq!(code(&st), "invalid_argument", "{st:?}");
 }
 
+/// The inotify instances a process holds, and the watches in them (each is a line of the
+/// instance's fdinfo).
+fn inotify_use(pid: u32) -> (usize, usize) {
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).expect("the daemon's fds");
+    let inotify: Vec<String> = fds
+        .filter_map(|e| e.ok())
+        .filter(|e| fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:inotify"))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let watches = inotify
+        .iter()
+        .map(|fd| fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default())
+        .map(|info| info.lines().filter(|l| l.starts_with("inotify wd:")).count())
+        .sum();
+    (inotify.len(), watches)
+}
+
+/// Follows share the daemon's one inotify instance: 150 follows of files in one directory (more
+/// than `--max-watches`, and more than the 128 instances the kernel allows a user by default)
+/// hold one instance between them, each still reads its own file, and follows that end leave
+/// the directory's watch to the rest.
+#[tokio::test]
+async fn follows_share_one_inotify_instance() {
+    let envd = Envd::start(&["--max-watches", "2"]);
+    let dir = Scratch::new("follow-shared");
+    let mut follows = Vec::new();
+    for batch in 0..3 {
+        // A connection of its own for each 50: a server's streams per connection are bounded.
+        let mut files = envd.files().await;
+        for i in 0..50 {
+            let p = dir.join(format!("{}.log", batch * 50 + i));
+            fs::write(&p, b"").expect("write");
+            follows.push(FollowLog::open(&mut files, follow_req(&p, Some(0))).await.expect("Follow"));
+        }
+    }
+    // One directory and 150 files.
+    assert_eq!(inotify_use(envd.pid()), (1, 151), "150 follows");
+
+    // Every other follow ends: their files' watches go, the directory's stays.
+    let mut kept: Vec<(usize, FollowLog)> = follows.into_iter().enumerate().filter(|(i, _)| i % 2 == 0).collect();
+    let deadline = Instant::now() + STEP;
+    while inotify_use(envd.pid()) != (1, 76) {
+        assert!(Instant::now() < deadline, "75 follows ended, yet {:?}", inotify_use(envd.pid()));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The rest still see their files' writes, and a rotation, which only the directory's shared
+    // watch shows.
+    for (i, f) in kept.iter_mut() {
+        let p = dir.join(format!("{i}.log"));
+        let line = format!("line of {i}\n");
+        append(&p, line.as_bytes());
+        f.until(STEP, &line, |l| l.current() == line.as_bytes()).await;
+    }
+    let (i, f) = &mut kept[0];
+    let p = dir.join(format!("{i}.log"));
+    fs::rename(&p, dir.join("rotated")).expect("rotate");
+    fs::write(&p, b"new file\n").expect("new file");
+    f.until(STEP, "the new file", |l| l.current() == b"new file\n").await;
+}
+
+/// Follows have a bound of their own (`--max-follows`), apart from directory watches'.
+#[tokio::test]
+async fn follows_past_max_follows_are_refused_until_one_ends() {
+    let envd = Envd::start(&["--max-follows", "2", "--max-watches", "1"]);
+    let info = envd.daemon().await.info(ext::InfoRequest {}).await.expect("Info").into_inner();
+    let limits = info.limits.expect("limits");
+    assert_eq!((limits.max_follows, limits.max_watches), (2, 1));
+    let dir = Scratch::new("follow-bound");
+    let log = dir.join("app.log");
+    fs::write(&log, b"").expect("write");
+    let mut files = envd.files().await;
+    let _watch = HangarWatch::open(&mut files, watch_req(dir.path(), false, false)).await.expect("the one watch");
+    let mut follows = Vec::new();
+    for _ in 0..2 {
+        follows.push(FollowLog::open(&mut files, follow_req(&log, None)).await.expect("Follow beside a full watch"));
+    }
+    let st = FollowLog::open(&mut files, follow_req(&log, None)).await.err().expect("the third");
+    assert_eq!(code(&st), "resource_exhausted", "{st:?}");
+    assert!(st.message().contains("at most 2 follows"), "{st:?}");
+    drop(follows.pop());
+    let deadline = Instant::now() + STEP;
+    loop {
+        match FollowLog::open(&mut files, follow_req(&log, None)).await {
+            Ok(_) => break,
+            Err(st) if code(&st) == "resource_exhausted" && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(st) => panic!("the ended follow's slot was not freed: {st:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn follow_keepalives_and_deadline() {
     let envd = Envd::start(&[]);

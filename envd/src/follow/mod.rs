@@ -12,7 +12,11 @@
 //! removal. So it goes on from offset 0 of the new or truncated file, as `tail -F` does, and every
 //! byte written before the switch is read first.
 //!
+//! Every follow's watches are on the daemon's one shared inotify instance ([`Hub`]).
+//!
 //! Invariant: knows nothing of RPCs or HTTP.
+mod hub;
+
 use std::{
     fs::File,
     io,
@@ -22,14 +26,37 @@ use std::{
 
 use nix::sys::inotify::{AddWatchFlags as M, WatchDescriptor};
 
+pub use hub::Hub;
+
 use crate::{
     events,
     fs::creds::{self, Identity},
-    watch::{
-        inotify::{self, Inotify},
-        network_fs, Slot, SlotsFull,
-    },
+    watch::{network_fs, Slot, Slots, SlotsFull},
 };
+
+/// The daemon's follows: their shared inotify instance and the bound on how many run at once.
+#[derive(Clone)]
+pub struct Follows {
+    hub: Hub,
+    slots: Slots,
+}
+
+impl Follows {
+    pub fn new(max: u32) -> Follows {
+        Follows { hub: Hub::default(), slots: Slots::new(max, "follows") }
+    }
+
+    pub fn max(&self) -> u32 {
+        self.slots.max()
+    }
+
+    /// Starts following `spec.path`, in one of the daemon's slots. Must run inside the tokio
+    /// runtime.
+    pub fn start(&self, spec: FollowSpec) -> Result<(Follower, Start), FollowError> {
+        let slot = self.slots.acquire()?;
+        Follower::start(spec, &self.hub, slot)
+    }
+}
 
 /// The largest data event.
 pub const CHUNK: usize = 64 * 1024;
@@ -132,7 +159,7 @@ enum Opened {
 }
 
 pub struct Follower {
-    ino: Inotify,
+    sub: hub::Sub,
     path: PathBuf,
     parent: PathBuf,
     /// The watched directory: the path's parent, or its nearest existing ancestor.
@@ -145,14 +172,12 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Starts following `spec.path`. Must run inside the tokio runtime.
-    pub fn start(spec: FollowSpec, slot: Slot) -> Result<(Follower, Start), FollowError> {
+    fn start(spec: FollowSpec, hub: &Hub, slot: Slot) -> Result<(Follower, Start), FollowError> {
         let path = spec.path;
         let parent = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
-        let raw = inotify::open_raw().map_err(|e| io_err("creating an inotify instance for", &path, e))?;
-        let ino = Inotify::new(raw).map_err(|e| io_err("registering inotify for", &path, e))?;
+        let sub = hub.subscribe().map_err(|e| io_err("opening the daemon's inotify instance for", &path, e))?;
         let mut f = Follower {
-            ino,
+            sub,
             path,
             parent,
             dir: None,
@@ -246,18 +271,17 @@ impl Follower {
 
     /// Waits for inotify and notes what needs redoing.
     async fn wait(&mut self) -> Result<(), FollowError> {
-        let evs = self.ino.read().await.map_err(|e| io_err("reading inotify events for", &self.path, e))?;
-        for ev in evs {
-            if ev.mask.contains(M::IN_Q_OVERFLOW) {
-                // Some of our own events may be lost: re-arm; the next step re-reads the state.
-                self.dir_stale = true;
-                continue;
-            }
+        let woken = self.sub.next().await.map_err(|e| io_err("reading inotify events for", &self.path, e))?;
+        // Some of our own events may be lost: re-arm; the next step re-reads the state.
+        if woken.overflow {
+            self.dir_stale = true;
+        }
+        for (ev_wd, mask) in woken.seen {
             if let Some((wd, dir)) = &self.dir {
                 let gone = M::IN_DELETE_SELF | M::IN_MOVE_SELF | M::IN_IGNORED | M::IN_UNMOUNT;
                 // While an ancestor stands in for the directory, anything in it may be the
                 // directory appearing.
-                if ev.wd == *wd && (*dir != self.parent || ev.mask.intersects(gone)) {
+                if ev_wd == *wd && (*dir != self.parent || mask.intersects(gone)) {
                     self.dir_stale = true;
                 }
             }
@@ -270,7 +294,7 @@ impl Follower {
         loop {
             let mut dir = self.parent.clone();
             let wd = loop {
-                match self.ino.add(&dir, dir_mask()) {
+                match self.sub.add(&dir, dir_mask()) {
                     Ok(wd) => break wd,
                     Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => match dir.parent() {
                         Some(up) => dir = up.to_path_buf(),
@@ -282,7 +306,7 @@ impl Follower {
             let file_wd = self.file.as_ref().and_then(|f| f.wd);
             if let Some((old, _)) = self.dir.replace((wd, dir.clone())) {
                 if old != wd && Some(old) != file_wd {
-                    self.ino.remove(old);
+                    self.sub.remove(old);
                 }
             }
             self.dir_stale = false;
@@ -319,7 +343,7 @@ impl Follower {
         // replacement at the next end of file.
         use std::os::fd::AsRawFd as _;
         let by_fd = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        let wd = self.ino.add(&by_fd, file_mask()).or_else(|_| self.ino.add(&self.path, file_mask())).ok();
+        let wd = self.sub.add(&by_fd, file_mask()).or_else(|_| self.sub.add(&self.path, file_mask())).ok();
         Ok(Opened::File(OpenFile { file, dev: md.dev(), ino: md.ino(), size: md.len(), offset: 0, wd }))
     }
 
@@ -327,7 +351,7 @@ impl Follower {
         let dir_wd = self.dir.as_ref().map(|(wd, _)| *wd);
         if let Some(wd) = self.file.take().and_then(|f| f.wd) {
             if Some(wd) != dir_wd {
-                self.ino.remove(wd);
+                self.sub.remove(wd);
             }
         }
     }

@@ -152,6 +152,7 @@ impl Daemon for DaemonService {
                 max_message_bytes: self.core.max_message_bytes,
                 exited_retention_seconds: t.retention().as_secs() as u32,
                 max_watches: self.core.max_watches,
+                max_follows: self.core.follows.max(),
                 subscriber_queue_bytes: t.ring_bytes(),
                 watch_queue_events: self.core.watches.settings().queue_events as u32,
                 watcher_idle_seconds: self.core.watches.settings().watcher_idle.as_secs() as u32,

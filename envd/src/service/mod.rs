@@ -52,8 +52,10 @@ pub struct Core {
     pub settings: Arc<Settings>,
     pub max_message_bytes: u64,
     pub max_watches: u32,
-    /// Directory watches and follows: their slots and the polled watchers.
+    /// Directory watches: their slots and the polled watchers.
     pub watches: Arc<crate::watch::Registry>,
+    /// Follows: their shared inotify instance and their slots.
+    pub follows: crate::follow::Follows,
 }
 
 pub(crate) fn context<T>(req: &tonic::Request<T>) -> Result<CallContext, RpcError> {

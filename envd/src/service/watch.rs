@@ -32,7 +32,7 @@ use super::{context, fail, resolve_path, until_deadline, CallContext, Core, RpcS
 use crate::{
     error::RpcError,
     events,
-    follow::{self, FollowError, FollowSpec, Follower},
+    follow::{self, FollowError, FollowSpec},
     fs::creds,
     watch::{Batch, Change, Ended, Item, Kind, Watch, WatchError, WatchSpec},
 };
@@ -275,14 +275,13 @@ impl Files for FilesService {
         let ctx = context(&req).map_err(|e| fail(M, e))?;
         let r = req.into_inner();
         let path = absolute(&self.core, &ctx, &r.path).map_err(|e| fail(M, e))?;
-        let slot = self.core.watches.slots().acquire().map_err(|e| fail(M, FollowError::from(e)))?;
         let spec = FollowSpec {
             path,
             offset: r.offset,
             allow_network_mounts: r.allow_network_mounts,
             who: creds::Identity::for_user(&ctx.user),
         };
-        let (mut follower, start) = Follower::start(spec, slot).map_err(|e| fail(M, e))?;
+        let (mut follower, start) = self.core.follows.start(spec).map_err(|e| fail(M, e))?;
         let first = follow_msg(fe::Event::Start(fe::Start {
             path: start.path.to_string_lossy().into_owned(),
             exists: start.exists,

@@ -49,10 +49,6 @@ impl Inotify {
         &self.fd.get_ref().0
     }
 
-    pub fn add(&self, path: &Path, mask: AddWatchFlags) -> io::Result<WatchDescriptor> {
-        add(self.raw(), path, mask)
-    }
-
     /// Removing a watch the kernel already dropped is not an error worth reporting.
     pub fn remove(&self, wd: WatchDescriptor) {
         let _ = self.raw().rm_watch(wd);

@@ -1,4 +1,4 @@
-//! The daemon's watches: the slots they share with follows, and the polling form's watchers
+//! The daemon's directory watches: their slots, and the polling form's watchers
 //! (E2B's `CreateWatcher`/`GetWatcherEvents`/`RemoveWatcher`), removed when nobody polls them.
 use std::{
     collections::HashMap,
@@ -12,7 +12,7 @@ use crate::events;
 
 #[derive(Debug, Clone)]
 pub struct WatchSettings {
-    /// Watches and follows together.
+    /// Directory watches that may run at once.
     pub max_watches: u32,
     /// Changes each watch queues for its consumer before it drops and counts them.
     pub queue_events: usize,
@@ -42,7 +42,11 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(settings: WatchSettings) -> Arc<Registry> {
-        Arc::new(Registry { slots: Slots::new(settings.max_watches), settings, watchers: Mutex::default() })
+        Arc::new(Registry {
+            slots: Slots::new(settings.max_watches, "directory watches"),
+            settings,
+            watchers: Mutex::default(),
+        })
     }
 
     pub fn settings(&self) -> &WatchSettings {

@@ -1,20 +1,23 @@
-//! The daemon-wide bound on watches and follows: each holds one inotify instance, and the kernel
-//! allows only `fs.inotify.max_user_instances` (128 by default) per user, shared with every other
-//! program in the sandbox running as the daemon's user.
+//! Daemon-wide bounds: on directory watches (each holds one inotify instance, and the kernel
+//! allows only `fs.inotify.max_user_instances`, 128 by default, per user, shared with every other
+//! program running as the daemon's user) and on follows (each holds an open file and a buffer).
 use std::sync::{
     atomic::{AtomicU32, Ordering},
     Arc,
 };
 
 #[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("at most {max} watches and follows may run at once; end one first")]
+#[error("at most {max} {what} may run at once; end one first")]
 pub struct SlotsFull {
     pub max: u32,
+    /// What the slots are for, plural: "directory watches", "follows".
+    pub what: &'static str,
 }
 
 #[derive(Debug)]
 struct Counter {
     max: u32,
+    what: &'static str,
     used: AtomicU32,
 }
 
@@ -27,8 +30,8 @@ pub struct Slots(Arc<Counter>);
 pub struct Slot(Arc<Counter>);
 
 impl Slots {
-    pub fn new(max: u32) -> Slots {
-        Slots(Arc::new(Counter { max, used: AtomicU32::new(0) }))
+    pub fn new(max: u32, what: &'static str) -> Slots {
+        Slots(Arc::new(Counter { max, what, used: AtomicU32::new(0) }))
     }
 
     pub fn max(&self) -> u32 {
@@ -44,7 +47,7 @@ impl Slots {
         c.used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < c.max).then_some(n + 1))
             .map(|_| Slot(c.clone()))
-            .map_err(|_| SlotsFull { max: c.max })
+            .map_err(|_| SlotsFull { max: c.max, what: c.what })
     }
 }
 
@@ -60,10 +63,12 @@ mod tests {
 
     #[test]
     fn bounded_and_freed_on_drop() {
-        let s = Slots::new(2);
+        let s = Slots::new(2, "follows");
         let a = s.acquire().expect("first");
         let _b = s.acquire().expect("second");
-        assert_eq!(s.acquire().unwrap_err().max, 2);
+        let full = s.acquire().unwrap_err();
+        assert_eq!(full.max, 2);
+        assert_eq!(full.to_string(), "at most 2 follows may run at once; end one first");
         drop(a);
         assert!(s.acquire().is_ok());
         assert_eq!(s.in_use(), 1);
