@@ -619,29 +619,9 @@ pub fn from_fallback(o: ExecOutput) -> ExecResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::SandboxState;
 
     fn sandbox(id: &str) -> SandboxRow {
-        SandboxRow {
-            id: id.into(),
-            name: "s".into(),
-            provider: "local".into(),
-            options: serde_json::json!({}),
-            state: SandboxState::Running,
-            workdir: None,
-            envd_url: None,
-            envd_token: None,
-            envd_pid: None,
-            envd_pid_start: None,
-            isolation: crate::store::Isolation::None,
-            uid: None,
-            daemon: true,
-            daemon_kind: None,
-            created_at: 0,
-            owner: None,
-            shared_with: vec![],
-            provider_ref: None,
-        }
+        SandboxRow { daemon: true, ..SandboxRow::new(id.into(), "s", "local", serde_json::json!({})) }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::{
     events,
     fleet::Fleet,
     providers::{ExecOutput, Provider},
-    store::{self, Isolation, SandboxRow, SandboxState, Scope, Store},
+    store::{Isolation, SandboxRow, SandboxState, Scope, Store},
     streams::{Reason, Streams},
 };
 
@@ -110,25 +110,9 @@ impl Sandboxes {
             return Err(Error::Conflict(format!("a sandbox named {name:?} exists")));
         }
         let mut row = SandboxRow {
-            id: format!("sbx_{}", auth::random_hex(8)),
-            name: name.to_string(),
-            provider: provider.to_string(),
-            options,
-            state: SandboxState::Running,
-            workdir: None,
-            envd_url: None,
-            envd_token: None,
-            envd_pid: None,
-            envd_pid_start: None,
-            // Until the provider says otherwise: the safe assumption.
-            isolation: Isolation::None,
-            uid: None,
-            daemon: false,
-            daemon_kind: None,
-            created_at: store::now(),
             owner: owner.map(str::to_string),
             shared_with,
-            provider_ref: None,
+            ..SandboxRow::new(format!("sbx_{}", auth::random_hex(8)), name, provider, options)
         };
         {
             let _g = self.starting.lock().await;
@@ -487,24 +471,11 @@ mod tests {
 
     fn row(owner: Option<&str>, shared_with: &[&str]) -> SandboxRow {
         SandboxRow {
-            id: "sbx_1".into(),
-            name: "box".into(),
-            provider: "local".into(),
-            options: serde_json::json!({}),
-            state: SandboxState::Running,
-            workdir: None,
-            envd_url: None,
-            envd_token: None,
-            envd_pid: None,
-            envd_pid_start: None,
             isolation: Isolation::Namespaces,
-            uid: None,
             daemon: true,
-            daemon_kind: None,
-            created_at: 0,
             owner: owner.map(str::to_string),
             shared_with: shared_with.iter().map(|p| p.to_string()).collect(),
-            provider_ref: None,
+            ..SandboxRow::new("sbx_1".into(), "box", "local", serde_json::json!({}))
         }
     }
 

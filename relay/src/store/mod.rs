@@ -220,6 +220,33 @@ pub struct SandboxRow {
     pub provider_ref: Option<String>,
 }
 
+impl SandboxRow {
+    /// A sandbox about to be created: running, nothing known of its daemon yet, and isolated by
+    /// nothing until its provider says otherwise (the safe assumption).
+    pub fn new(id: String, name: &str, provider: &str, options: serde_json::Value) -> SandboxRow {
+        SandboxRow {
+            id,
+            name: name.to_string(),
+            provider: provider.to_string(),
+            options,
+            state: SandboxState::Running,
+            workdir: None,
+            envd_url: None,
+            envd_token: None,
+            envd_pid: None,
+            envd_pid_start: None,
+            isolation: Isolation::None,
+            uid: None,
+            daemon: false,
+            daemon_kind: None,
+            created_at: now(),
+            owner: None,
+            shared_with: Vec::new(),
+            provider_ref: None,
+        }
+    }
+}
+
 pub use crate::time::now_secs as now;
 
 /// `PRAGMA auto_vacuum`'s value for INCREMENTAL.
