@@ -144,7 +144,7 @@ pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results>
                 r.fleet = Some(fleet::run(&cfg).await?);
             }
             Scenario::Starts => r.starts = Some(starts::run(&starts::Config { starts: sizes.starts }).await?),
-            Scenario::Agents => r.agents = Some(agents::run(&agents::Config::new(sizes.quick)).await?),
+            Scenario::Agents => r.agents = Some(agents::run(&agents::Config::new(sizes.quick)?).await?),
         }
         eprintln!("hangar-bench: {s:?} done in {:.1} s", t.elapsed().as_secs_f64());
     }

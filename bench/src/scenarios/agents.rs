@@ -133,13 +133,20 @@ pub struct Config {
 impl Config {
     /// The quick or full sizes; `HANGAR_BENCH_AGENTS` (`provider:N:S[:ms][:raised]`, comma
     /// separated: `local:50:5,docker:200:20:200`) runs those cases instead, at the chosen sizes'
-    /// durations.
-    pub fn new(quick: bool) -> Config {
+    /// durations. A case that does not parse is an error naming it, not a case left out.
+    pub fn new(quick: bool) -> Result<Config> {
         let mut cfg = Config::sizes(quick);
         if let Ok(spec) = std::env::var("HANGAR_BENCH_AGENTS") {
-            cfg.cases = spec.split(',').filter_map(Case::parse).collect();
+            cfg.cases = spec
+                .split(',')
+                .map(|c| {
+                    Case::parse(c).ok_or_else(|| {
+                        fail("HANGAR_BENCH_AGENTS", format!("{c:?} is not provider:N:S[:ms|mix][:raised]"))
+                    })
+                })
+                .collect::<Result<_>>()?;
         }
-        cfg
+        Ok(cfg)
     }
 
     fn sizes(quick: bool) -> Config {
@@ -920,7 +927,7 @@ mod tests {
 
     #[test]
     fn full_cases_fit_the_default_limits() {
-        for c in Config::new(false).cases.iter().chain(Config::new(true).cases.iter()) {
+        for c in Config::sizes(false).cases.iter().chain(Config::sizes(true).cases.iter()) {
             let total = if c.raised { RAISED_MAX_TOTAL } else { DEFAULT_MAX_TOTAL };
             assert!(total >= c.agents + 2 + FOLLOWERS, "{c:?}");
         }
