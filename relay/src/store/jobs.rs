@@ -276,12 +276,12 @@ impl Store {
         let (person, token) = (of.person().map(str::to_owned), of.token().map(str::to_owned));
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare(
+                Ok(conn.query_rows(
                     "SELECT * FROM jobs WHERE (?1 IS NULL OR person = ?1) AND (?2 IS NULL OR token_id = ?2)
                  ORDER BY created_at DESC, id",
-                )?;
-                let rows = stmt.query_map(params![person, token], job_row)?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                    params![person, token],
+                    job_row,
+                )?)
             })
             .await
     }
@@ -299,10 +299,11 @@ impl Store {
     pub async fn live_jobs(&self) -> Result<Vec<JobRow>> {
         self.threads
             .read(move |conn| {
-                let mut stmt =
-                    conn.prepare(&format!("SELECT * FROM jobs WHERE state IN {LIVE} ORDER BY created_at"))?;
-                let rows = stmt.query_map([], job_row)?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows(
+                    &format!("SELECT * FROM jobs WHERE state IN {LIVE} ORDER BY created_at"),
+                    [],
+                    job_row,
+                )?)
             })
             .await
     }

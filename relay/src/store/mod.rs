@@ -426,21 +426,13 @@ impl Store {
     pub async fn tokens_with_hash(&self, hash: &[u8]) -> Result<Vec<TokenRow>> {
         let hash = hash.to_vec();
         self.threads
-            .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT * FROM tokens WHERE hash = ?1")?;
-                let rows = stmt.query_map([&hash], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
-            })
+            .read(move |conn| Ok(conn.query_rows("SELECT * FROM tokens WHERE hash = ?1", [&hash], token_row)?))
             .await
     }
 
     pub async fn tokens(&self) -> Result<Vec<TokenRow>> {
         self.threads
-            .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT * FROM tokens ORDER BY created_at, id")?;
-                let rows = stmt.query_map([], token_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
-            })
+            .read(move |conn| Ok(conn.query_rows("SELECT * FROM tokens ORDER BY created_at, id", [], token_row)?))
             .await
     }
 
@@ -572,9 +564,7 @@ impl Store {
     pub async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT * FROM sandboxes ORDER BY created_at, name")?;
-                let rows = stmt.query_map([], sandbox_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
+                Ok(conn.query_rows("SELECT * FROM sandboxes ORDER BY created_at, name", [], sandbox_row)?)
             })
             .await
     }
@@ -616,12 +606,11 @@ impl Store {
                     "DELETE FROM detached WHERE sandbox_id = ?1 AND ended_at IS NOT NULL AND ended_at < ?2",
                     params![sandbox_id, forget_before],
                 )?;
-                let mut stmt = conn.prepare(
+                Ok(conn.query_rows(
                     "SELECT id, sandbox_id, token_id, pid, command, started_at, ended_at FROM detached
                  WHERE sandbox_id = ?1 AND token_id = ?2 ORDER BY started_at, id",
-                )?;
-                let rows = stmt
-                    .query_map(params![sandbox_id, token_id], |r| {
+                    params![sandbox_id, token_id],
+                    |r| {
                         Ok(DetachedRow {
                             id: r.get(0)?,
                             sandbox_id: r.get(1)?,
@@ -631,9 +620,8 @@ impl Store {
                             started_at: r.get(5)?,
                             ended_at: r.get(6)?,
                         })
-                    })?
-                    .collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
+                    },
+                )?)
             })
             .await
     }
@@ -642,10 +630,11 @@ impl Store {
     pub async fn detached_owners_running(&self) -> Result<Vec<(String, String)>> {
         self.threads
             .read(move |conn| {
-                let mut stmt =
-                    conn.prepare("SELECT DISTINCT sandbox_id, token_id FROM detached WHERE ended_at IS NULL")?;
-                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
-                Ok(rows)
+                Ok(conn.query_rows(
+                    "SELECT DISTINCT sandbox_id, token_id FROM detached WHERE ended_at IS NULL",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?)
             })
             .await
     }
@@ -823,9 +812,7 @@ impl Store {
         let sandbox_id = sandbox_id.to_owned();
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT tag FROM spared_execs WHERE sandbox_id = ?1")?;
-                let rows = stmt.query_map([&sandbox_id], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(rows)
+                Ok(conn.query_rows("SELECT tag FROM spared_execs WHERE sandbox_id = ?1", [&sandbox_id], |r| r.get(0))?)
             })
             .await
     }
@@ -855,9 +842,7 @@ impl Store {
     pub async fn revoked_tokens(&self) -> Result<Vec<String>> {
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT id FROM tokens WHERE revoked_at IS NOT NULL")?;
-                let rows = stmt.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<Vec<String>>>()?;
-                Ok(rows)
+                Ok(conn.query_rows("SELECT id FROM tokens WHERE revoked_at IS NOT NULL", [], |r| r.get(0))?)
             })
             .await
     }
@@ -888,10 +873,11 @@ impl Store {
         let sandbox_id = sandbox_id.to_owned();
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT process_id, pid FROM started_processes WHERE sandbox_id = ?1")?;
-                let rows =
-                    stmt.query_map([&sandbox_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows(
+                    "SELECT process_id, pid FROM started_processes WHERE sandbox_id = ?1",
+                    [&sandbox_id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?)
             })
             .await
     }

@@ -480,9 +480,7 @@ impl Store {
     pub async fn secret_values(&self) -> Result<Vec<(String, String)>> {
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT name, value FROM secrets")?;
-                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows("SELECT name, value FROM secrets", [], |r| Ok((r.get(0)?, r.get(1)?)))?)
             })
             .await
     }
@@ -655,10 +653,11 @@ impl Store {
         let person = person.map(str::to_owned);
         self.threads
             .read(move |conn| {
-                let mut stmt =
-                    conn.prepare("SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC")?;
-                let rows = stmt.query_map(params![person], session_row)?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows(
+                    "SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC",
+                    params![person],
+                    session_row,
+                )?)
             })
             .await
     }
@@ -667,9 +666,7 @@ impl Store {
         let sandbox_id = sandbox_id.to_owned();
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT * FROM sessions WHERE sandbox_id = ?1")?;
-                let rows = stmt.query_map([&sandbox_id], session_row)?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows("SELECT * FROM sessions WHERE sandbox_id = ?1", [&sandbox_id], session_row)?)
             })
             .await
     }
@@ -712,9 +709,7 @@ impl Store {
         let session_id = session_id.to_owned();
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT * FROM turns WHERE session_id = ?1 ORDER BY n")?;
-                let rows = stmt.query_map([&session_id], turn_row)?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows("SELECT * FROM turns WHERE session_id = ?1 ORDER BY n", [&session_id], turn_row)?)
             })
             .await
     }
@@ -730,12 +725,12 @@ impl Store {
     pub async fn latest_turns(&self) -> Result<Vec<TurnRow>> {
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare(
+                Ok(conn.query_rows(
                     "SELECT t.* FROM turns t JOIN (SELECT session_id, MAX(n) AS n FROM turns GROUP BY session_id) m
                  ON t.session_id = m.session_id AND t.n = m.n",
-                )?;
-                let rows = stmt.query_map([], turn_row)?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                    [],
+                    turn_row,
+                )?)
             })
             .await
     }
@@ -744,10 +739,11 @@ impl Store {
     pub async fn live_turns(&self) -> Result<Vec<TurnRow>> {
         self.threads
             .read(move |conn| {
-                let mut stmt =
-                    conn.prepare(&format!("SELECT * FROM turns WHERE state IN {LIVE_STATES} ORDER BY created_at, id"))?;
-                let rows = stmt.query_map([], turn_row)?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows(
+                    &format!("SELECT * FROM turns WHERE state IN {LIVE_STATES} ORDER BY created_at, id"),
+                    [],
+                    turn_row,
+                )?)
             })
             .await
     }
@@ -970,11 +966,11 @@ impl Store {
         let session_id = session_id.to_owned();
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare(&format!(
-                    "SELECT * FROM turns WHERE session_id = ?1 AND state IN {LIVE_STATES} ORDER BY n"
-                ))?;
-                let rows = stmt.query_map([&session_id], turn_row)?.collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows(
+                    &format!("SELECT * FROM turns WHERE session_id = ?1 AND state IN {LIVE_STATES} ORDER BY n"),
+                    [&session_id],
+                    turn_row,
+                )?)
             })
             .await
     }
@@ -1050,21 +1046,17 @@ impl Store {
     pub async fn usage(&self) -> Result<Vec<UsageRow>> {
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare("SELECT * FROM usage ORDER BY credential, window")?;
-                let rows = stmt
-                    .query_map([], |r| {
-                        Ok(UsageRow {
-                            credential: r.get("credential")?,
-                            window: r.get("window")?,
-                            used_pct: r.get("used_pct")?,
-                            status: r.get("status")?,
-                            resets_at: r.get("resets_at")?,
-                            seen_at: r.get("seen_at")?,
-                            raw: json_col(r, "raw")?,
-                        })
-                    })?
-                    .collect::<rusqlite::Result<_>>()?;
-                Ok(rows)
+                Ok(conn.query_rows("SELECT * FROM usage ORDER BY credential, window", [], |r| {
+                    Ok(UsageRow {
+                        credential: r.get("credential")?,
+                        window: r.get("window")?,
+                        used_pct: r.get("used_pct")?,
+                        status: r.get("status")?,
+                        resets_at: r.get("resets_at")?,
+                        seen_at: r.get("seen_at")?,
+                        raw: json_col(r, "raw")?,
+                    })
+                })?)
             })
             .await
     }

@@ -73,6 +73,16 @@ impl Conn {
     {
         self.prepare(sql)?.query_row(params, f)
     }
+
+    /// Every row of a query, each through `f`, collected (a `Vec`, a map).
+    pub fn query_rows<T, C, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<C>
+    where
+        C: FromIterator<T>,
+        P: rusqlite::Params,
+        F: FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare(sql)?.query_map(params, f)?.collect()
+    }
 }
 
 impl std::ops::Deref for Conn {
