@@ -2,10 +2,16 @@
 //!
 //! - **One writer thread** owns the only connection that writes. Callers send it a closure and
 //!   await its answer; it commits the writes that queued up while it was busy together, each in a
-//!   savepoint of one transaction (group commit), so a burst of event batches costs one commit,
-//!   and one fsync only when a write in it asks to outlive a power loss (`Durability`).
+//!   savepoint of one transaction (group commit), so a burst of event batches costs one commit.
+//! - **A syncer thread** syncs the WAL for the writes that ask to outlive a power loss
+//!   (`Durability::Durable`), once for all those committed by then, and answers them; the writer
+//!   commits on meanwhile, so a sync delays only the writes that asked for it.
 //! - **Readers** run on tokio's blocking pool, each on a connection of a small pool: WAL lets them
 //!   read beside the writer, so a read never queues behind a commit.
+//! - **A checkpointer thread** moves the WAL into the database file on a connection of its own,
+//!   beside the writer: SQLite's automatic checkpoint would run inside the writer's commit, with
+//!   two fsyncs, and every write queued behind it would wait (the tails of issue 36's fleet).
+//!   Only a WAL the checkpointer cannot keep up with is checkpointed by the writer itself.
 //!
 //! A debug build checks that a connection is used only on these threads (`on_store_thread`), so a
 //! store call that blocks a runtime worker fails the tests instead of slowing every stream.
@@ -14,6 +20,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{mpsc, Arc, Mutex},
     thread::JoinHandle,
+    time::{Duration, Instant},
 };
 
 use rusqlite::{Connection, OpenFlags};
@@ -113,6 +120,15 @@ const MAX_BATCH: usize = 64;
 /// queue for the same cores, and every one past them would open a connection for one read.
 const READERS: usize = 8;
 
+/// WAL pages past which the checkpointer is asked to run (SQLite's own automatic checkpoint's,
+/// 4 MiB of 4 KiB pages).
+const CHECKPOINT_PAGES: i32 = 1000;
+/// WAL pages past which the writer checkpoints itself, holding writes back: the checkpointer did
+/// not keep up (the WAL's pages can be reused only once all of them are in the database file).
+const WRITER_CHECKPOINT_PAGES: i32 = 16 * CHECKPOINT_PAGES;
+/// The checkpointer runs at most this often: each run syncs the WAL and the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
+
 thread_local! {
     static STORE_THREAD: Cell<bool> = const { Cell::new(false) };
 }
@@ -139,7 +155,8 @@ impl Drop for StoreThread {
 
 pub(super) struct Threads {
     writer: Mutex<Option<mpsc::Sender<Job>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The writer's, the syncer's and the checkpointer's, joined in this order when the store goes.
+    thread: Mutex<Vec<JoinHandle<()>>>,
     readers: Arc<Readers>,
     path: PathBuf,
 }
@@ -153,19 +170,50 @@ struct Readers {
 
 impl Threads {
     /// Takes over `conn`, migrated already, as the writer's.
-    pub(super) fn start(conn: Connection, path: &Path, on_start: impl FnOnce() + Send + 'static) -> Result<Threads> {
+    pub(super) fn start(
+        mut conn: Connection,
+        path: &Path,
+        on_start: impl FnOnce() + Send + 'static,
+    ) -> Result<Threads> {
         let (tx, rx) = mpsc::channel();
         let wal = PathBuf::from(format!("{}-wal", path.display()));
-        let thread = std::thread::Builder::new()
+        let checkpointer = Connection::open(path)?;
+        checkpointer.pragma_update(None, "busy_timeout", 5000)?;
+        // A nudge waiting is enough: the checkpointer takes everything committed by then.
+        let (nudge, nudged) = mpsc::sync_channel::<()>(1);
+        // Replaces SQLite's automatic checkpoint, which the same hook implements.
+        conn.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
+            if pages >= WRITER_CHECKPOINT_PAGES {
+                // Busy while the checkpointer runs; an error here would fail a commit that
+                // happened, so it is only logged.
+                if let Err(e) = wal.checkpoint() {
+                    events::StoreWriteFailed { what: "checkpoint by the writer", error: &e.to_string() }.emit();
+                }
+            } else if pages >= CHECKPOINT_PAGES {
+                let _ = nudge.try_send(());
+            }
+            Ok(())
+        }))?;
+        let (sync_tx, sync_rx) = mpsc::channel();
+        let writer_thread = std::thread::Builder::new()
             .name("hangar-store".into())
             .spawn(move || {
                 on_start();
-                writer(Conn::new(conn), rx, wal)
+                writer(Conn::new(conn), rx, sync_tx)
             })
+            .map_err(StoreError::Io)?;
+        // Both end when the writer has: its sender and its connection's hook are theirs.
+        let sync_thread = std::thread::Builder::new()
+            .name("hangar-sync".into())
+            .spawn(move || syncs(wal, sync_rx))
+            .map_err(StoreError::Io)?;
+        let checkpoint_thread = std::thread::Builder::new()
+            .name("hangar-checkpoint".into())
+            .spawn(move || checkpoints(Conn::new(checkpointer), nudged))
             .map_err(StoreError::Io)?;
         Ok(Threads {
             writer: Mutex::new(Some(tx)),
-            thread: Mutex::new(Some(thread)),
+            thread: Mutex::new(vec![writer_thread, sync_thread, checkpoint_thread]),
             readers: Arc::new(Readers {
                 path: path.to_path_buf(),
                 idle: Mutex::new(Vec::new()),
@@ -252,7 +300,7 @@ impl Drop for Threads {
     /// a store opened again on the same file finds it settled.
     fn drop(&mut self) {
         self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        for t in std::mem::take(&mut *self.thread.lock().unwrap_or_else(|p| p.into_inner())) {
             let _ = t.join();
         }
     }
@@ -286,10 +334,10 @@ fn open_reader(path: &Path) -> Result<Conn> {
 /// The writer thread: takes what is queued, commits it together, answers each caller.
 ///
 /// The connection runs with `synchronous=NORMAL` (a commit is in the WAL file, synced at
-/// checkpoints); a batch holding a `Durable` write then syncs the WAL file itself, which makes
+/// checkpoints); a batch holding a `Durable` write has the syncer sync the WAL file, which makes
 /// every commit so far durable. Switching the pragma between batches instead would expire every
 /// prepared statement of the connection each time.
-fn writer(conn: Conn, rx: mpsc::Receiver<Job>, wal: PathBuf) {
+fn writer(conn: Conn, rx: mpsc::Receiver<Job>, syncer: mpsc::Sender<Vec<Settle>>) {
     let _marked = StoreThread::enter();
     if let Err(e) = conn.pragma_update(None, "synchronous", "NORMAL") {
         events::StoreWriteFailed { what: "synchronous", error: &e.to_string() }.emit();
@@ -319,8 +367,20 @@ fn writer(conn: Conn, rx: mpsc::Receiver<Job>, wal: PathBuf) {
                 Err(_) => break,
             }
         }
-        let durable = batch.iter().any(|j| j.durability == Durability::Durable);
-        commit(&conn, batch, durable.then_some(wal.as_path()));
+        commit(&conn, batch, &syncer);
+    }
+}
+
+/// The checkpointer thread: a passive checkpoint (it waits for no reader or writer) each time
+/// the writer's WAL passed `CHECKPOINT_PAGES`, at most every `CHECKPOINT_EVERY`.
+fn checkpoints(conn: Conn, nudged: mpsc::Receiver<()>) {
+    let _marked = StoreThread::enter();
+    while nudged.recv().is_ok() {
+        let began = Instant::now();
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            events::StoreWriteFailed { what: "checkpoint", error: &e.to_string() }.emit();
+        }
+        std::thread::sleep(CHECKPOINT_EVERY.saturating_sub(began.elapsed()));
     }
 }
 
@@ -329,9 +389,10 @@ fn sync_wal(wal: &Path) -> std::io::Result<()> {
     std::fs::File::open(wal)?.sync_data()
 }
 
-/// One transaction for the batch, a savepoint for each write in it; then, given the WAL's path,
-/// the WAL synced before anyone is answered.
-fn commit(conn: &Conn, batch: Vec<Job>, sync: Option<&Path>) {
+/// One transaction for the batch, a savepoint for each write in it. Once it committed, the
+/// replayable writes are answered; the durable ones go to the syncer, which answers them once the
+/// WAL is synced, while this thread commits the next batch.
+fn commit(conn: &Conn, batch: Vec<Job>, syncer: &mpsc::Sender<Vec<Settle>>) {
     let n = batch.len();
     if let Err(e) = conn.execute("BEGIN IMMEDIATE", []) {
         let why = e.to_string();
@@ -345,26 +406,57 @@ fn commit(conn: &Conn, batch: Vec<Job>, sync: Option<&Path>) {
     let mut settles = Vec::with_capacity(n);
     for job in batch {
         let _ = conn.execute("SAVEPOINT w", []);
+        let durable = job.durability == Durability::Durable;
         let (ok, settle) = guarded(conn, job.run);
         if !ok {
             let _ = conn.execute("ROLLBACK TO w", []);
         }
         let _ = conn.execute("RELEASE w", []);
-        settles.push(settle);
+        settles.push((durable, settle));
     }
-    let mut failed = conn.execute("COMMIT", []).err().map(|e| {
+    if let Err(e) = conn.execute("COMMIT", []) {
         let _ = conn.execute("ROLLBACK", []);
-        e.to_string()
-    });
-    if let (None, Some(wal)) = (&failed, sync) {
-        // Committed, but not known to survive a power loss: the callers hear so.
-        failed = sync_wal(wal).err().map(|e| format!("syncing {}: {e}", wal.display()));
+        let why = e.to_string();
+        events::StoreWriteFailed { what: "commit", error: &why }.emit();
+        for (_, settle) in settles {
+            settle(Some(&why));
+        }
+        return;
     }
-    if let Some(why) = &failed {
-        events::StoreWriteFailed { what: "commit", error: why }.emit();
+    let mut to_sync = Vec::new();
+    for (durable, settle) in settles {
+        if durable {
+            to_sync.push(settle);
+        } else {
+            settle(None);
+        }
     }
-    for settle in settles {
-        settle(failed.as_deref());
+    if !to_sync.is_empty() {
+        if let Err(mpsc::SendError(left)) = syncer.send(to_sync) {
+            // The syncer is gone only when the store is: committed, not known to be synced.
+            for settle in left {
+                settle(Some("the store is closing"));
+            }
+        }
+    }
+}
+
+/// The syncer thread: syncs the WAL once for every durable write committed by then (those that
+/// queued while it synced included), then answers them. A failed sync is each one's error:
+/// committed, but not known to survive a power loss.
+fn syncs(wal: PathBuf, rx: mpsc::Receiver<Vec<Settle>>) {
+    while let Ok(first) = rx.recv() {
+        let mut settles = first;
+        while let Ok(more) = rx.try_recv() {
+            settles.extend(more);
+        }
+        let failed = sync_wal(&wal).err().map(|e| format!("syncing {}: {e}", wal.display()));
+        if let Some(why) = &failed {
+            events::StoreWriteFailed { what: "sync", error: why }.emit();
+        }
+        for settle in settles {
+            settle(failed.as_deref());
+        }
     }
 }
 
@@ -434,6 +526,49 @@ mod tests {
         assert_eq!(count(&t).await, 180, "the failed writes left no row, the others all of theirs");
         drop(t);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The WAL reaches the database file with no checkpoint asked for, while the writer stays
+    /// below the pages at which it would checkpoint itself: the checkpointer thread did it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_checkpointer_moves_the_wal_into_the_database_file() {
+        let (t, dir) = threads("checkpoint");
+        let db = dir.join("t.sqlite");
+        t.write(Durability::Durable, |c| Ok(c.execute_batch("CREATE TABLE b (x BLOB)")?)).await.unwrap();
+        let before = std::fs::metadata(&db).unwrap().len();
+        // 300 commits of four and more pages: past CHECKPOINT_PAGES, far below the writer's own.
+        for _ in 0..300 {
+            t.write(Durability::Replayable, |c| Ok(c.execute("INSERT INTO b VALUES (zeroblob(16384))", [])?))
+                .await
+                .unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let moved = 4 * 1024 * 1024;
+        while std::fs::metadata(&db).unwrap().len() < before + moved && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let after = std::fs::metadata(&db).unwrap().len();
+        assert!(after >= before + moved, "the database file grew from {before} to {after} bytes only");
+        drop(t);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The durable writes committed while a sync ran are answered by one more sync, and a sync
+    /// that fails is the error of every write it was for (committed, not known to be on disk).
+    #[test]
+    fn the_syncer_answers_every_durable_write_with_its_sync() {
+        let (tx, rx) = mpsc::channel::<Vec<Settle>>();
+        let (answers, answered) = mpsc::channel::<Option<String>>();
+        for _ in 0..3 {
+            let a = answers.clone();
+            tx.send(vec![Box::new(move |failed: Option<&str>| a.send(failed.map(str::to_owned)).unwrap())]).unwrap();
+        }
+        drop(tx);
+        syncs(PathBuf::from("/nonexistent/hangar-test-wal"), rx);
+        drop(answers);
+        let got: Vec<_> = answered.iter().collect();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got.iter().all(|a| a.as_deref().is_some_and(|w| w.starts_with("syncing /nonexistent"))), "{got:?}");
     }
 
     /// A write that panics is an error for its caller; the writer goes on.
