@@ -221,11 +221,11 @@ impl Ingest {
         let summary = serde_json::to_value(&self.summary).unwrap_or(Value::Null);
         // The parser's memory goes with the position: a relay restarted there parses on as this one.
         let position = (self.base, self.lines.consumed() as i64, self.parser.snapshot());
-        let (seq, _) = relay
+        let (seq, recorded) = relay
             .store
             .record_events(&self.session_id, &self.turn_id, new.clone(), ts, Some(position), Some(&summary))
             .await?;
-        relay.sessions.live.publish(&self.session_id, seq);
+        relay.sessions.live.publish_events(&self.session_id, &self.turn_id, ts, &new, &recorded, seq);
         relay.fleet.ingested(&self.session_id, &self.turn_id, &new, ts);
         // Waiting for input starts with the harness's request and ends with its next event.
         let to = match (self.state, asked_input, other_agent_event) {

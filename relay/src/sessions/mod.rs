@@ -637,12 +637,13 @@ pub(crate) async fn record_event(
 ) -> Result<i64> {
     let ts = time::now();
     let event = NewEvent { kind, data, src_offset: None, part: 0 };
-    let (seq, _) = relay.store.record_events(session_id, turn_id, vec![event.clone()], ts, None, None).await?;
-    relay.sessions.live.publish(session_id, seq);
+    let events = vec![event];
+    let (seq, recorded) = relay.store.record_events(session_id, turn_id, events.clone(), ts, None, None).await?;
+    relay.sessions.live.publish_events(session_id, turn_id, ts, &events, &recorded, seq);
     // A turn's moves reach the fleet through `fleet::turn_changed`; the rest (an agent's
     // progress, an ask) as the turn watcher's events do.
     if kind != "run.state" {
-        relay.fleet.ingested(session_id, turn_id, std::slice::from_ref(&event), ts);
+        relay.fleet.ingested(session_id, turn_id, &events, ts);
     }
     Ok(seq)
 }

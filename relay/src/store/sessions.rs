@@ -827,7 +827,8 @@ impl Store {
 
     /// Records events for a turn with its new read position (`(log_base, log_offset, parser)`) and the
     /// session's summary, in one transaction; each gets the next seq. Events whose (turn, offset, part) was recorded
-    /// already are skipped. Returns the session's last seq and the seqs recorded.
+    /// already are skipped. Returns the session's last seq and, for each event recorded, its
+    /// index in `events` and its seq.
     pub async fn record_events(
         &self,
         session_id: &str,
@@ -836,7 +837,7 @@ impl Store {
         ts: f64,
         log: Option<(i64, i64, String)>,
         summary: Option<&serde_json::Value>,
-    ) -> Result<(i64, Vec<i64>)> {
+    ) -> Result<(i64, Vec<(usize, i64)>)> {
         let (session_id, turn_id, summary) =
             (session_id.to_owned(), turn_id.to_owned(), summary.map(|s| s.to_string()));
         // Read from the turn's log with the offset they were read up to: read again after a power
@@ -853,7 +854,7 @@ impl Store {
                     .prepare_cached("SELECT event_seq FROM sessions WHERE id = ?1")?
                     .query_row([&session_id], |r| r.get(0))?;
                 let mut recorded = Vec::with_capacity(events.len());
-                for e in &events {
+                for (i, e) in events.iter().enumerate() {
                     if e.src_offset == Some(CURRENT_OFFSET) {
                         tx.prepare_cached(
                             "DELETE FROM session_events WHERE turn_id = ?1 AND src_offset = ?2 AND part = ?3",
@@ -872,7 +873,7 @@ impl Store {
                     }
                     seq += 1;
                     insert_event(tx, &session_id, seq, &turn_id, e, ts)?;
-                    recorded.push(seq);
+                    recorded.push((i, seq));
                 }
                 tx.prepare_cached("UPDATE sessions SET event_seq = ?2 WHERE id = ?1")?
                     .execute(params![session_id, seq])?;
@@ -1183,7 +1184,7 @@ pub(super) mod tests {
             )
             .await
             .unwrap();
-        assert_eq!((seq, rec), (5, vec![4, 5]));
+        assert_eq!((seq, rec), (5, vec![(1, 4), (2, 5)]));
         assert_eq!(s.turn("t1").await.unwrap().unwrap().log_offset, 30);
         assert_eq!(s.events_after("s1", 0, 100).await.unwrap().len(), 5);
 

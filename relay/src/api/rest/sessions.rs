@@ -169,28 +169,51 @@ pub struct StreamQuery {
 /// How many events an SSE stream reads from the store at a time.
 const PAGE: usize = 200;
 
-/// A session's recorded events from `since`, a page at a time, waking on each new one.
+/// A session's recorded events from `since`, a page at a time, waking on each new one: from
+/// memory while it holds them (`sessions::live`), else from the store.
 struct SessionEvents {
     relay: Arc<Relay>,
     session_id: String,
     since: i64,
     follow: bool,
     rx: tokio::sync::watch::Receiver<i64>,
+    /// Whether memory cannot tell what comes next: at the start, and after a `run.state` (the
+    /// turn may have ended, which only the store says).
+    read_store: bool,
 }
 
 impl sse::Source for SessionEvents {
     async fn next(&mut self) -> sse::Next {
         loop {
-            let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE).await {
-                Ok(p) => p,
-                Err(e) => return sse::Next::End(Reason::Error, Some(e.to_string())),
-            };
-            if let Some(last) = page.events.last() {
-                self.since = last.seq;
-                return sse::Next::Send(page.events.iter().map(seq_event).collect());
+            // Before anything is read: a seq recorded from here on wakes `changed` below.
+            let latest = *self.rx.borrow_and_update();
+            if let Some(recent) = self.relay.sessions.live.recent(&self.session_id, self.since, PAGE) {
+                if let Some(last) = recent.last() {
+                    self.since = last.seq;
+                }
+                self.read_store |= recent.iter().any(|r| r.kind == "run.state");
+                let out = recent.into_iter().map(|r| sse::Out {
+                    event: None,
+                    id: Some(r.seq.to_string()),
+                    data: r.json.to_string(),
+                });
+                return sse::Next::Send(out.collect());
             }
-            if page.state.is_terminal() && !self.follow {
-                return sse::Next::End(Reason::Done, Some(format!("the turn ended: {}", page.state.as_str())));
+            if self.read_store || latest > self.since {
+                let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE).await {
+                    Ok(p) => p,
+                    Err(e) => return sse::Next::End(Reason::Error, Some(e.to_string())),
+                };
+                if let Some(last) = page.events.last() {
+                    // What follows may be in memory, or not yet: the store is read once more.
+                    self.since = last.seq;
+                    self.read_store = true;
+                    return sse::Next::Send(page.events.iter().map(seq_event).collect());
+                }
+                if page.state.is_terminal() && !self.follow {
+                    return sse::Next::End(Reason::Done, Some(format!("the turn ended: {}", page.state.as_str())));
+                }
+                self.read_store = false;
             }
             if self.rx.changed().await.is_err() {
                 return sse::Next::Quit;
@@ -215,7 +238,7 @@ pub async fn stream(
     let session = sessions::find(&relay, &caller, &reference).await?;
     let admitted = relay.streams.open(&caller, &session.sandbox_id, Kind::Events, Front::Rest)?;
     let rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
-    let source = SessionEvents { relay, session_id: session.id, since, follow: q.follow, rx };
+    let source = SessionEvents { relay, session_id: session.id, since, follow: q.follow, rx, read_store: true };
     Ok(Sse::new(sse::serve(admitted, source)).keep_alive(sse::keep_alive()))
 }
 
