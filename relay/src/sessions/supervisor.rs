@@ -59,10 +59,12 @@ log=$hdir/$turn.log
 fifo=$hdir/$turn.pipe
 # The turn's files are the agent's alone, or root's and the sandbox's group's (docs/sessions.md).
 if [ "$as" = - ]; then umask 077; else umask 027; fi
-: >>"$log"
 # Split: root's files the agent reads (its log and exit file, by their links) are its group's.
 grp() { [ "$gid" = - ] || chown ":$gid" "$@"; }
-grp "$log"
+# The log appears with its group already: the relay follows it as the agent from the moment
+# it exists, and a log made in place would be root's alone until its chown (EACCES, polled).
+# A log there already (a supervisor started again) is kept.
+if [ ! -e "$log" ]; then : >"$log.$$" && grp "$log.$$" && mv -f "$log.$$" "$log"; fi
 start=$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20)
 printf '%s %s\n' "$$" "$start" >"$hdir/$turn.pid"
 rm -f "$fifo"
