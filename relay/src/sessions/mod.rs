@@ -177,8 +177,12 @@ const AGENT_TEXT: &[&str] = &[
 
 async fn view(relay: &Relay, session: SessionRow, warnings: Vec<String>, replay: bool) -> Result<SessionView> {
     let turns = relay.store.turns(&session.id).await?;
+    Ok(view_of(session, turns, warnings, replay))
+}
+
+fn view_of(session: SessionRow, turns: Vec<TurnRow>, warnings: Vec<String>, replay: bool) -> SessionView {
     let (state, reason) = turns.last().map_or((TurnState::Queued, None), |t| (t.state, t.reason.clone()));
-    Ok(SessionView {
+    SessionView {
         events_cursor: session.event_seq,
         session,
         state,
@@ -187,7 +191,7 @@ async fn view(relay: &Relay, session: SessionRow, warnings: Vec<String>, replay:
         agent_text: AGENT_TEXT,
         warnings,
         idempotent_replay: replay,
-    })
+    }
 }
 
 fn sha256_hex(s: &str) -> String {
@@ -442,11 +446,8 @@ pub async fn get(relay: &Relay, caller: &Caller, reference: &str) -> Result<Sess
 }
 
 pub async fn list(relay: &Relay, caller: &Caller) -> Result<Vec<SessionView>> {
-    let mut views = Vec::new();
-    for s in relay.store.sessions(caller.sees()).await? {
-        views.push(view(relay, s, Vec::new(), false).await?);
-    }
-    Ok(views)
+    let listed = relay.store.sessions_with_turns(caller.sees()).await?;
+    Ok(listed.into_iter().map(|(s, turns)| view_of(s, turns, Vec::new(), false)).collect())
 }
 
 /// Cancels the session's live turn, if any: TERM to its process group, KILL after a grace

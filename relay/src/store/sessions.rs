@@ -662,6 +662,41 @@ impl Store {
             .await
     }
 
+    /// `sessions`, each with its turns in order, in one read (a fleet's list is one query of
+    /// each, not one of turns per session).
+    pub async fn sessions_with_turns(&self, person: Option<&str>) -> Result<Vec<(SessionRow, Vec<TurnRow>)>> {
+        let person = person.map(str::to_owned);
+        self.threads
+            .read(move |conn| {
+                // One snapshot for both: a turn never appears without its session.
+                let tx = conn.unchecked_transaction()?;
+                let sessions: Vec<SessionRow> = conn.query_rows(
+                    "SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC",
+                    params![person],
+                    session_row,
+                )?;
+                let turns: Vec<TurnRow> = conn.query_rows(
+                    "SELECT t.* FROM turns t JOIN sessions s ON s.id = t.session_id
+                     WHERE ?1 IS NULL OR s.person = ?1 ORDER BY t.session_id, t.n",
+                    params![person],
+                    turn_row,
+                )?;
+                tx.finish()?;
+                let mut by_session: std::collections::HashMap<String, Vec<TurnRow>> = Default::default();
+                for t in turns {
+                    by_session.entry(t.session_id.clone()).or_default().push(t);
+                }
+                Ok(sessions
+                    .into_iter()
+                    .map(|s| {
+                        let turns = by_session.remove(&s.id).unwrap_or_default();
+                        (s, turns)
+                    })
+                    .collect())
+            })
+            .await
+    }
+
     pub async fn sessions_in_sandbox(&self, sandbox_id: &str) -> Result<Vec<SessionRow>> {
         let sandbox_id = sandbox_id.to_owned();
         self.threads
@@ -1153,6 +1188,27 @@ pub(super) mod tests {
 
     fn ev(off: Option<i64>, part: i64) -> NewEvent {
         NewEvent { kind: "message", data: serde_json::json!({}), src_offset: off, part }
+    }
+
+    /// The fleet's list: every session the person sees, newest first, each with its own turns
+    /// in order and no one else's.
+    #[tokio::test]
+    async fn sessions_come_with_their_turns_in_one_read() {
+        let (s, dir) = store("with-turns").await;
+        let mine = SessionRow { created_at: 1.0, ..session("s1") };
+        let theirs = SessionRow { person: "q".into(), created_at: 2.0, ..session("s2") };
+        s.create_session(&mine, &TurnRow { state: TurnState::Succeeded, ..turn("t1", "s1") }).await.unwrap();
+        s.create_session(&theirs, &turn("u1", "s2")).await.unwrap();
+        assert!(matches!(s.create_turn(&turn("t2", "s1")).await.unwrap(), Created::New(_)));
+        let ids = |v: Vec<(SessionRow, Vec<TurnRow>)>| -> Vec<(String, Vec<String>)> {
+            v.into_iter().map(|(s, t)| (s.id, t.into_iter().map(|t| t.id).collect())).collect()
+        };
+        let all = ids(s.sessions_with_turns(None).await.unwrap());
+        assert_eq!(all, vec![("s2".into(), vec!["u1".into()]), ("s1".into(), vec!["t1".into(), "t2".into()])]);
+        let p = ids(s.sessions_with_turns(Some("p")).await.unwrap());
+        assert_eq!(p, vec![("s1".into(), vec!["t1".into(), "t2".into()])]);
+        drop(s);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Reading a byte range again (a restart before the position was saved) records nothing
