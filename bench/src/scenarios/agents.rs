@@ -49,6 +49,8 @@ const INOTIFY_INSTANCES: &str = "/proc/sys/fs/inotify/max_user_instances";
 const RAISED_INOTIFY_INSTANCES: u64 = 4096;
 /// The unrelated stream's pace.
 const UNRELATED_EVERY_MS: u64 = 10;
+/// Session starts in flight at once on the ramp, as a script starting a fleet would have.
+const START_IN_FLIGHT: usize = 8;
 /// How often the fleet is read during the load.
 const FLEET_READ_EVERY: Duration = Duration::from_millis(200);
 
@@ -647,11 +649,15 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
     let (min_ms, max_ms) = case.pace.range_ms();
     let huge_at = ((cfg.seconds * 1000.0 / (min_ms + max_ms) as f64) as u64).max(4);
     let t0 = Instant::now();
-    let mut follows = Vec::new();
+    // Started as an orchestrator starts a fleet: each at its time on the ramp, up to
+    // START_IN_FLIGHT requests at once; a followed session's follower connects once it exists.
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(START_IN_FLIGHT));
+    let mut starts = Vec::new();
     let mut names = Vec::new();
     for i in 0..case.agents {
         let due = t0 + Duration::from_secs_f64(cfg.ramp * i as f64 / case.agents as f64);
         tokio::time::sleep_until(due.into()).await;
+        let permit = in_flight.clone().acquire_owned().await.map_err(|e| fail("the agents' starts", e))?;
         let name = format!("a-{i:04}");
         let prompt = format!(
             "min_ms={min_ms} max_ms={max_ms} seconds={} big_every=40 huge_at={} seed={}",
@@ -660,15 +666,23 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
             i + 1
         );
         let body = json!({"name": name, "sandbox": sandboxes[i % sandboxes.len()].name, "harness": "writer", "prompt": prompt, "cwd": cwd(i)});
-        let v = post(&world, ADMIN, "/api/sessions", body).await?;
-        if v["turns"][0]["id"].as_str().is_none() {
-            return Err(fail(format!("session {name}"), format!("no turn: {v}")));
+        let follower = (i % stride == 0 && i / stride < followed).then(|| followers[(i / stride) % FOLLOWERS].clone());
+        let world = world.clone();
+        starts.push(tokio::spawn(async move {
+            let v = post(&world, ADMIN, "/api/sessions", body).await?;
+            drop(permit);
+            if v["turns"][0]["id"].as_str().is_none() {
+                return Err(fail(format!("session {name}"), format!("no turn: {v}")));
+            }
+            Ok(follower.map(|token| tokio::spawn(follow(world.clone(), token, name))))
+        }));
+        names.push(format!("a-{i:04}"));
+    }
+    let mut follows = Vec::new();
+    for s in starts {
+        if let Some(f) = joined(s.await)? {
+            follows.push(f);
         }
-        if i % stride == 0 && follows.len() < followed {
-            let token = followers[follows.len() % FOLLOWERS].clone();
-            follows.push(tokio::spawn(follow(world.clone(), token, name.clone())));
-        }
-        names.push(name);
     }
     // The window: every agent writing, from the ramp's end (later than planned if starting the
     // sessions took longer) until a second before the first one's end.
