@@ -17,7 +17,7 @@ fn main() -> std::process::ExitCode {
     let Cli { command: Command::Serve(config) } = Cli::parse();
     let request_slice = app::thread_start(config.sched_slice_us);
     // Every thread: the main one (it accepts connections in `block_on`), the workers and the
-    // blocking pool (tokio has no hook for workers alone), and the store's writer (`app::bind`).
+    // blocking pool (tokio has no hook for workers alone), and the store's threads (`app::bind`).
     // Processes the relay starts keep the kernel's default.
     request_slice();
     let runtime = tokio::runtime::Builder::new_multi_thread().on_thread_start(request_slice).enable_all().build();

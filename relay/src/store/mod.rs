@@ -325,8 +325,9 @@ CREATE TABLE IF NOT EXISTS spared_execs (
 impl Store {
     /// Opens (or creates) the database and migrates it, off the runtime's workers: a database made
     /// before may take a VACUUM here.
-    /// `on_thread_start` runs first on the store's writer thread (the relay's scheduling slice).
-    pub async fn open(path: &Path, on_thread_start: impl FnOnce() + Send + 'static) -> Result<Store> {
+    /// `on_thread_start` runs first on each of the store's own threads (the relay's scheduling
+    /// slice).
+    pub async fn open(path: &Path, on_thread_start: impl Fn() + Clone + Send + 'static) -> Result<Store> {
         let owned = path.to_path_buf();
         let conn = match tokio::runtime::Handle::try_current() {
             Ok(rt) => rt

@@ -173,7 +173,7 @@ impl Threads {
     pub(super) fn start(
         mut conn: Connection,
         path: &Path,
-        on_start: impl FnOnce() + Send + 'static,
+        on_start: impl Fn() + Clone + Send + 'static,
     ) -> Result<Threads> {
         let (tx, rx) = mpsc::channel();
         let wal = PathBuf::from(format!("{}-wal", path.display()));
@@ -195,22 +195,21 @@ impl Threads {
             Ok(())
         }))?;
         let (sync_tx, sync_rx) = mpsc::channel();
-        let writer_thread = std::thread::Builder::new()
-            .name("hangar-store".into())
-            .spawn(move || {
-                on_start();
-                writer(Conn::new(conn), rx, sync_tx)
-            })
-            .map_err(StoreError::Io)?;
+        let spawn = |name: &str, run: Box<dyn FnOnce() + Send>| {
+            let on_start = on_start.clone();
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || {
+                    on_start();
+                    run()
+                })
+                .map_err(StoreError::Io)
+        };
+        let writer_thread = spawn("hangar-store", Box::new(move || writer(Conn::new(conn), rx, sync_tx)))?;
         // Both end when the writer has: its sender and its connection's hook are theirs.
-        let sync_thread = std::thread::Builder::new()
-            .name("hangar-sync".into())
-            .spawn(move || syncs(wal, sync_rx))
-            .map_err(StoreError::Io)?;
-        let checkpoint_thread = std::thread::Builder::new()
-            .name("hangar-checkpoint".into())
-            .spawn(move || checkpoints(Conn::new(checkpointer), nudged))
-            .map_err(StoreError::Io)?;
+        let sync_thread = spawn("hangar-sync", Box::new(move || syncs(wal, sync_rx)))?;
+        let checkpoint_thread =
+            spawn("hangar-checkpoint", Box::new(move || checkpoints(Conn::new(checkpointer), nudged)))?;
         Ok(Threads {
             writer: Mutex::new(Some(tx)),
             thread: Mutex::new(vec![writer_thread, sync_thread, checkpoint_thread]),
