@@ -668,6 +668,7 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
         let body = json!({"name": name, "sandbox": sandboxes[i % sandboxes.len()].name, "harness": "writer", "prompt": prompt, "cwd": cwd(i)});
         let follower = (i % stride == 0 && i / stride < followed).then(|| followers[(i / stride) % FOLLOWERS].clone());
         let world = world.clone();
+        names.push(name.clone());
         starts.push(tokio::spawn(async move {
             let v = post(&world, ADMIN, "/api/sessions", body).await?;
             drop(permit);
@@ -676,7 +677,6 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
             }
             Ok(follower.map(|token| tokio::spawn(follow(world.clone(), token, name))))
         }));
-        names.push(format!("a-{i:04}"));
     }
     let mut follows = Vec::new();
     for s in starts {

@@ -400,6 +400,9 @@ pub(super) fn insert_event(
     Ok(())
 }
 
+/// Every session `?1` sees (a person's own, or all for `NULL`), newest first.
+const SESSIONS_SEEN: &str = "SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC";
+
 const LIVE_STATES: &str = "('queued', 'starting', 'running', 'waiting_input')";
 
 fn insert_turn(tx: &rusqlite::Connection, t: &TurnRow) -> rusqlite::Result<()> {
@@ -651,15 +654,7 @@ impl Store {
 
     pub async fn sessions(&self, person: Option<&str>) -> Result<Vec<SessionRow>> {
         let person = person.map(str::to_owned);
-        self.threads
-            .read(move |conn| {
-                Ok(conn.query_rows(
-                    "SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC",
-                    params![person],
-                    session_row,
-                )?)
-            })
-            .await
+        self.threads.read(move |conn| Ok(conn.query_rows(SESSIONS_SEEN, params![person], session_row)?)).await
     }
 
     /// `sessions`, each with its turns in order, in one read (a fleet's list is one query of
@@ -670,11 +665,7 @@ impl Store {
             .read(move |conn| {
                 // One snapshot for both: a turn never appears without its session.
                 let tx = conn.unchecked_transaction()?;
-                let sessions: Vec<SessionRow> = conn.query_rows(
-                    "SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC",
-                    params![person],
-                    session_row,
-                )?;
+                let sessions: Vec<SessionRow> = conn.query_rows(SESSIONS_SEEN, params![person], session_row)?;
                 let turns: Vec<TurnRow> = conn.query_rows(
                     "SELECT t.* FROM turns t JOIN sessions s ON s.id = t.session_id
                      WHERE ?1 IS NULL OR s.person = ?1 ORDER BY t.session_id, t.n",
