@@ -30,7 +30,7 @@ use crate::{
     auth::{random_hex, Caller},
     error::{Error, Result},
     events,
-    sessions::{self, EventsPage, MAX_PROMPT_BYTES},
+    sessions::{self, follow::Mark, EventsPage, MAX_PROMPT_BYTES},
     store::{EventRow, JobRow, JobState, JobsOf, NewJob, Scope},
     time,
 };
@@ -252,9 +252,7 @@ pub async fn read_events(relay: &Relay, job: &JobRow, since: i64, limit: usize) 
 
 /// Whether the event is hangar's record of the job ending (the last of its events).
 pub fn ends_job(e: &EventRow) -> bool {
-    e.kind == "job.state"
-        && e.data.get("source").and_then(Value::as_str) == Some("hangar")
-        && e.data.get("to").and_then(Value::as_str).and_then(JobState::parse).is_some_and(JobState::is_terminal)
+    Mark::of(&e.kind, &e.data) == Mark::JobEnded
 }
 
 /// Cancels a job: a queued one at once; a running one by cancelling its session's turn (the

@@ -11,6 +11,7 @@ use std::{
 use serde::Serialize;
 use tokio::sync::watch;
 
+use super::follow::Mark;
 use crate::store::{NewEvent, CURRENT_OFFSET};
 
 /// The most events and bytes of JSON memory holds for one watched session: a follower that
@@ -24,11 +25,12 @@ pub struct Live {
     sessions: Mutex<HashMap<String, Watched>>,
 }
 
-/// A recorded event as memory holds it: its seq, its type and its JSON as served (`EventRow`'s).
+/// A recorded event as followers are served it: its seq, what it marks and its JSON
+/// (`EventRow`'s).
 #[derive(Debug, Clone)]
 pub struct Recent {
     pub seq: i64,
-    pub kind: &'static str,
+    pub mark: Mark,
     pub json: Arc<str>,
 }
 
@@ -139,7 +141,8 @@ impl Live {
                 .filter_map(|&(i, seq)| {
                     let e = events.get(i)?;
                     let row = Served { seq, ts, turn: turn_id, kind: e.kind, data: &e.data };
-                    Some(Recent { seq, kind: e.kind, json: Arc::from(serde_json::to_string(&row).ok()?) })
+                    let json = Arc::from(serde_json::to_string(&row).ok()?);
+                    Some(Recent { seq, mark: Mark::of(e.kind, &e.data), json })
                 })
                 .collect()
         };
@@ -209,8 +212,8 @@ mod tests {
         let live = Live::default();
         let _rx = live.subscribe("s", 0);
         live.publish_events("s", "t1", 12.5, &[ev(7)], &[(0, 1)], 1);
-        let Recent { seq, kind, json } = live.recent("s", 0, 10).unwrap().remove(0);
-        assert_eq!(kind, "message");
+        let Recent { seq, mark, json } = live.recent("s", 0, 10).unwrap().remove(0);
+        assert_eq!(mark, Mark::Plain);
         let row = crate::store::EventRow {
             seq: 1,
             ts: 12.5,

@@ -2,17 +2,19 @@
 //! turn one run of its harness (the first prompt, then each follow-up), under a supervisor in the
 //! sandbox (`supervisor`) that a driver task per turn starts, follows and ends (`driver`). Lines
 //! of the turn's log become events (`ingest`, with `hangar-agents`' parsers), recorded with the
-//! read position and told to live readers (`live`).
+//! read position and told to live readers (`live`), whom `follow` serves.
 //!
 //! Invariants:
 //! - What a sandbox says is information: a turn's state, exit code and summary come from the
 //!   relay's own reads (the daemon's report of the supervisor, files only root can write where
 //!   the uid split holds), never from a file the agent can write.
-//! - A terminal state is final (`Store::set_turn_state` only moves live turns).
+//! - A terminal state is final (`Store::move_turn` only moves live turns), and a turn's state
+//!   and the `run.state` event that records its move are one write: no reader sees one alone.
 //! - Every text from a turn passes the one redaction step (`Secrets::redactor`) before it is
 //!   stored or streamed.
 //! - Sessions belong to a person; a caller sees its person's (an admin everyone's).
 mod driver;
+pub mod follow;
 mod ingest;
 pub mod live;
 mod queue;
@@ -81,7 +83,7 @@ pub struct Settings {
 pub struct Sessions {
     pub harnesses: Harnesses,
     pub settings: Settings,
-    pub live: live::Live,
+    pub live: Arc<live::Live>,
     /// Per running driver: woken when its turn is cancelled or ended from outside.
     drivers: Mutex<HashMap<String, Arc<Notify>>>,
     /// Held while a queued turn is admitted, so two never take one slot.
@@ -99,7 +101,7 @@ impl Sessions {
         Sessions {
             harnesses,
             settings,
-            live: live::Live::default(),
+            live: Arc::default(),
             drivers: Mutex::default(),
             admission: tokio::sync::Mutex::new(()),
             slots: Notify::new(),
@@ -606,12 +608,13 @@ pub(crate) async fn transition(
     detail: Option<&str>,
 ) -> Result<bool> {
     let detail = detail.map(|d| relay.secrets.redactor().text(d).into_owned());
-    if !relay.store.set_turn_state(turn_id, to, reason, detail.as_deref(), time::now()).await? {
-        return Ok(false);
-    }
     let data =
         json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason, "detail": detail, "source": "hangar" });
-    record_event(relay, session_id, turn_id, "run.state", data).await?;
+    let event = NewEvent { kind: "run.state", data, src_offset: None, part: 0 };
+    let ts = time::now();
+    let moved = relay.store.move_turn(session_id, turn_id, to, reason, detail.as_deref(), ts, event.clone());
+    let Some(seq) = moved.await? else { return Ok(false) };
+    relay.sessions.live.publish_events(session_id, turn_id, ts, &[event], &[(0, seq)], seq);
     crate::fleet::turn_changed(relay, turn_id).await;
     events::TurnState { turn: turn_id, from: from.as_str(), to: to.as_str(), reason }.emit();
     if to.is_terminal() {
@@ -641,11 +644,7 @@ pub(crate) async fn record_event(
     let events = vec![event];
     let (seq, recorded) = relay.store.record_events(session_id, turn_id, events.clone(), ts, None, None).await?;
     relay.sessions.live.publish_events(session_id, turn_id, ts, &events, &recorded, seq);
-    // A turn's moves reach the fleet through `fleet::turn_changed`; the rest (an agent's
-    // progress, an ask) as the turn watcher's events do.
-    if kind != "run.state" {
-        relay.fleet.ingested(session_id, turn_id, &events, ts);
-    }
+    relay.fleet.ingested(session_id, turn_id, &events, ts);
     Ok(seq)
 }
 

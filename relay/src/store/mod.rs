@@ -17,6 +17,9 @@ mod sessions;
 mod threads;
 pub use inbox::{ItemKind, ItemRow, ItemState};
 pub use jobs::{JobEvent, JobRow, JobState, JobsOf, NewJob};
+/// The store's test helpers, for other modules' tests.
+#[cfg(test)]
+pub(crate) use sessions::tests as testing;
 pub use sessions::{Created, EventRow, NewEvent, SecretRow, SessionRow, TurnRow, TurnState, UsageRow, CURRENT_OFFSET};
 pub use threads::Durability;
 

@@ -400,6 +400,53 @@ pub(super) fn insert_event(
     Ok(())
 }
 
+/// Records a batch of a turn's events under the session's next seqs, skipping those already
+/// recorded from the same place of the turn's log and replacing those kept current; with the
+/// log's read position and the session's summary if given. The seq of the last, and `(index,
+/// seq)` of each recorded.
+fn record(
+    tx: &rusqlite::Connection,
+    session_id: &str,
+    turn_id: &str,
+    events: &[NewEvent],
+    ts: f64,
+    log: Option<(i64, i64, String)>,
+    summary: Option<&str>,
+) -> rusqlite::Result<(i64, Vec<(usize, i64)>)> {
+    // The statements of the hottest write, prepared once per connection.
+    let mut seq: i64 =
+        tx.prepare_cached("SELECT event_seq FROM sessions WHERE id = ?1")?.query_row([session_id], |r| r.get(0))?;
+    let mut recorded = Vec::with_capacity(events.len());
+    for (i, e) in events.iter().enumerate() {
+        if e.src_offset == Some(CURRENT_OFFSET) {
+            tx.prepare_cached("DELETE FROM session_events WHERE turn_id = ?1 AND src_offset = ?2 AND part = ?3")?
+                .execute(params![turn_id, CURRENT_OFFSET, e.part])?;
+        } else if let Some(off) = e.src_offset {
+            let seen: bool = tx
+                .prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM session_events
+                     WHERE turn_id = ?1 AND src_offset = ?2 AND part = ?3)",
+                )?
+                .query_row(params![turn_id, off, e.part], |r| r.get(0))?;
+            if seen {
+                continue;
+            }
+        }
+        seq += 1;
+        insert_event(tx, session_id, seq, turn_id, e, ts)?;
+        recorded.push((i, seq));
+    }
+    tx.prepare_cached("UPDATE sessions SET event_seq = ?2 WHERE id = ?1")?.execute(params![session_id, seq])?;
+    if let Some(summary) = summary {
+        tx.prepare_cached("UPDATE sessions SET summary = ?2 WHERE id = ?1")?.execute(params![session_id, summary])?;
+    }
+    if let Some((base, offset, parser)) = log {
+        tx.prepare_cached("UPDATE turns SET log_base = ?2, log_offset = ?3, parser = ?4 WHERE id = ?1")?
+            .execute(params![turn_id, base, offset, parser])?;
+    }
+    Ok((seq, recorded))
+}
+
 /// Every session `?1` sees (a person's own, or all for `NULL`), newest first.
 const SESSIONS_SEEN: &str = "SELECT * FROM sessions WHERE ?1 IS NULL OR person = ?1 ORDER BY created_at DESC";
 
@@ -776,17 +823,24 @@ impl Store {
 
     /// Moves a turn from a live state to `to`; false when it was terminal already (a terminal
     /// state is final) or is gone.
-    pub async fn set_turn_state(
+    /// Moves a live turn to `to` and records `event` (hangar's `run.state`) in the same write,
+    /// so that no reader sees the state without its event. The seq of the event, or `None` if the
+    /// turn was not live (a terminal state is final).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn move_turn(
         &self,
-        id: &str,
+        session_id: &str,
+        turn_id: &str,
         to: TurnState,
         reason: Option<&str>,
         detail: Option<&str>,
         at: f64,
-    ) -> Result<bool> {
+        event: NewEvent,
+    ) -> Result<Option<i64>> {
         let finished = to.is_terminal().then_some(at);
         let started = matches!(to, TurnState::Running).then_some(at);
-        let (id, reason, detail) = (id.to_owned(), reason.map(str::to_owned), detail.map(str::to_owned));
+        let (session_id, turn_id) = (session_id.to_owned(), turn_id.to_owned());
+        let (reason, detail) = (reason.map(str::to_owned), detail.map(str::to_owned));
         self.threads
             .write(Durability::Durable, move |conn| {
                 let n = conn.execute(
@@ -794,9 +848,13 @@ impl Store {
                         "UPDATE turns SET state = ?2, reason = ?3, detail = ?4, finished_at = COALESCE(?5, finished_at),
                             started_at = COALESCE(started_at, ?6) WHERE id = ?1 AND state IN {LIVE_STATES}"
                     ),
-                    params![id, to.as_str(), reason, detail, finished, started],
+                    params![turn_id, to.as_str(), reason, detail, finished, started],
                 )?;
-                Ok(n > 0)
+                if n == 0 {
+                    return Ok(None);
+                }
+                let (seq, _) = record(conn, &session_id, &turn_id, std::slice::from_ref(&event), at, None, None)?;
+                Ok(Some(seq))
             })
             .await
     }
@@ -874,45 +932,7 @@ impl Store {
             Durability::Durable
         };
         self.threads
-            .write(durability, move |tx| {
-                // The statements of the hottest write, prepared once per connection.
-                let mut seq: i64 = tx
-                    .prepare_cached("SELECT event_seq FROM sessions WHERE id = ?1")?
-                    .query_row([&session_id], |r| r.get(0))?;
-                let mut recorded = Vec::with_capacity(events.len());
-                for (i, e) in events.iter().enumerate() {
-                    if e.src_offset == Some(CURRENT_OFFSET) {
-                        tx.prepare_cached(
-                            "DELETE FROM session_events WHERE turn_id = ?1 AND src_offset = ?2 AND part = ?3",
-                        )?
-                        .execute(params![turn_id, CURRENT_OFFSET, e.part])?;
-                    } else if let Some(off) = e.src_offset {
-                        let seen: bool = tx
-                            .prepare_cached(
-                                "SELECT EXISTS (SELECT 1 FROM session_events
-                                 WHERE turn_id = ?1 AND src_offset = ?2 AND part = ?3)",
-                            )?
-                            .query_row(params![turn_id, off, e.part], |r| r.get(0))?;
-                        if seen {
-                            continue;
-                        }
-                    }
-                    seq += 1;
-                    insert_event(tx, &session_id, seq, &turn_id, e, ts)?;
-                    recorded.push((i, seq));
-                }
-                tx.prepare_cached("UPDATE sessions SET event_seq = ?2 WHERE id = ?1")?
-                    .execute(params![session_id, seq])?;
-                if let Some(summary) = summary {
-                    tx.prepare_cached("UPDATE sessions SET summary = ?2 WHERE id = ?1")?
-                        .execute(params![session_id, summary])?;
-                }
-                if let Some((base, offset, parser)) = log {
-                    tx.prepare_cached("UPDATE turns SET log_base = ?2, log_offset = ?3, parser = ?4 WHERE id = ?1")?
-                        .execute(params![turn_id, base, offset, parser])?;
-                }
-                Ok((seq, recorded))
-            })
+            .write(durability, move |tx| Ok(record(tx, &session_id, &turn_id, &events, ts, log, summary.as_deref())?))
             .await
     }
 
@@ -1090,12 +1110,12 @@ impl Store {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::store::{file_bytes, AUTO_VACUUM_INCREMENTAL};
     use rusqlite::Connection;
 
-    pub(in crate::store) async fn store(test: &str) -> (Store, std::path::PathBuf) {
+    pub(crate) async fn store(test: &str) -> (Store, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("hangar-sessions-store-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -1125,7 +1145,7 @@ pub(super) mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    pub(in crate::store) fn session(id: &str) -> SessionRow {
+    pub(crate) fn session(id: &str) -> SessionRow {
         SessionRow {
             id: id.into(),
             name: id.into(),
@@ -1149,7 +1169,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::store) fn turn(id: &str, session: &str) -> TurnRow {
+    pub(crate) fn turn(id: &str, session: &str) -> TurnRow {
         TurnRow {
             id: id.into(),
             session_id: session.into(),
@@ -1235,10 +1255,28 @@ pub(super) mod tests {
         assert_eq!(s.turn("t1").await.unwrap().unwrap().log_offset, 30);
         assert_eq!(s.events_after("s1", 0, 100).await.unwrap().len(), 5);
 
-        assert!(s.set_turn_state("t1", TurnState::Running, None, None, 3.0).await.unwrap());
-        assert!(s.set_turn_state("t1", TurnState::Succeeded, Some("ok"), None, 4.0).await.unwrap());
-        assert!(!s.set_turn_state("t1", TurnState::Crashed, Some("process_died"), None, 5.0).await.unwrap(), "final");
+        let moved = |to: &'static str| NewEvent {
+            kind: "run.state",
+            data: serde_json::json!({ "to": to }),
+            src_offset: None,
+            part: 0,
+        };
+        assert_eq!(
+            s.move_turn("s1", "t1", TurnState::Running, None, None, 3.0, moved("running")).await.unwrap(),
+            Some(6)
+        );
+        let ended = s.move_turn("s1", "t1", TurnState::Succeeded, Some("ok"), None, 4.0, moved("succeeded"));
+        assert_eq!(ended.await.unwrap(), Some(7));
+        let late = s.move_turn("s1", "t1", TurnState::Crashed, Some("process_died"), None, 5.0, moved("crashed"));
+        assert_eq!(late.await.unwrap(), None, "a terminal state is final, and no event says otherwise");
         assert_eq!(s.turn("t1").await.unwrap().unwrap().state, TurnState::Succeeded);
+        let (events, state) = s.events_page("s1", 5, 10).await.unwrap();
+        let kinds: Vec<_> = events.iter().map(|e| (e.seq, e.kind.as_str(), e.data["to"].clone())).collect();
+        assert_eq!(
+            kinds,
+            vec![(6, "run.state", serde_json::json!("running")), (7, "run.state", serde_json::json!("succeeded"))]
+        );
+        assert_eq!(state, Some(TurnState::Succeeded));
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -21,7 +21,7 @@ use crate::{
     app::Relay,
     auth::Caller,
     jobs::{self, JobView, SandboxSpec, StartRequest},
-    sessions,
+    sessions::follow::{Follower, Mark, Next, Until},
     store::{JobState, JobsOf},
     streams::{Front, Kind, Reason},
 };
@@ -108,20 +108,20 @@ pub struct JobStreamQuery {
     since: Option<i64>,
 }
 
-/// How many events an SSE stream reads from the store at a time.
+/// The most events an SSE stream is handed at a time.
 const PAGE: usize = 200;
 /// How often a stream looks at a job that has no session yet.
 const NO_SESSION_POLL: Duration = Duration::from_millis(300);
 /// How long a stream waits for the event that records the job's end once its state says so.
 const END_GRACE: Duration = Duration::from_secs(2);
+/// How often a stream looks at the job's state when no event comes.
+const RECHECK: Duration = Duration::from_secs(5);
 
-/// A job's session's events from `since`, until the event that records the job's end.
+/// A job's session's events, through a follower, until the event that records the job's end.
 struct JobEvents {
     relay: Arc<Relay>,
     job_id: String,
-    session_id: String,
-    since: i64,
-    rx: tokio::sync::watch::Receiver<i64>,
+    follower: Follower,
     saw_end: bool,
     graced: bool,
 }
@@ -130,31 +130,24 @@ impl sse::Source for JobEvents {
     async fn next(&mut self) -> sse::Next {
         loop {
             let state = self.relay.store.job(&self.job_id, JobsOf::Everyone).await.ok().flatten().map(|j| j.state);
-            let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE).await {
-                Ok(p) => p,
-                Err(e) => return sse::Next::End(Reason::Error, Some(e.to_string())),
-            };
-            if let Some(last) = page.events.last() {
-                self.since = last.seq;
-                self.saw_end |= page.events.iter().any(jobs::ends_job);
-                return sse::Next::Send(page.events.iter().map(super::sessions::seq_event).collect());
-            }
             let ended = state.is_none_or(JobState::is_terminal);
             if ended && (self.saw_end || self.graced) {
                 let state = state.map_or("deleted", JobState::as_str);
                 return sse::Next::End(Reason::Done, Some(format!("the job ended: {state}")));
             }
             // The job's state is set just before its `job.state` event is recorded: once it
-            // says ended, the event has a moment to arrive.
-            let wait = if ended {
-                self.graced = true;
-                END_GRACE
-            } else {
-                Duration::from_secs(5)
-            };
-            tokio::select! {
-                changed = self.rx.changed() => if changed.is_err() { tokio::time::sleep(wait).await },
-                _ = tokio::time::sleep(wait) => {}
+            // says ended, the event has a moment to arrive (a grace with nothing recorded).
+            let wait = if ended { END_GRACE } else { RECHECK };
+            match tokio::time::timeout(wait, self.follower.next(PAGE)).await {
+                Ok(Ok(Some(Next::Events(events)))) => {
+                    self.saw_end |= events.iter().any(|e| e.mark == Mark::JobEnded);
+                    return sse::Next::Send(events.into_iter().map(super::sessions::served_event).collect());
+                }
+                // Never ends on a turn's end (`Until::Never`).
+                Ok(Ok(Some(Next::Ended(_)))) => {}
+                Err(_) => self.graced = ended,
+                Ok(Ok(None)) => return sse::Next::Quit,
+                Ok(Err(e)) => return sse::Next::End(Reason::Error, Some(e.to_string())),
             }
         }
     }
@@ -198,8 +191,8 @@ pub async fn stream(
             }
         };
         let seq = relay.store.session_by_id(&session_id).await.ok().flatten().map_or(0, |s| s.event_seq);
-        let rx = relay.sessions.live.subscribe(&session_id, seq);
-        let source = JobEvents { relay, job_id: job.id, session_id, since, rx, saw_end: false, graced: false };
+        let follower = Follower::new(&relay.store, &relay.sessions.live, &session_id, seq, since, Until::Never);
+        let source = JobEvents { relay, job_id: job.id, follower, saw_end: false, graced: false };
         for await e in sse::serve(admitted, source) {
             yield e;
         }

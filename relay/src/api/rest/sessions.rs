@@ -23,8 +23,12 @@ use crate::{
     app::Relay,
     auth::Caller,
     secrets::{NewSecret, SecretView},
-    sessions::{self, EventsPage, EventsRead, SessionView, StartRequest, TurnRequest},
-    store::EventRow,
+    sessions::{
+        self,
+        follow::{Follower, Next, Until},
+        live::Recent,
+        EventsPage, EventsRead, SessionView, StartRequest, TurnRequest,
+    },
     streams::{Front, Kind, Reason},
 };
 
@@ -166,65 +170,28 @@ pub struct StreamQuery {
     follow: bool,
 }
 
-/// How many events an SSE stream reads from the store at a time.
+/// The most events an SSE stream is handed at a time.
 const PAGE: usize = 200;
 
-/// A session's recorded events from `since`, a page at a time, waking on each new one: from
-/// memory while it holds them (`sessions::live`), else from the store.
-struct SessionEvents {
-    relay: Arc<Relay>,
-    session_id: String,
-    since: i64,
-    follow: bool,
-    rx: tokio::sync::watch::Receiver<i64>,
-    /// Whether memory cannot tell what comes next: at the start, and after a `run.state` (the
-    /// turn may have ended, which only the store says).
-    read_store: bool,
-}
+/// A session's events through a follower, as SSE (`id` the seq).
+struct SessionEvents(Follower);
 
 impl sse::Source for SessionEvents {
     async fn next(&mut self) -> sse::Next {
-        loop {
-            // Before anything is read: a seq recorded from here on wakes `changed` below.
-            let latest = *self.rx.borrow_and_update();
-            if let Some(recent) = self.relay.sessions.live.recent(&self.session_id, self.since, PAGE) {
-                if let Some(last) = recent.last() {
-                    self.since = last.seq;
-                }
-                self.read_store |= recent.iter().any(|r| r.kind == "run.state");
-                let out = recent.into_iter().map(|r| sse::Out {
-                    event: None,
-                    id: Some(r.seq.to_string()),
-                    data: r.json.to_string(),
-                });
-                return sse::Next::Send(out.collect());
+        match self.0.next(PAGE).await {
+            Ok(Some(Next::Events(events))) => sse::Next::Send(events.into_iter().map(served_event).collect()),
+            Ok(Some(Next::Ended(state))) => {
+                sse::Next::End(Reason::Done, Some(format!("the turn ended: {}", state.as_str())))
             }
-            if self.read_store || latest > self.since {
-                let page = match sessions::read_page(&self.relay, &self.session_id, self.since, PAGE).await {
-                    Ok(p) => p,
-                    Err(e) => return sse::Next::End(Reason::Error, Some(e.to_string())),
-                };
-                if let Some(last) = page.events.last() {
-                    // What follows may be in memory, or not yet: the store is read once more.
-                    self.since = last.seq;
-                    self.read_store = true;
-                    return sse::Next::Send(page.events.iter().map(seq_event).collect());
-                }
-                if page.state.is_terminal() && !self.follow {
-                    return sse::Next::End(Reason::Done, Some(format!("the turn ended: {}", page.state.as_str())));
-                }
-                self.read_store = false;
-            }
-            if self.rx.changed().await.is_err() {
-                return sse::Next::Quit;
-            }
+            Ok(None) => sse::Next::Quit,
+            Err(e) => sse::Next::End(Reason::Error, Some(e.to_string())),
         }
     }
 }
 
-/// A recorded event as SSE: its JSON, with its seq as the id.
-pub(super) fn seq_event(e: &EventRow) -> sse::Out {
-    sse::Out { event: None, id: Some(e.seq.to_string()), data: serde_json::to_string(e).unwrap_or_default() }
+/// A served event as SSE: its JSON, with its seq as the id.
+pub(super) fn served_event(e: Recent) -> sse::Out {
+    sse::Out { event: None, id: Some(e.seq.to_string()), data: e.json.to_string() }
 }
 
 pub async fn stream(
@@ -237,9 +204,9 @@ pub async fn stream(
     let since = sse::resume_seq(&headers, q.since)?;
     let session = sessions::find(&relay, &caller, &reference).await?;
     let admitted = relay.streams.open(&caller, &session.sandbox_id, Kind::Events, Front::Rest)?;
-    let rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
-    let source = SessionEvents { relay, session_id: session.id, since, follow: q.follow, rx, read_store: true };
-    Ok(Sse::new(sse::serve(admitted, source)).keep_alive(sse::keep_alive()))
+    let until = if q.follow { Until::Never } else { Until::TurnEnds };
+    let follower = Follower::new(&relay.store, &relay.sessions.live, &session.id, session.event_seq, since, until);
+    Ok(Sse::new(sse::serve(admitted, SessionEvents(follower))).keep_alive(sse::keep_alive()))
 }
 
 pub async fn usage(State(relay): State<Arc<Relay>>) -> Result<Json<sessions::Usage>, ApiError> {

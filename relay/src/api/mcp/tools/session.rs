@@ -16,8 +16,12 @@ use crate::{
     app::Relay,
     auth::Caller,
     error::{Error, Result},
-    sessions::{self, EventsPage, EventsRead, SessionView, StartRequest, TurnRequest},
-    store::{EventRow, TurnState},
+    sessions::{
+        self,
+        follow::{Follower, Next, Until},
+        EventsPage, EventsRead, SessionView, StartRequest, TurnRequest,
+    },
+    store::TurnState,
     streams::{Front, Kind, Reason},
 };
 
@@ -177,7 +181,7 @@ fn view(v: SessionView) -> CallToolResult {
 
 fn page(
     name: &str,
-    events: &[EventRow],
+    events: &[impl serde::Serialize],
     next: i64,
     more: bool,
     state: TurnState,
@@ -198,12 +202,6 @@ fn page(
 
 fn whole(name: &str, p: &EventsPage, closed: Option<Reason>) -> CallToolResult {
     page(name, &p.events, p.next, p.more, p.state, closed)
-}
-
-/// Whether the event is hangar's record of a turn ending.
-fn ends_turn(e: &EventRow) -> bool {
-    e.kind == "run.state"
-        && e.data.get("to").and_then(Value::as_str).and_then(TurnState::parse).is_some_and(TurnState::is_terminal)
 }
 
 /// Events after `since`. Without a wait, what is there; with one, an open stream (kind
@@ -236,44 +234,35 @@ async fn events(
         admitted.end(closed.unwrap_or(Reason::Done));
         return Ok(whole(&session.name, &p, closed));
     };
-    let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
+    let mut follower =
+        Follower::new(&relay.store, &relay.sessions.live, &session.id, session.event_seq, since, Until::TurnEnds);
     let deadline = tokio::time::Instant::now() + wait;
-    let mut sent: Vec<EventRow> = Vec::new();
+    let mut sent: Vec<Value> = Vec::new();
     let mut next = since;
     let mut closed = None;
-    let mut first = true;
-    loop {
-        let p = sessions::read_page(relay, &session.id, next, limit - sent.len()).await?;
-        for e in p.events {
-            let text = serde_json::to_string(&e).unwrap_or_default();
-            if let Err(r) = admitted.send(text.len() as u64).await {
+    'wait: while sent.len() < limit {
+        let events = tokio::select! {
+            n = follower.next(limit - sent.len()) => match n? {
+                Some(Next::Events(events)) => events,
+                Some(Next::Ended(_)) | None => break,
+            },
+            _ = tokio::time::sleep_until(deadline) => break,
+            r = admitted.closed() => { closed = Some(r); break }
+            _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
+        };
+        for e in events {
+            if let Err(r) = admitted.send(e.json.len() as u64).await {
                 closed = Some(r);
-                break;
+                break 'wait;
             }
             let mut n = ProgressNotificationParam::new(token.clone(), e.seq as f64);
-            n.message = Some(text);
+            n.message = Some(e.json.to_string());
             if ctx.peer.notify_progress(n).await.is_err() {
                 admitted.end(Reason::Client);
                 return Err(Error::unavailable("the client went away"));
             }
             next = e.seq;
-            sent.push(e);
-        }
-        // The turn's state is set just before its `run.state` event is recorded: done once
-        // that event was the last sent (or the turn had ended before the call).
-        let ended = p.state.is_terminal() && !p.more && (first || sent.last().is_some_and(ends_turn));
-        first = false;
-        if closed.is_some() || sent.len() >= limit || ended {
-            break;
-        }
-        if p.more {
-            continue;
-        }
-        tokio::select! {
-            changed = rx.changed() => if changed.is_err() { break },
-            _ = tokio::time::sleep_until(deadline) => break,
-            r = admitted.closed() => { closed = Some(r); break }
-            _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
+            sent.push(serde_json::from_str(&e.json).unwrap_or(Value::Null));
         }
     }
     admitted.end(closed.unwrap_or(Reason::Done));
