@@ -12,7 +12,10 @@ use std::{
 
 use futures::StreamExt;
 use hangar_agents::inbox::{self as protocol, Ask, Request, MAX_FILE_BYTES};
-use hangar_proto::filesystem::WatchDirRequest;
+use hangar_proto::{
+    ext::watch_event,
+    filesystem::{watch_dir_response, WatchDirRequest},
+};
 use serde_json::json;
 
 use super::{new_item, of_session, open, tell_session};
@@ -29,11 +32,13 @@ use crate::{
     text::sh_quote,
 };
 
-/// A daemon's watch of the inbox directory: each item is a change (or its stream's failure).
-type Changes = std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<(), tonic::Status>> + Send>>;
+/// A daemon's watch of the inbox directory: each item says what to list again, if anything (a
+/// keep-alive says nothing), or is its stream's failure.
+type Changes = std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<Option<Dirty>, tonic::Status>> + Send>>;
 
-/// How often a watcher with a daemon looks again anyway (whether its sandbox still has live
-/// turns; a change the watch missed).
+/// How often a watcher with a daemon looks again anyway: whether its sandbox still has live
+/// turns, and, under E2B's envd, every live turn's inbox (its watch may miss the first files of
+/// a directory made after it started; hangar's reports them, and says when it lost events).
 const RECHECK: Duration = Duration::from_secs(5);
 /// The most request files one scan reads, and the most bytes (past the first file): a flood of
 /// files is taken a batch at a time, oldest first, each batch one script run.
@@ -108,11 +113,62 @@ struct Seen {
 /// What a watcher has read, by turn.
 type SeenByTurn = HashMap<String, Seen>;
 
+/// What a change in the inbox directory asks to be listed again.
+#[derive(Debug, Clone, PartialEq)]
+enum Dirty {
+    /// One turn's directory (the first component of the changed path).
+    Turn(String),
+    /// Every live turn's: events were lost, or a change is in none of them.
+    All,
+}
+
+impl Dirty {
+    /// The change's path, relative to the inbox directory.
+    fn of(name: &str) -> Dirty {
+        match name.split('/').next() {
+            Some(t) if !t.is_empty() && t != "." && t != ".." => Dirty::Turn(t.to_string()),
+            _ => Dirty::All,
+        }
+    }
+}
+
+/// The turns' directories to list at the next scan.
+#[derive(Debug, Default)]
+struct Pending {
+    all: bool,
+    turns: HashSet<String>,
+}
+
+impl Pending {
+    fn all() -> Pending {
+        Pending { all: true, turns: HashSet::new() }
+    }
+
+    fn add(&mut self, d: Dirty) {
+        match d {
+            Dirty::Turn(t) => {
+                self.turns.insert(t);
+            }
+            Dirty::All => self.all = true,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.all && self.turns.is_empty()
+    }
+
+    /// Whether the scan lists this turn's directory: asked for, or a turn not listed before.
+    fn lists(&self, turn: &str, seen: &SeenByTurn) -> bool {
+        self.all || self.turns.contains(turn) || !seen.contains_key(turn)
+    }
+}
+
 async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut SeenByTurn) -> Result<()> {
     let row = relay.sandboxes.get(sandbox_id).await?;
     let shell = Shell::open(relay, row).await?;
     let place = shell.place().await?;
-    let mut more = scan(relay, &shell, &place, seen).await?;
+    let mut pending = scan(relay, &shell, &place, seen, &Pending::all()).await?;
+    let e2b = shell.envd.as_ref().is_some_and(|e| e.is_e2b());
     let mut changes: Option<Changes> = match &shell.envd {
         // The agent's commands write in the same sandbox through the same mount: inotify sees
         // their writes even on a FUSE or network filesystem.
@@ -127,56 +183,89 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut SeenByTurn) -> Result
             let failed = |s| daemon_error("watching the agent's inbox", s);
             // E2B's envd has no hangar watch: its own `WatchDir` says as much (a change), and
             // its `data_loss` ends the stream, which starts the watcher again (and a rescan).
-            Some(if envd.is_e2b() {
-                Box::pin(envd.filesystem().watch_dir(req).await.map_err(failed)?.into_inner().map(|m| m.map(|_| ())))
+            Some(if e2b {
+                let stream = envd.filesystem().watch_dir(req).await.map_err(failed)?.into_inner();
+                Box::pin(stream.map(|m| {
+                    m.map(|m| match m.event {
+                        Some(watch_dir_response::Event::Filesystem(f)) => Some(Dirty::of(&f.name)),
+                        _ => None,
+                    })
+                }))
             } else {
-                Box::pin(envd.files().watch_dir(req).await.map_err(failed)?.into_inner().map(|m| m.map(|_| ())))
+                let stream = envd.files().watch_dir(req).await.map_err(failed)?.into_inner();
+                Box::pin(stream.map(|m| {
+                    m.map(|m| match m.event.and_then(|e| e.event) {
+                        Some(watch_event::Event::Filesystem(f)) => Some(Dirty::of(&f.name)),
+                        Some(watch_event::Event::Overflow(_)) => Some(Dirty::All),
+                        _ => None,
+                    })
+                }))
             })
         }
         None => None,
     };
     // A request written between the first scan and the watch's start.
-    more = scan(relay, &shell, &place, seen).await? || more;
+    let missed = scan(relay, &shell, &place, seen, &Pending::all()).await?;
+    pending.all |= missed.all;
+    pending.turns.extend(missed.turns);
     loop {
-        let changed = match changes.as_mut() {
-            // Files left by the last scan are listed again at once.
-            _ if more => true,
-            Some(stream) => tokio::select! {
-                m = stream.next() => match m {
-                    Some(Ok(())) => true,
-                    None => return Err(Error::daemon("the daemon ended the inbox watch")),
-                    Some(Err(s)) => return Err(daemon_error("watching the agent's inbox", s)),
+        // Directories left with files by the last scan are listed again at once.
+        if pending.is_empty() {
+            match changes.as_mut() {
+                Some(stream) => tokio::select! {
+                    m = stream.next() => match m {
+                        Some(Ok(Some(d))) => pending.add(d),
+                        Some(Ok(None)) => continue,
+                        None => return Err(Error::daemon("the daemon ended the inbox watch")),
+                        Some(Err(s)) => return Err(daemon_error("watching the agent's inbox", s)),
+                    },
+                    _ = tokio::time::sleep(RECHECK) => pending.all = e2b,
                 },
-                _ = tokio::time::sleep(RECHECK) => false,
-            },
-            None => {
-                tokio::time::sleep(relay.sessions.settings.poll).await;
-                true
+                None => {
+                    tokio::time::sleep(relay.sessions.settings.poll).await;
+                    pending.all = true;
+                }
             }
-        };
+        }
         if stop(relay, sandbox_id).await {
             return Ok(());
         }
-        if changed || changes.is_none() {
-            // A burst of writes (a temporary file, then its rename) is one listing.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if let Some(stream) = changes.as_mut() {
-                while let Ok(Some(Ok(()))) = tokio::time::timeout(Duration::ZERO, stream.next()).await {}
+        if pending.is_empty() {
+            continue;
+        }
+        // A burst of writes (a temporary file, then its rename) is one listing.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if let Some(stream) = changes.as_mut() {
+            while let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::ZERO, stream.next()).await {
+                if let Some(d) = d {
+                    pending.add(d);
+                }
             }
         }
-        more = scan(relay, &shell, &place, seen).await?;
+        pending = scan(relay, &shell, &place, seen, &pending).await?;
     }
 }
 
-/// Scans each live turn's inbox (`scan_turn`); forgets the turns no longer live. Whether files
-/// are left for the next scan.
-async fn scan(relay: &Relay, shell: &Shell<'_>, place: &Place, seen: &mut SeenByTurn) -> Result<bool> {
+/// Scans the inbox of each live turn `pending` lists (`scan_turn`), one script run each;
+/// forgets the turns no longer live. The turns whose files are left for the next scan.
+async fn scan(
+    relay: &Relay,
+    shell: &Shell<'_>,
+    place: &Place,
+    seen: &mut SeenByTurn,
+    pending: &Pending,
+) -> Result<Pending> {
     let live = live_sessions(relay, &shell.row.id).await?;
     seen.retain(|turn, _| live.iter().any(|(_, t)| &t.id == turn));
-    let mut more = false;
+    let mut more = Pending::default();
     for (session, turn) in &live {
+        if !pending.lists(&turn.id, seen) {
+            continue;
+        }
         let seen = seen.entry(turn.id.clone()).or_default();
-        more |= scan_turn(relay, shell, place, (session, turn), seen).await?;
+        if scan_turn(relay, shell, place, (session, turn), seen).await? {
+            more.add(Dirty::Turn(turn.id.clone()));
+        }
     }
     Ok(more)
 }
@@ -489,6 +578,26 @@ async fn take(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A change is its turn's directory to list; one in none of them (or lost events) lists all.
+    #[test]
+    fn a_change_lists_its_turn_and_a_turn_not_listed_before() {
+        assert_eq!(Dirty::of("turn_a/abcdefgh.json"), Dirty::Turn("turn_a".into()));
+        assert_eq!(Dirty::of("turn_a"), Dirty::Turn("turn_a".into()));
+        assert_eq!(Dirty::of(""), Dirty::All);
+        assert_eq!(Dirty::of("/x"), Dirty::All);
+        assert_eq!(Dirty::of("../x"), Dirty::All);
+        let mut seen = SeenByTurn::new();
+        seen.insert("turn_a".into(), Seen::default());
+        seen.insert("turn_b".into(), Seen::default());
+        let mut p = Pending::default();
+        assert!(p.is_empty());
+        p.add(Dirty::of("turn_a/x.json"));
+        assert!(p.lists("turn_a", &seen) && !p.lists("turn_b", &seen));
+        assert!(p.lists("turn_new", &seen), "a turn never listed is listed");
+        p.add(Dirty::All);
+        assert!(p.lists("turn_b", &seen));
+    }
 
     #[test]
     fn a_listing_is_read_by_its_lengths_whatever_the_bodies_hold() {
