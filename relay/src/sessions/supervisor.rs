@@ -67,8 +67,9 @@ grp() { [ "$gid" = - ] || chown ":$gid" "$@"; }
 if [ ! -e "$log" ]; then : >"$log.$$" && grp "$log.$$" && mv -f "$log.$$" "$log"; fi
 start=$(sed 's/.*) //' /proc/$$/stat | cut -d' ' -f20)
 printf '%s %s\n' "$$" "$start" >"$hdir/$turn.pid"
-rm -f "$fifo"
-mkfifo -m 600 "$fifo"
+beat=$hdir/$turn.beat
+rm -f "$fifo" "$beat"
+mkfifo -m 600 "$fifo" "$beat"
 # Helpers keep none of the supervisor's own output open: the daemon reports its end once that
 # closes, which must be when the supervisor exits.
 # The log's writer reads to the end whatever it keeps, so the harness never blocks on the pipe.
@@ -81,9 +82,12 @@ else
   { head -c "$logmax"; [ "$(stat -c %s "$log")" -lt "$logmax" ] || printf '\036hangar:log_full %s\n' "$logmax"; cat >/dev/null; } <"$fifo" >>"$log" 2>/dev/null &
 fi
 writer=$!
-# Its own sleep's pid, never `$!` before its first sleep: a subshell inherits the parent's `$!`
-# (the log's writer), which a TERM arriving that early would kill, losing the harness's output.
-( s=; trap '[ -z "$s" ] || kill "$s" 2>/dev/null; exit 0' TERM; while :; do touch "$hdir/$turn.hb"; sleep 10 & s=$!; wait "$s"; done ) >/dev/null 2>&1 </dev/null &
+# The heartbeat forks nothing: `: >` sets the file's mtime, and `read -t` on a pipe only it holds
+# open waits (a TERM ends the wait at once); `touch` and `sleep` were two processes per beat, 100
+# a second at 500 turns. Should the pipe not open, `sleep` it is.
+( trap 'exit 0' TERM
+  if [ -p "$beat" ] && exec {z}<>"$beat"; then pause() { read -r -t 10 -u "$z" _; }; else pause() { sleep 10; }; fi
+  while :; do : >"$hdir/$turn.hb"; pause; done ) >/dev/null 2>&1 </dev/null &
 hb=$!
 child=
 term() { [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }
@@ -110,7 +114,7 @@ signal=null
 if [ "$code" -gt 128 ] && name=$(kill -l $((code - 128)) 2>/dev/null); then signal="\"$name\""; fi
 line=$(printf '{"code":%s,"signal":%s,"ended_at":%s}' "$code" "$signal" "$(date +%s.%N)")
 printf '%s\n' "$line" >"$hdir/$turn.exit.json.tmp" && grp "$hdir/$turn.exit.json.tmp" && mv -f "$hdir/$turn.exit.json.tmp" "$hdir/$turn.exit.json"
-rm -f "$fifo"
+rm -f "$fifo" "$beat"
 printf '%s\n' "$line"
 exit "$code"
 "#;
@@ -673,5 +677,57 @@ mod tests {
         let missing = parse_probe(b"size=-1\ninode=-1\nexit=\nalive=0\nhb_age=0\n--\n").unwrap();
         assert_eq!((missing.size, missing.exit), (None, None));
         assert!(parse_probe(b"garbage").is_none());
+    }
+
+    /// The commands of the processes below `pid` (from `/proc`).
+    fn descendants(pid: u32) -> Vec<String> {
+        let mut found = vec![pid];
+        let mut names = Vec::new();
+        for _ in 0..4 {
+            for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+                let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+                let Some((head, tail)) = stat.rsplit_once(") ") else { continue };
+                let me: u32 = entry.file_name().to_string_lossy().parse().unwrap_or(0);
+                let ppid: u32 = tail.split(' ').nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+                if found.contains(&ppid) && !found.contains(&me) {
+                    found.push(me);
+                    names.push(head.split_once(" (").map_or("", |(_, n)| n).to_string());
+                }
+            }
+        }
+        names
+    }
+
+    /// The supervisor run as it is in a sandbox (no split, no hangar-envd): its heartbeat beats
+    /// with no process of its own while the harness runs, and nothing of it outlives the turn.
+    #[test]
+    fn the_heartbeat_forks_nothing_and_ends_with_the_turn() {
+        let dir = std::env::temp_dir().join(format!("hangar-supervisor-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.to_str().unwrap();
+        std::fs::write(dir.join("supervisor.sh"), SUPERVISOR).unwrap();
+        std::fs::write(dir.join("t1.prompt"), "").unwrap();
+        let mut sup = std::process::Command::new("bash")
+            .arg(dir.join("supervisor.sh"))
+            .args(["t1", d, "-", "-", "me", d, d, "1048576", "-", "--", "timeout", "2", "tail", "-f", "/dev/null"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut running = Vec::new();
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(100));
+            running = descendants(sup.id());
+            if running.iter().any(|n| n == "tail") && dir.join("t1.hb").exists() {
+                break;
+            }
+        }
+        assert!(dir.join("t1.hb").exists(), "no heartbeat file; below the supervisor: {running:?}");
+        assert!(running.iter().any(|n| n == "tail"), "the harness runs: {running:?}");
+        assert!(!running.iter().any(|n| n == "sleep" || n == "touch"), "the heartbeat forks: {running:?}");
+        assert_eq!(sup.wait().unwrap().code(), Some(124), "the harness's exit (timeout's)");
+        assert!(std::fs::read_to_string(dir.join("t1.exit.json")).unwrap().contains(r#""code":124"#));
+        assert!(!dir.join("t1.beat").exists() && !dir.join("t1.pipe").exists(), "the turn's pipes are removed");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
