@@ -702,6 +702,8 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
     let io0 = write_bytes(pid)?;
     let w0 = Instant::now();
     let wall0 = now();
+    // Said as it starts, so that a profiler can be pointed at the window (docs/performance.md).
+    eprintln!("hangar-bench: agents: the window starts: every agent writes for {window:.0} s");
     let mut rss = procfs::rss_kib(pid).ctx("the relay's resident memory")?;
     while w0.elapsed().as_secs_f64() < window {
         tokio::time::sleep(Duration::from_millis(500)).await;
