@@ -84,6 +84,8 @@ pub struct Sessions {
     pub harnesses: Harnesses,
     pub settings: Settings,
     pub live: Arc<live::Live>,
+    /// Each sandbox's place, learnt once per connection to its daemon.
+    pub places: supervisor::Places,
     /// Per running driver: woken when its turn is cancelled or ended from outside.
     drivers: Mutex<HashMap<String, Arc<Notify>>>,
     /// Held while a queued turn is admitted, so two never take one slot.
@@ -102,6 +104,7 @@ impl Sessions {
             harnesses,
             settings,
             live: Arc::default(),
+            places: supervisor::Places::default(),
             drivers: Mutex::default(),
             admission: tokio::sync::Mutex::new(()),
             slots: Notify::new(),
@@ -501,6 +504,7 @@ pub async fn destroy_sandbox(relay: &Relay, row: &SandboxRow) -> Result<()> {
     end_in_sandbox(relay, row, TurnState::Cancelled, "sandbox_destroyed").await?;
     let on_host = relay.sandboxes.on_host(row);
     relay.sandboxes.destroy(row).await?;
+    relay.sessions.places.forget(&row.id);
     if on_host {
         // Best effort: it is there only where the relay is root.
         let _ = std::fs::remove_dir_all(std::path::Path::new(supervisor::SPLIT_DIR).join(&row.id));

@@ -119,6 +119,31 @@ printf '%s\n' "$line"
 exit "$code"
 "#;
 
+/// Each sandbox's place as its daemon said it, by the connection it said it on.
+#[derive(Default)]
+pub struct Places {
+    places: std::sync::Mutex<HashMap<String, (Envd, Place)>>,
+}
+
+impl Places {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Envd, Place)>> {
+        self.places.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, sandbox: &str, envd: &Envd) -> Option<Place> {
+        self.lock().get(sandbox).filter(|(e, _)| e.same_connection(envd)).map(|(_, p)| p.clone())
+    }
+
+    fn put(&self, sandbox: &str, envd: &Envd, place: Place) {
+        self.lock().insert(sandbox.to_string(), (envd.clone(), place));
+    }
+
+    /// Forgets a sandbox's (it is gone).
+    pub fn forget(&self, sandbox: &str) {
+        self.lock().remove(sandbox);
+    }
+}
+
 /// Where a turn's files are and who runs the harness, decided once per turn at its start.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Place {
@@ -274,8 +299,19 @@ impl<'a> Shell<'a> {
     }
 
     /// Decides where the turn's files go: split where the daemon is root and its default user
-    /// is not.
+    /// is not. Learnt once per connection to a daemon (two scripts, a tenth of a turn's start):
+    /// the same daemon process answers the same, and a restarted one is a new connection.
     pub async fn place(&self) -> Result<Place> {
+        let Some(envd) = &self.envd else { return self.learn_place().await };
+        if let Some(place) = self.relay.sessions.places.get(&self.row.id, envd) {
+            return Ok(place);
+        }
+        let place = self.learn_place().await?;
+        self.relay.sessions.places.put(&self.row.id, envd, place.clone());
+        Ok(place)
+    }
+
+    async fn learn_place(&self) -> Result<Place> {
         let script = format!("id -u && id -g && id -un && printf '%s\\n' \"$HOME\"\n{FIND_AGENT_BIN}");
         let out = self.run(false, &script, SCRIPT_TIMEOUT).await?;
         let user = match parse_user(&out.stdout) {
@@ -677,6 +713,29 @@ mod tests {
         let missing = parse_probe(b"size=-1\ninode=-1\nexit=\nalive=0\nhb_age=0\n--\n").unwrap();
         assert_eq!((missing.size, missing.exit), (None, None));
         assert!(parse_probe(b"garbage").is_none());
+    }
+
+    /// A place is what the daemon said on that connection: a clone of it is answered, another
+    /// connection (a restarted daemon) learns it again, a forgotten sandbox too.
+    #[tokio::test]
+    async fn a_place_is_kept_for_its_connection_only() {
+        let place = Place {
+            split: false,
+            dir: "/home/u/.hangar/runs".into(),
+            user: None,
+            home: "/home/u".into(),
+            agent_bin: None,
+        };
+        let places = Places::default();
+        let first = Envd::new("http://127.0.0.1:9", "t").unwrap();
+        assert_eq!(places.get("sbx", &first), None);
+        places.put("sbx", &first, place.clone());
+        assert_eq!(places.get("sbx", &first.clone()), Some(place.clone()));
+        assert_eq!(places.get("other", &first), None);
+        let restarted = Envd::new("http://127.0.0.1:9", "t").unwrap();
+        assert_eq!(places.get("sbx", &restarted), None, "a new connection asks again");
+        places.forget("sbx");
+        assert_eq!(places.get("sbx", &first), None);
     }
 
     /// The commands of the processes below `pid` (from `/proc`).
