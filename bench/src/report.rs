@@ -458,7 +458,7 @@ fn agents_markdown(m: &mut String, a: &agents::Report) {
         "N agent sessions on S sandboxes, each a turn of `hangar-bench-agent-writer` (Claude Code stream-json lines, a 64 KiB tool result every 40 lines, one agent in ten writing one 1 MiB line) for {:.0} s, started over {:.0} s; {} followers on tokens of their own following sampled sessions; an unrelated `exec/stream` printing a line every 10 ms (set against the same stream before the agents started); the fleet stream read and `GET /api/fleet` read every 200 ms. CPU and memory over the window in which every agent writes. Kubernetes and several relays are not measured here.\n",
         a.seconds, a.ramp, a.followers
     );
-    let _ = writeln!(m, "| Provider | N | S | Pace | Lines/s | Ramp, window, s | Streams (limit) | Line to recorded p50/p95/p99, ms | Line to SSE follower p50/p95/p99, ms (sessions) | Polled turns | Unrelated stream p99: idle → loaded, ms (ratio) | Fleet update beyond 2 s p50/p99/max, ms | Fleet read p50/p95, ms | Relay CPU, % of a core: unrelated stream alone → loaded (ms per 1,000 events) | Relay RSS | Machine CPU: alone → loaded | Writers' CPU, % of a core (µs a line) | Bytes written per event | Turns not succeeded |");
+    let _ = writeln!(m, "| Provider | N | S | Pace | Lines/s | Ramp, all running, window, s | Streams (limit) | Line to recorded p50/p95/p99, ms | Line to SSE follower p50/p95/p99, ms (sessions) | Polled turns | Unrelated stream p99: idle → loaded, ms (ratio) | Fleet update beyond 2 s p50/p99/max, ms | Fleet read p50/p95, ms | Relay CPU, % of a core: unrelated stream alone → loaded (ms per 1,000 events) | Relay RSS | Machine CPU: alone → loaded | Writers' CPU, % of a core (µs a line) | Bytes written per event | Turns not succeeded |");
     let _ = writeln!(m, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in &a.rows {
         let fleet = row
@@ -467,13 +467,14 @@ fn agents_markdown(m: &mut String, a: &agents::Report) {
             .map_or("n/a".to_string(), |e| format!("{} / {} / {}", ms(e.p50), ms(e.p99), ms(e.max)));
         let _ = writeln!(
             m,
-            "| {:?} | {} | {} | {} | {:.0} | {:.1}, {:.1} | {} | {} | {} ({}) | {} | {} → {} ({}) | {} | {} | {:.1}% → {:.1}% ({:.0}) | {} | {:.0}% → {:.0}% | {:.2}% ({:.0}) | {:.0} | {} |",
+            "| {:?} | {} | {} | {} | {:.0} | {:.1}, {:.1}, {:.1} | {} | {} | {} ({}) | {} | {} → {} ({}) | {} | {} | {:.1}% → {:.1}% ({:.0}) | {} | {:.0}% → {:.0}% | {:.2}% ({:.0}) | {:.0} | {} |",
             row.provider,
             row.agents,
             row.sandboxes,
             row.pace,
             row.lines_per_second,
             row.ramp_seconds,
+            row.all_running_seconds,
             row.window_seconds,
             row.stream_max_total,
             p3(&row.recorded_ms),

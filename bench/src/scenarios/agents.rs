@@ -229,6 +229,9 @@ pub struct Row {
     pub fleet_read_ms: Summary,
     /// How long starting the sessions took (planned: the config's `ramp`).
     pub ramp_seconds: f64,
+    /// From the first session's request until the last turn was running (its `started_at`):
+    /// how fast turns start. A window that opens before it has turns starting inside it.
+    pub all_running_seconds: f64,
     /// While every agent wrote (the window after the ramp).
     pub window_seconds: f64,
     /// The relay's CPU serving the unrelated stream alone, before the agents, % of a core.
@@ -649,6 +652,7 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
     let (min_ms, max_ms) = case.pace.range_ms();
     let huge_at = ((cfg.seconds * 1000.0 / (min_ms + max_ms) as f64) as u64).max(4);
     let t0 = Instant::now();
+    let wall_t0 = now();
     // Started as an orchestrator starts a fleet: each at its time on the ramp, up to
     // START_IN_FLIGHT requests at once; a followed session's follower connects once it exists.
     let in_flight = Arc::new(tokio::sync::Semaphore::new(START_IN_FLIGHT));
@@ -743,9 +747,11 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
     let mut window_events = 0usize;
     let (mut not_ok, mut polled) = (Vec::new(), 0);
     let mut line_counts = HashMap::new();
+    let mut last_started = wall_t0;
     for name in &names {
         let s = get(&world, &format!("/api/sessions/{name}")).await?;
         let turn = &s["turns"][0];
+        last_started = last_started.max(turn["started_at"].as_f64().unwrap_or(wall_t0));
         if turn["state"] != "succeeded" {
             not_ok.push(format!("{name}: {} {}", turn["state"], turn["reason"]));
         }
@@ -867,6 +873,7 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
         fleet_update_excess_ms,
         fleet_read_ms,
         ramp_seconds: round3(ramp_seconds),
+        all_running_seconds: round3(last_started - wall_t0),
         window_seconds: round3(window_seconds),
         relay_cpu_idle_percent: round3(relay_cpu_idle),
         relay_cpu_percent: round3(relay_cpu),
