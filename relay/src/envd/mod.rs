@@ -230,13 +230,13 @@ impl Envd {
         FilesystemClient::with_interceptor(self.wire(), self.auth.clone())
     }
 
-    /// Which daemon answered `alive` last; `None` before it was asked.
     /// Whether `other` is a clone of this client: the same connection to the same daemon
     /// process, so what it said about itself still holds.
     pub fn same_connection(&self, other: &Envd) -> bool {
         Arc::ptr_eq(&self.kind, &other.kind)
     }
 
+    /// Which daemon answered `alive` last; `None` before it was asked.
     pub fn kind(&self) -> Option<DaemonKind> {
         match self.kind.load(Ordering::Relaxed) {
             KIND_HANGAR => Some(DaemonKind::Hangar),

@@ -153,6 +153,11 @@ impl Pending {
         }
     }
 
+    fn merge(&mut self, other: Pending) {
+        self.all |= other.all;
+        self.turns.extend(other.turns);
+    }
+
     fn is_empty(&self) -> bool {
         !self.all && self.turns.is_empty()
     }
@@ -205,9 +210,7 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut SeenByTurn) -> Result
         None => None,
     };
     // A request written between the first scan and the watch's start.
-    let missed = scan(relay, &shell, &place, seen, &Pending::all()).await?;
-    pending.all |= missed.all;
-    pending.turns.extend(missed.turns);
+    pending.merge(scan(relay, &shell, &place, seen, &Pending::all()).await?);
     loop {
         // Directories left with files by the last scan are listed again at once.
         if pending.is_empty() {

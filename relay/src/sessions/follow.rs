@@ -89,11 +89,6 @@ impl Follower {
         }
     }
 
-    /// The seq of the last event this follower has answered with (where it started, before).
-    pub fn since(&self) -> i64 {
-        self.since
-    }
-
     /// Waits for the next events (at most `max`) or the end. Cancel-safe: dropped while it
     /// waits, nothing is lost, since its position moves only as it answers. `None` once the
     /// relay stops telling followers anything (it is shutting down).
@@ -134,7 +129,7 @@ impl Follower {
 }
 
 /// A recorded event as a follower serves it.
-pub fn served(e: &EventRow) -> Recent {
+fn served(e: &EventRow) -> Recent {
     Recent {
         seq: e.seq,
         mark: Mark::of(&e.kind, &e.data),

@@ -821,8 +821,6 @@ impl Store {
             .await
     }
 
-    /// Moves a turn from a live state to `to`; false when it was terminal already (a terminal
-    /// state is final) or is gone.
     /// Moves a live turn to `to` and records `event` (hangar's `run.state`) in the same write,
     /// so that no reader sees the state without its event. The seq of the event, or `None` if the
     /// turn was not live (a terminal state is final).
