@@ -562,16 +562,7 @@ impl<'a> Shell<'a> {
                 Err(s) => Err(daemon_error("signalling the turn", s)),
             };
         }
-        // Without a daemon (or with E2B's): the pid is the relay's own record, the start time in
-        // the pid file guards against its reuse.
-        let script = format!(
-            "p={pid}; f={d}/{turn}.pid; s=$(head -n1 \"$f\" | cut -d' ' -f2); \
-             now=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f20); \
-             [ -n \"$now\" ] && [ \"$now\" = \"$s\" ] || exit 0; kill -TERM -- -$p 2>/dev/null; \
-             (sleep {g}; kill -KILL -- -$p 2>/dev/null) >/dev/null 2>&1 </dev/null & exit 0",
-            d = sh_quote(place_dir),
-            g = grace.as_secs().max(1),
-        );
+        let script = signal_script(place_dir, turn, pid, grace);
         // As root through E2B's envd: a split supervisor is root's.
         self.run(self.envd.is_some(), &script, SCRIPT_TIMEOUT).await.map(|_| ())
     }
@@ -641,6 +632,23 @@ fn keep_last(buf: &mut Vec<u8>, more: &[u8]) {
     if buf.len() > EXEC_OUTPUT_BYTES {
         buf.drain(..buf.len() - EXEC_OUTPUT_BYTES);
     }
+}
+
+/// Signals a turn's supervisor by script, without a daemon or with E2B's: TERM to its process
+/// group, KILL `grace` later. The pid is the relay's own record, the start time in the pid file
+/// guards against its reuse. E2B's envd reports the pid before bash has run a line, so a cancel
+/// right after the start waits (up to 10 s, while the pid lives) for the supervisor to write that
+/// file; without the wait the guard found none and the signal was dropped for good.
+pub fn signal_script(place_dir: &str, turn: &str, pid: i64, grace: Duration) -> String {
+    format!(
+        "p={pid}; f={d}/{turn}.pid; for _ in $(seq 100); do [ -s \"$f\" ] && break; [ -d /proc/$p ] || break; sleep 0.1; done; \
+         s=$(head -n1 \"$f\" 2>/dev/null | cut -d' ' -f2); \
+         now=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f20); \
+         [ -n \"$now\" ] && [ \"$now\" = \"$s\" ] || exit 0; kill -TERM -- -$p 2>/dev/null; \
+         (sleep {g}; kill -KILL -- -$p 2>/dev/null) >/dev/null 2>&1 </dev/null & exit 0",
+        d = sh_quote(place_dir),
+        g = grace.as_secs().max(1),
+    )
 }
 
 /// The probe: one script that says everything the relay decides a turn's fate by, and reads the
@@ -755,6 +763,37 @@ mod tests {
             }
         }
         names
+    }
+
+    /// A cancel that comes before the supervisor has written its pid file (E2B's envd reports the
+    /// pid at once) waits for the file, and the TERM reaches the process group.
+    #[test]
+    fn a_signal_before_the_pid_file_waits_for_it() {
+        use std::os::unix::process::{CommandExt, ExitStatusExt};
+        let dir = std::env::temp_dir().join(format!("hangar-signal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut target = std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let pid = target.id();
+        let script = signal_script(dir.to_str().unwrap(), "t1", pid as i64, Duration::from_secs(5));
+        let signaller = std::process::Command::new("bash").args(["-c", &script]).spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        // As the supervisor writes it: its pid and its start time (field 22 of its stat).
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let start = stat.rsplit_once(") ").unwrap().1.split(' ').nth(19).unwrap().to_string();
+        std::fs::write(dir.join("t1.pid"), format!("{pid} {start}\n")).unwrap();
+        let mut ended = None;
+        for _ in 0..50 {
+            ended = target.try_wait().unwrap();
+            if ended.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = target.kill();
+        let _ = signaller.wait_with_output();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(ended.and_then(|s| s.signal()), Some(libc::SIGTERM), "the signal was dropped");
     }
 
     /// The supervisor run as it is in a sandbox (no split, no hangar-envd): its heartbeat beats
