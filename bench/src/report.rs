@@ -508,6 +508,17 @@ fn agents_markdown(m: &mut String, a: &agents::Report) {
             row.raised_limits.join(", ")
         );
     }
+    for row in a.rows.iter().filter(|r| r.turns_not_succeeded > 0) {
+        let _ = writeln!(
+            m,
+            "\n{:?}, {} agents on {}: {} turns did not succeed (their lines are not in the figures): {}.",
+            row.provider,
+            row.agents,
+            row.sandboxes,
+            row.turns_not_succeeded,
+            row.not_succeeded_why.join("; ")
+        );
+    }
     for row in a.rows.iter().filter(|r| r.polled_turns > 0) {
         let why: Vec<String> = row.polled_why.iter().map(|(w, n)| format!("{n}: {w}")).collect();
         let _ = writeln!(

@@ -251,6 +251,8 @@ pub struct Row {
     /// SQLite) per event recorded in it.
     pub sqlite_bytes_per_event: f64,
     pub turns_not_succeeded: usize,
+    /// The first few of them: the turn's state, reason and detail, or what its events lack.
+    pub not_succeeded_why: Vec<String>,
     pub goals: Vec<Goal>,
 }
 
@@ -745,7 +747,9 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
     // Every session: its turn's end, its events, each line's recording.
     let (mut recorded, mut events, mut lines, mut cpu_us) = (Vec::new(), 0usize, 0usize, 0u64);
     let mut window_events = 0usize;
-    let (mut not_ok, mut polled) = (Vec::new(), 0);
+    // Turns that did not succeed are counted and said in the report (a goal is that there are
+    // none); the figures are of the others.
+    let (mut not_ok, mut failed, mut polled) = (Vec::new(), 0usize, 0);
     let mut line_counts = HashMap::new();
     let mut last_started = wall_t0;
     for name in &names {
@@ -753,7 +757,8 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
         let turn = &s["turns"][0];
         last_started = last_started.max(turn["started_at"].as_f64().unwrap_or(wall_t0));
         if turn["state"] != "succeeded" {
-            not_ok.push(format!("{name}: {} {}", turn["state"], turn["reason"]));
+            failed += 1;
+            not_ok.push(format!("{name}: {} {} ({})", turn["state"], turn["reason"], turn["detail"]));
         }
         if turn["polled"] == true {
             polled += 1;
@@ -798,6 +803,9 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
                 turn["log_offset"],
                 turn["polled"]
             ));
+            if turn["state"] == "succeeded" {
+                failed += 1;
+            }
             continue;
         };
         recorded.extend(seen.delays(&format!("session {name}'s events"), n)?);
@@ -805,17 +813,17 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
         lines += n as usize;
         cpu_us += cpu;
     }
-    if !not_ok.is_empty() {
-        return Err(fail(
-            format!("the agents' turns ({} of {})", not_ok.len(), case.agents),
-            format!("did not succeed: {}", not_ok.iter().take(5).cloned().collect::<Vec<_>>().join("; ")),
-        ));
+    if failed > 0 {
+        eprintln!("hangar-bench: agents: {failed} of {} turns did not succeed: {}", case.agents, not_ok.join("; "));
     }
     let mut delivered = Vec::new();
     let followed_names: Vec<&String> = names.iter().step_by(stride).take(followed).collect();
     for (h, name) in follows.into_iter().zip(followed_names) {
         let seen = joined(h.await)?;
-        delivered.extend(seen.delays(&format!("session {name} at its follower"), line_counts[name])?);
+        // A follower of a turn that failed has nothing to be measured against.
+        if let Some(&n) = line_counts.get(name) {
+            delivered.extend(seen.delays(&format!("session {name} at its follower"), n)?);
+        }
     }
 
     let idle_s = Summary::of("the unrelated stream, idle", &idle)?;
@@ -850,7 +858,7 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
     if case.sandboxes >= 200 {
         goals.push(goal("fleet read p95, ms (200 sandboxes)", fleet_read_ms.p95, 2.0));
     }
-    goals.push(goal("turns not succeeded", not_ok.len() as f64, 0.0));
+    goals.push(goal("turns not succeeded", failed as f64, 0.0));
     Ok(Row {
         provider: case.provider,
         agents: case.agents,
@@ -884,7 +892,8 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
         writers_cpu_percent: round3(cpu_us as f64 / 1e6 / cfg.seconds * 100.0),
         writer_cpu_us_per_line: round3(cpu_us as f64 / lines.max(1) as f64),
         sqlite_bytes_per_event: round3(io1.saturating_sub(io0) as f64 / window_events),
-        turns_not_succeeded: 0,
+        turns_not_succeeded: failed,
+        not_succeeded_why: not_ok.into_iter().take(5).collect(),
         goals,
     })
 }
