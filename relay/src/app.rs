@@ -148,6 +148,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     let s = &config.sessions;
     let settings = sessions::Settings {
         max_runs_per_credential: s.max_runs_per_credential.max(1),
+        max_starting: s.max_starting.max(1),
         usage_warn_pct: s.usage_warn_pct,
         usage_gate_pct: s.usage_gate_pct,
         poll: s.poll(),

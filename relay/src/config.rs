@@ -145,6 +145,12 @@ pub struct SessionSettings {
     #[arg(long, env = "HANGAR_HARNESSES")]
     pub harnesses: Option<PathBuf>,
 
+    /// Turns being started at once, in all sandboxes: a start runs scripts in its sandbox, and
+    /// on a machine that also runs the sandboxes, a thousand at once starve each other past
+    /// their timeout. More wait in `starting`.
+    #[arg(long, env = "HANGAR_MAX_STARTING", default_value_t = 16)]
+    pub max_starting: usize,
+
     /// Turns running at once per credential; more wait `queued/credential_concurrency`.
     #[arg(long, env = "HANGAR_MAX_RUNS_PER_CREDENTIAL", default_value_t = 2)]
     pub max_runs_per_credential: usize,

@@ -814,7 +814,8 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
         cpu_us += cpu;
     }
     if failed > 0 {
-        eprintln!("hangar-bench: agents: {failed} of {} turns did not succeed: {}", case.agents, not_ok.join("; "));
+        let first: Vec<&str> = not_ok.iter().take(5).map(String::as_str).collect();
+        eprintln!("hangar-bench: agents: {failed} of {} turns did not succeed: {}", case.agents, first.join("; "));
     }
     let mut delivered = Vec::new();
     let followed_names: Vec<&String> = names.iter().step_by(stride).take(followed).collect();

@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::{
     ingest::Ingest,
     queue::{self, Admission},
-    supervisor::{parse_probe, probe_script, Place, Probe, Shell, SupervisorEnd, SCRIPT_TIMEOUT},
+    supervisor::{parse_probe, probe_script, script_failed, Place, Probe, Shell, SupervisorEnd, SCRIPT_TIMEOUT},
     transition, CANCEL_GRACE,
 };
 use crate::{
@@ -111,7 +111,7 @@ async fn step(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) -> Result<bool> 
     }
     match turn.state {
         TurnState::Queued => queued(relay, &turn, poke).await?,
-        TurnState::Starting => starting(relay, &session, &turn).await?,
+        TurnState::Starting => starting(relay, &session, &turn, poke).await?,
         _ => running(relay, &session, &turn, poke).await?,
     }
     Ok(false)
@@ -151,7 +151,14 @@ async fn shell<'a>(relay: &'a Relay, session: &SessionRow) -> Result<Shell<'a>> 
     Shell::open(relay, row).await
 }
 
-async fn starting(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result<()> {
+async fn starting(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Notify) -> Result<()> {
+    // A permit of `max_starting`: a start runs scripts in its sandbox, and a thousand at once on
+    // the machine that runs the sandboxes starved each other past their timeout. A poke (a
+    // cancel, a deletion) has the turn looked at again.
+    let _permit = tokio::select! {
+        p = relay.sessions.starting.acquire() => p.map_err(|_| Error::unavailable("the relay is stopping"))?,
+        _ = poke.notified() => return Ok(()),
+    };
     let shell = match shell(relay, session).await {
         Ok(s) => s,
         Err(Error::Paused { sandbox }) => {
@@ -285,6 +292,10 @@ async fn running(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Not
     let mut stop = Stop { deadline: Instant::now() + Duration::from_secs_f64(left), signalled: false };
     let tag = tag(relay, session, &turn.id);
     let w = Watch { relay, shell: &shell, place: &place, tag: &tag, turn, poke };
+    // A cancel asked for before the turn ran: its poke may have woken the start instead.
+    if turn.cancel_requested_at.is_some() {
+        w.signal(&mut stop).await?;
+    }
     let mut end = match &shell.envd {
         Some(envd) => w.daemon(envd, &mut ingest, &mut stop).await?,
         None => End::Unknown,
@@ -513,13 +524,7 @@ async fn poll(
 
 async fn probe(shell: &Shell<'_>, place: &Place, turn_id: &str, from: u64, max: usize) -> Result<Probe> {
     let out = shell.run(place.split, &probe_script(&place.dir, turn_id, from, max), SCRIPT_TIMEOUT).await?;
-    parse_probe(&out.stdout).ok_or_else(|| {
-        Error::daemon(format!(
-            "the turn's probe failed (exit {}): {}",
-            out.exit_code,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    })
+    parse_probe(&out.stdout).ok_or_else(|| script_failed("the turn's probe", &out))
 }
 
 /// Without the daemon (or when it no longer knows the supervisor): polls the log every

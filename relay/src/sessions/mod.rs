@@ -66,6 +66,8 @@ pub const DEFAULT_TIMEOUT_MINUTES: i64 = 120;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub max_runs_per_credential: usize,
+    /// Turns being started at once, in all sandboxes.
+    pub max_starting: usize,
     pub usage_warn_pct: f64,
     pub usage_gate_pct: f64,
     pub poll: Duration,
@@ -92,6 +94,8 @@ pub struct Sessions {
     admission: tokio::sync::Mutex<()>,
     /// Woken when a slot may have freed.
     slots: Notify,
+    /// A permit per turn being started (`max_starting`).
+    starting: tokio::sync::Semaphore,
     /// The prompts of turns not yet started, as the caller wrote them, in memory only: the
     /// store keeps the redacted text, the sandbox gets the caller's. A relay restarted before
     /// the start sends the stored (redacted) prompt.
@@ -100,6 +104,7 @@ pub struct Sessions {
 
 impl Sessions {
     pub fn new(harnesses: Harnesses, settings: Settings) -> Sessions {
+        let starting = tokio::sync::Semaphore::new(settings.max_starting);
         Sessions {
             harnesses,
             settings,
@@ -108,6 +113,7 @@ impl Sessions {
             drivers: Mutex::default(),
             admission: tokio::sync::Mutex::new(()),
             slots: Notify::new(),
+            starting,
             prompts: Mutex::default(),
         }
     }

@@ -316,13 +316,7 @@ impl<'a> Shell<'a> {
         let out = self.run(false, &script, SCRIPT_TIMEOUT).await?;
         let user = match parse_user(&out.stdout) {
             Some(u) if out.exit_code == 0 => u,
-            _ => {
-                return Err(Error::daemon(format!(
-                    "could not learn the sandbox's user (exit {}): {}",
-                    out.exit_code,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                )))
-            }
+            _ => return Err(script_failed("learning the sandbox's user", &out)),
         };
         let user_bin = String::from_utf8_lossy(&out.stdout).lines().nth(4).and_then(|b| agent_bin(b, None));
         let root = match &self.envd {
@@ -331,6 +325,10 @@ impl<'a> Shell<'a> {
                     "id -u\n{FIND_AGENT_BIN} | {{ read -r b; printf '%s\\n' \"$b\"; stat -c '%u %a' \"$b\"; }}"
                 );
                 let r = self.run(true, &script, SCRIPT_TIMEOUT).await?;
+                // A slow answer is no answer: taken for "not root", it would give up the split.
+                if r.timed_out {
+                    return Err(script_failed("asking the daemon for root", &r));
+                }
                 let text = String::from_utf8_lossy(&r.stdout).into_owned();
                 let mut lines = text.lines();
                 match lines.next() {
@@ -416,11 +414,7 @@ impl<'a> Shell<'a> {
         }
         let out = self.run(place.split, &script, SCRIPT_TIMEOUT).await?;
         if out.exit_code != 0 {
-            return Err(Error::daemon(format!(
-                "writing the turn's files failed (exit {}): {}",
-                out.exit_code,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            return Err(script_failed("writing the turn's files", &out));
         }
         Ok(())
     }
@@ -439,11 +433,7 @@ impl<'a> Shell<'a> {
         );
         let out = self.run(root, &script, SCRIPT_TIMEOUT).await?;
         if out.exit_code != 0 {
-            return Err(Error::daemon(format!(
-                "writing {name} failed (exit {}): {}",
-                out.exit_code,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            return Err(script_failed(&format!("writing {name}"), &out));
         }
         Ok(())
     }
@@ -485,7 +475,7 @@ impl<'a> Shell<'a> {
             return String::from_utf8_lossy(&out.stdout)
                 .trim()
                 .parse()
-                .map_err(|_| Error::daemon(format!("the supervisor did not start (exit {})", out.exit_code)));
+                .map_err(|_| script_failed("starting the supervisor", &out));
         };
         let start = StartRequest {
             process: Some(ProcessConfig {
@@ -627,6 +617,19 @@ fn as_user<T>(msg: T, root: bool) -> Request<T> {
     req
 }
 
+/// What a session script's failure means: one that did not answer in time is a sandbox too
+/// busy to run it (`Unavailable`: the driver tries again, and every script is safe to repeat);
+/// any other failure is the script's (`Daemon`: a start fails with it).
+pub fn script_failed(what: &str, out: &ExecOutput) -> Error {
+    if out.timed_out {
+        return Error::unavailable(format!(
+            "{what}: no answer in {} s (the sandbox is busy)",
+            SCRIPT_TIMEOUT.as_secs()
+        ));
+    }
+    Error::daemon(format!("{what} failed (exit {}): {}", out.exit_code, String::from_utf8_lossy(&out.stderr).trim()))
+}
+
 fn keep_last(buf: &mut Vec<u8>, more: &[u8]) {
     buf.extend_from_slice(more);
     if buf.len() > EXEC_OUTPUT_BYTES {
@@ -763,6 +766,20 @@ mod tests {
             }
         }
         names
+    }
+
+    /// A script the sandbox was too busy to answer is tried again; one that failed fails the start.
+    #[test]
+    fn a_script_that_timed_out_is_unavailable_and_one_that_failed_is_the_daemons() {
+        let slow = ExecOutput { exit_code: -1, timed_out: true, ..Default::default() };
+        let e = script_failed("writing the turn's files", &slow);
+        assert!(matches!(&e, Error::Unavailable(m) if m.contains("no answer in 30 s")), "{e:?}");
+        let failed = ExecOutput { exit_code: 2, stderr: b"mkdir: denied\n".to_vec(), ..Default::default() };
+        let e = script_failed("writing the turn's files", &failed);
+        assert!(
+            matches!(&e, Error::Daemon(m) if m == "writing the turn's files failed (exit 2): mkdir: denied"),
+            "{e:?}"
+        );
     }
 
     /// A cancel that comes before the supervisor has written its pid file (E2B's envd reports the
