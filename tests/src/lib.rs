@@ -27,6 +27,8 @@
 //! - [`mcp`]: the relay's MCP endpoint over raw HTTP (a 2025-era session, one tool call).
 //! - [`docker`]: containers for the tests that need Docker.
 //! - [`e2b_api`]: a test double of E2B's REST API and edge, checked against E2B's published spec.
+//! - [`model`]: a scripted stand-in for the model API the real agent CLIs call (Anthropic's
+//!   Messages API), so they run offline.
 //! - [`kube`]: a Kubernetes API server double (its pods run as Docker containers), for the
 //!   kubernetes provider's tests.
 //! - [`platform`] and [`cases`]: where a relay test's sandboxes live (a provider, or its test
@@ -43,6 +45,7 @@ pub mod files;
 pub mod host;
 pub mod kube;
 pub mod mcp;
+pub mod model;
 pub mod platform;
 pub mod procfs;
 pub mod relay;

@@ -190,8 +190,8 @@ fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// RFC 3339 in UTC, as E2B's `date-time`s.
-fn rfc3339(secs: u64) -> String {
+/// RFC 3339 in UTC, as E2B's `date-time`s (and Anthropic's rate-limit resets).
+pub(crate) fn rfc3339(secs: u64) -> String {
     let (days, rem) = ((secs / 86400) as i64, secs % 86400);
     // Howard Hinnant's civil_from_days.
     let z = days + 719_468;

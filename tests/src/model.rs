@@ -1,0 +1,407 @@
+//! A stand-in for the model API an agent CLI calls, so the real CLIs run in the tests offline
+//! and the same way every time: Anthropic's Messages API (`POST /v1/messages`, streamed as
+//! Anthropic's server-sent events, and `POST /v1/messages/count_tokens`), as Claude Code calls it
+//! (`ANTHROPIC_BASE_URL`).
+//!
+//! A test scripts the model's answers in order ([`Step`]): a reply (text, then tool calls), or
+//! an error with Anthropic's status, body and headers (a 429's `retry-after` and rate-limit
+//! headers, a 529's overload). Each request of the agent's own loop (one that offers tools)
+//! takes the next step; once the script is spent it is answered "done" with `end_turn`. A side
+//! request (no tools: a title, a summary) is answered with a short text and takes no step, so a
+//! CLI version that adds or drops one does not shift the script. Every request is recorded with
+//! its path and body ([`Model::requests`]), so a test can read what the CLI sent: the tool
+//! results it returned, the reason of a denial.
+//!
+//! The stand-in runs on a thread of its own with its own runtime, like the other doubles here.
+use std::{
+    collections::VecDeque,
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
+use hyper::{body::Incoming, Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// One scripted answer of the model.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A message: its text (if any), then its tool calls (`stop_reason` `tool_use` when there
+    /// are any, else `end_turn`).
+    Reply { text: Option<String>, tools: Vec<ToolCall> },
+    /// An error answer: the HTTP status, Anthropic's error type and message, and for a 429 the
+    /// seconds in `retry-after`.
+    Error { status: u16, kind: String, message: String, retry_after: Option<u64> },
+}
+
+/// A `tool_use` block: the tool's name and its input.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    pub name: String,
+    pub input: Value,
+}
+
+impl Step {
+    /// A reply of text alone, ending the turn.
+    pub fn text(text: &str) -> Step {
+        Step::Reply { text: Some(text.into()), tools: Vec::new() }
+    }
+
+    /// A reply that calls one tool.
+    pub fn tool(name: &str, input: Value) -> Step {
+        Step::Reply { text: None, tools: vec![ToolCall { name: name.into(), input }] }
+    }
+
+    /// A reply that runs a shell command with Claude Code's `Bash` tool.
+    pub fn bash(command: &str) -> Step {
+        Step::tool("Bash", json!({"command": command, "description": "run it"}))
+    }
+
+    /// Anthropic's 429, with `retry-after` and its rate-limit headers.
+    pub fn rate_limited(retry_after: u64) -> Step {
+        Step::Error {
+            status: 429,
+            kind: "rate_limit_error".into(),
+            message: "Number of request tokens has exceeded your per-minute rate limit".into(),
+            retry_after: Some(retry_after),
+        }
+    }
+
+    /// Anthropic's 529.
+    pub fn overloaded() -> Step {
+        Step::Error { status: 529, kind: "overloaded_error".into(), message: "Overloaded".into(), retry_after: None }
+    }
+
+    /// Anthropic's 401.
+    pub fn unauthorized() -> Step {
+        Step::Error {
+            status: 401,
+            kind: "authentication_error".into(),
+            message: "invalid x-api-key".into(),
+            retry_after: None,
+        }
+    }
+
+    /// Anthropic's 400.
+    pub fn bad_request(message: &str) -> Step {
+        Step::Error { status: 400, kind: "invalid_request_error".into(), message: message.into(), retry_after: None }
+    }
+}
+
+/// A request the stand-in received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    /// The body as JSON (`Null` when it was not JSON).
+    pub body: Value,
+    /// Whether it took a step of the script (a request of the agent's loop).
+    pub scripted: bool,
+}
+
+struct Ctx {
+    script: Mutex<VecDeque<Step>>,
+    requests: Mutex<Vec<Recorded>>,
+    counter: Mutex<u64>,
+}
+
+/// The stand-in, serving until dropped.
+pub struct Model {
+    addr: SocketAddr,
+    ctx: Arc<Ctx>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Model {
+    /// Serves `script` on a free loopback port.
+    pub fn start(script: Vec<Step>) -> Model {
+        Model::start_on("127.0.0.1:0", script)
+    }
+
+    /// Serves `script` on `bind` (`0.0.0.0:0` for a sandbox in a container to reach it).
+    pub fn start_on(bind: &str, script: Vec<Step>) -> Model {
+        let ctx = Arc::new(Ctx {
+            script: Mutex::new(script.into()),
+            requests: Mutex::new(Vec::new()),
+            counter: Mutex::new(0),
+        });
+        let listener = std::net::TcpListener::bind(bind).expect("binding the model stand-in");
+        let addr = listener.local_addr().expect("address");
+        listener.set_nonblocking(true).expect("non-blocking listener");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = ctx.clone();
+        let thread = std::thread::spawn(move || {
+            let rt =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().expect("the stand-in's runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                tokio::select! {
+                    _ = serve(listener, served) => {}
+                    _ = stopped => {}
+                }
+            });
+            rt.shutdown_timeout(Duration::from_secs(1));
+        });
+        Model { addr, ctx, stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// `http://127.0.0.1:PORT`: the CLI's `ANTHROPIC_BASE_URL`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.addr.port())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Every request so far, in order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.ctx.requests.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The steps not yet taken.
+    pub fn left(&self) -> usize {
+        self.ctx.script.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn serve(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let _ = tcp.set_nodelay(true);
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let ctx = ctx.clone();
+                async move { Ok::<_, Infallible>(answer(req, ctx).await) }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
+    }
+}
+
+fn full(status: u16, content_type: &str, body: String, headers: &[(&str, String)]) -> Response<Body> {
+    let mut b = Response::builder().status(status).header("content-type", content_type);
+    for (k, v) in headers {
+        b = b.header(*k, v.as_str());
+    }
+    b.body(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed()).expect("response")
+}
+
+fn error_body(kind: &str, message: &str) -> String {
+    json!({"type": "error", "error": {"type": kind, "message": message}}).to_string()
+}
+
+async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let body = match Limited::new(req.into_body(), 64 * 1024 * 1024).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return full(400, "application/json", error_body("invalid_request_error", &e.to_string()), &[]),
+    };
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let record = |scripted: bool| {
+        let r = Recorded { method: method.clone(), path: path.clone(), body: body.clone(), scripted };
+        ctx.requests.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+    };
+    match (method.as_str(), path.as_str()) {
+        ("POST", "/v1/messages/count_tokens") => {
+            record(false);
+            let n = body.to_string().len() / 4;
+            full(200, "application/json", json!({"input_tokens": n}).to_string(), &[])
+        }
+        ("POST", "/v1/messages") => {
+            let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+            record(scripted);
+            let step = if scripted {
+                ctx.script.lock().unwrap_or_else(|p| p.into_inner()).pop_front().unwrap_or_else(|| Step::text("done"))
+            } else {
+                Step::text("ok")
+            };
+            let id = {
+                let mut n = ctx.counter.lock().unwrap_or_else(|p| p.into_inner());
+                *n += 1;
+                *n
+            };
+            let model = body["model"].as_str().unwrap_or("claude-stand-in").to_string();
+            let stream = body["stream"].as_bool().unwrap_or(false);
+            message(step, id, &model, stream)
+        }
+        _ => {
+            record(false);
+            full(404, "application/json", error_body("not_found_error", &format!("{method} {path}")), &[])
+        }
+    }
+}
+
+/// A scripted step as Anthropic answers it: an error, a JSON message, or its event stream.
+fn message(step: Step, id: u64, model: &str, stream: bool) -> Response<Body> {
+    let (text, tools) = match step {
+        Step::Error { status, kind, message, retry_after } => {
+            let mut headers = vec![("request-id", format!("req_stand_in_{id}"))];
+            if let Some(s) = retry_after {
+                headers.extend([
+                    ("retry-after", s.to_string()),
+                    ("anthropic-ratelimit-requests-limit", "50".to_string()),
+                    ("anthropic-ratelimit-requests-remaining", "0".to_string()),
+                    ("anthropic-ratelimit-requests-reset", reset_in(s)),
+                    ("anthropic-ratelimit-input-tokens-limit", "30000".to_string()),
+                    ("anthropic-ratelimit-input-tokens-remaining", "0".to_string()),
+                    ("anthropic-ratelimit-input-tokens-reset", reset_in(s)),
+                ]);
+            }
+            let headers: Vec<(&str, String)> = headers.into_iter().collect();
+            return full(status, "application/json", error_body(&kind, &message), &headers);
+        }
+        Step::Reply { text, tools } => (text, tools),
+    };
+    let mut blocks = Vec::new();
+    if let Some(t) = &text {
+        blocks.push(json!({"type": "text", "text": t}));
+    }
+    for (i, call) in tools.iter().enumerate() {
+        blocks.push(
+            json!({"type": "tool_use", "id": format!("toolu_{id:04}_{i}"), "name": call.name, "input": call.input}),
+        );
+    }
+    let stop_reason = if tools.is_empty() { "end_turn" } else { "tool_use" };
+    let usage = json!({"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0});
+    let msg_id = format!("msg_stand_in_{id:04}");
+    if !stream {
+        let body = json!({"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": blocks,
+            "stop_reason": stop_reason, "stop_sequence": null, "usage": usage});
+        return full(200, "application/json", body.to_string(), &[]);
+    }
+    let mut events = vec![
+        sse(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": msg_id, "type": "message", "role": "assistant",
+                "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 100, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}),
+        ),
+        sse("ping", json!({"type": "ping"})),
+    ];
+    for (index, block) in blocks.iter().enumerate() {
+        let (start, delta) = match block["type"].as_str() {
+            Some("text") => (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": block["text"]})),
+            _ => (
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}),
+                json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+            ),
+        };
+        events.push(sse(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": start}),
+        ));
+        events.push(sse("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta})));
+        events.push(sse("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+    }
+    events.push(sse(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 20}}),
+    ));
+    events.push(sse("message_stop", json!({"type": "message_stop"})));
+    full(200, "text/event-stream", events.concat(), &[("cache-control", "no-cache".into())])
+}
+
+fn sse(event: &str, data: Value) -> String {
+    format!("event: {event}\ndata: {data}\n\n")
+}
+
+/// An RFC 3339 time `s` seconds from now, as Anthropic's reset headers give it.
+fn reset_in(s: u64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    crate::e2b_api::rfc3339(now + s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connect::{build_request, full_body, read_raw, send_http1};
+
+    async fn post(model: &Model, path: &str, body: Value) -> crate::connect::RawResponse {
+        let headers = [("content-type", "application/json")];
+        let req = build_request("POST", path, model.addr, false, &headers, full_body(Bytes::from(body.to_string())));
+        read_raw(send_http1(model.addr, req).await).await
+    }
+
+    fn data_of(sse: &[u8]) -> Vec<Value> {
+        String::from_utf8_lossy(sse)
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).expect("event JSON"))
+            .collect()
+    }
+
+    /// The script in order for the agent's loop, side requests answered aside, Anthropic's event
+    /// stream and errors as the CLIs read them.
+    #[tokio::test]
+    async fn the_script_answers_the_agents_loop_in_order() {
+        let model = Model::start(vec![Step::bash("ls"), Step::rate_limited(1), Step::text("all done")]);
+        let turn = json!({"model": "m", "stream": true, "tools": [{"name": "Bash"}], "messages": []});
+
+        let first = post(&model, "/v1/messages", turn.clone()).await;
+        assert_eq!(first.status, 200);
+        let events = data_of(&first.body);
+        let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "message_start",
+                "ping",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop"
+            ]
+        );
+        assert_eq!(events[2]["content_block"]["name"], json!("Bash"));
+        let input: Value =
+            serde_json::from_str(events[3]["delta"]["partial_json"].as_str().expect("json")).expect("input");
+        assert_eq!(input["command"], json!("ls"));
+        assert_eq!(events[5]["delta"]["stop_reason"], json!("tool_use"));
+
+        // A side request (no tools) takes no step.
+        let side = post(&model, "/v1/messages", json!({"model": "m", "messages": []})).await;
+        assert_eq!(side.json()["content"][0]["text"], json!("ok"));
+
+        let limited = post(&model, "/v1/messages", turn.clone()).await;
+        assert_eq!(limited.status, 429);
+        assert_eq!(limited.headers["retry-after"], "1");
+        assert!(limited.headers.contains_key("anthropic-ratelimit-requests-reset"));
+        assert_eq!(limited.json()["error"]["type"], json!("rate_limit_error"));
+
+        let last = data_of(&post(&model, "/v1/messages", turn.clone()).await.body);
+        assert_eq!(last[3]["delta"]["text"], json!("all done"));
+        assert_eq!(last[5]["delta"]["stop_reason"], json!("end_turn"));
+        assert_eq!(model.left(), 0);
+        let spent = data_of(&post(&model, "/v1/messages", turn).await.body);
+        assert_eq!(spent[3]["delta"]["text"], json!("done"), "a spent script ends the turn");
+
+        let counted = post(&model, "/v1/messages/count_tokens", json!({"messages": []})).await;
+        assert!(counted.json()["input_tokens"].as_u64().is_some());
+        let scripted: Vec<bool> = model.requests().iter().map(|r| r.scripted).collect();
+        assert_eq!(scripted, [true, false, true, true, true, false]);
+    }
+}
