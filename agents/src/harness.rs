@@ -12,6 +12,7 @@
 //! session_ids = "assign"     # assign | report | latest | none (default none)
 //! secrets = []               # optional: relay secrets passed as env vars of the same name
 //! credentials = []           # optional: env var names that authenticate the CLI
+//! sandbox_login = false      # optional: the CLI may be logged in inside the sandbox by itself
 //! approvals = ["--settings", "{settings_file}"]  # optional: none means no approval hook
 //! ```
 //!
@@ -24,6 +25,10 @@
 //! placeholders (`{settings_file}` only in `approvals`), `{session_id}` only with `session_ids`
 //! `assign` or `report`, a non-empty `approvals` if it is there, and env var names
 //! (`[A-Z_][A-Z0-9_]*`) in `secrets` and `credentials`. Unknown keys are errors too.
+//!
+//! A session of a profile that names `credentials` must pass one of them (a secret of that name)
+//! unless `sandbox_login` is true here or in the request: a CLI without its credential fails
+//! only once it has started ("Not logged in"), so hangar refuses the start instead.
 //!
 //! The prompt is never in argv: the supervisor gives it to the CLI on stdin (all three CLIs read it
 //! from stdin in `-p`/`exec` mode). `{prompt_file}` is there for CLIs that want a path.
@@ -75,6 +80,9 @@ pub struct Harness {
     /// Env var names that authenticate this CLI: the secret a turn passes under one of these names
     /// is the turn's credential.
     pub credentials: Vec<String>,
+    /// The CLI may be logged in inside the sandbox by its own means: a session without one of
+    /// `credentials` is accepted.
+    pub sandbox_login: bool,
     /// Argument templates appended to argv when a session has an approval policy, where
     /// `{settings_file}` is the settings file holding the hook; `None`: this CLI has no approval
     /// hook.
@@ -186,6 +194,7 @@ impl Harnesses {
                 session_ids: SessionIds::Assign,
                 secrets: vec![],
                 credentials: names(&["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"]),
+                sandbox_login: false,
                 // Claude Code reads hooks from a settings file given on the command line.
                 approvals: Some(argv(&["--settings", "{settings_file}"])),
                 builtin: true,
@@ -198,6 +207,7 @@ impl Harnesses {
                 session_ids: SessionIds::Report,
                 secrets: vec![],
                 credentials: names(&["OPENAI_API_KEY", "CODEX_API_KEY"]),
+                sandbox_login: false,
                 approvals: None,
                 builtin: true,
             },
@@ -209,6 +219,7 @@ impl Harnesses {
                 session_ids: SessionIds::Latest,
                 secrets: vec![],
                 credentials: names(&["GEMINI_API_KEY", "GOOGLE_API_KEY"]),
+                sandbox_login: false,
                 approvals: None,
                 builtin: true,
             },
@@ -256,6 +267,8 @@ struct Profile {
     secrets: Vec<String>,
     #[serde(default)]
     credentials: Vec<String>,
+    #[serde(default)]
+    sandbox_login: bool,
     approvals: Option<Vec<String>>,
 }
 
@@ -330,6 +343,7 @@ impl Profile {
             session_ids,
             secrets: self.secrets,
             credentials: self.credentials,
+            sandbox_login: self.sandbox_login,
             approvals: self.approvals,
             builtin: false,
         })
@@ -433,6 +447,7 @@ mod tests {
                 session_ids: Some(serde_json::to_value(h.session_ids).unwrap().as_str().unwrap().into()),
                 secrets: h.secrets.clone(),
                 credentials: h.credentials.clone(),
+                sandbox_login: h.sandbox_login,
                 approvals: h.approvals.clone(),
             };
             let checked = p.check(h.name.clone()).unwrap();

@@ -238,6 +238,9 @@ pub struct SessionStartArgs {
     /// A secret the agent gets as an environment variable; repeatable.
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
+    /// The agent CLI is logged in inside the sandbox: start without a credential secret.
+    #[arg(long)]
+    pub sandbox_login: bool,
     /// The turn's deadline in minutes (the relay's default: 120).
     #[arg(long, value_name = "MINUTES")]
     pub timeout: Option<i64>,
@@ -334,6 +337,12 @@ pub struct JobStartArgs {
     /// A retry with the same key and prompt returns the first job.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// A secret the agent gets as an environment variable; repeatable.
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// The agent CLI is logged in inside the sandbox: start without a credential secret.
+    #[arg(long)]
+    pub sandbox_login: bool,
 }
 
 #[derive(Debug, Args)]

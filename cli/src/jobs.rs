@@ -83,6 +83,12 @@ pub fn start_body(a: &JobStartArgs, prompt: String) -> Value {
     if let Some(t) = a.timeout {
         b["timeout_minutes"] = json!(t);
     }
+    if !a.secrets.is_empty() {
+        b["secrets"] = json!(a.secrets);
+    }
+    if a.sandbox_login {
+        b["sandbox_login"] = json!(true);
+    }
     b
 }
 
@@ -141,6 +147,8 @@ mod tests {
             verify: None,
             timeout: None,
             idempotency_key: None,
+            secrets: vec![],
+            sandbox_login: false,
         }
     }
 
@@ -154,10 +162,13 @@ mod tests {
         a.verify = Some("cargo test".into());
         a.timeout = Some(30);
         a.harness = Some("worker".into());
+        a.secrets = vec!["ANTHROPIC_API_KEY".into()];
+        a.sandbox_login = true;
         assert_eq!(
             start_body(&a, "p".into()),
             json!({"prompt": "p", "harness": "worker", "verify": "cargo test", "timeout_minutes": 30,
-                   "sandbox_spec": {"provider": "docker", "options": {"image": "hangar-envd:latest"}}})
+                   "sandbox_spec": {"provider": "docker", "options": {"image": "hangar-envd:latest"}},
+                   "secrets": ["ANTHROPIC_API_KEY"], "sandbox_login": true})
         );
     }
 

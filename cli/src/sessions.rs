@@ -102,6 +102,9 @@ pub fn start_body(a: &SessionStartArgs, prompt: String) -> Value {
     if !a.secrets.is_empty() {
         b["secrets"] = json!(a.secrets);
     }
+    if a.sandbox_login {
+        b["sandbox_login"] = json!(true);
+    }
     b
 }
 
@@ -412,6 +415,7 @@ mod tests {
             cwd: None,
             approvals: vec![],
             secrets: vec![],
+            sandbox_login: false,
             timeout: None,
             idempotency_key: None,
         };
@@ -421,10 +425,11 @@ mod tests {
         a.secrets = vec!["KEY".into()];
         a.timeout = Some(5);
         a.cwd = Some("/w".into());
+        a.sandbox_login = true;
         assert_eq!(
             start_body(&a, "p".into()),
             json!({"name": "fix", "sandbox": "default", "prompt": "p", "harness": "replay", "cwd": "/w",
-                   "approvals": ["Bash(git push*)"], "secrets": ["KEY"], "timeout_minutes": 5})
+                   "approvals": ["Bash(git push*)"], "secrets": ["KEY"], "timeout_minutes": 5, "sandbox_login": true})
         );
     }
 

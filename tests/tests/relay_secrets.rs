@@ -126,3 +126,77 @@ async fn redaction_catches_the_common_encodings_of_a_value() {
     }
     assert!(!events.concat().contains(value));
 }
+
+/// A harness that authenticates has its credential checked when a session or a job starts, not
+/// after its CLI has started and failed ("Not logged in"); the refusal names what the harness
+/// wants and reads the same whether or not a secret of that name exists. `sandbox_login` (the
+/// request's or the profile's) says the CLI logs in by itself. A job passes its secrets to its
+/// session as a session does.
+#[tokio::test]
+async fn a_credential_is_checked_at_the_start_and_a_job_passes_its_secrets() {
+    let state = StateDir::new();
+    let script = argv(&["bash", "-c", ENCODINGS]);
+    let keyed = |name: &str, extra: &str| {
+        format!(
+            "{}credentials = [\"E2E_TOKEN\"]\n{extra}\n",
+            profile(name, &script, None, "claude-stream-json", "none")
+        )
+    };
+    let file = harness_file(&state.0, &[keyed("keyed", ""), keyed("logged-in", "sandbox_login = true")]);
+    let relay = Relay::start(
+        &state.0,
+        &[("HANGAR_HARNESSES", file.to_str().expect("path")), ("HANGAR_SESSION_POLL_SECONDS", "0.3")],
+    );
+    relay.share_default().await;
+    let (ada, bob) = (relay.token("ada", "user").await, relay.token("bob", "user").await);
+    let body =
+        |name: &str, harness: &str| json!({"name": name, "sandbox": "default", "harness": harness, "prompt": "p"});
+
+    let refused = |r: hangar_e2e::connect::RawResponse| {
+        assert_eq!(r.status, 400, "{r:?}");
+        r.json()["error"]["message"].as_str().expect("message").to_string()
+    };
+    let before = refused(relay.call("POST", "/api/sessions", Some(&bob.secret), Some(body("a", "keyed"))).await);
+    assert!(before.contains("E2E_TOKEN") && before.contains("sandbox_login"), "{before}");
+    put(&relay, &ada.secret, json!({"name": "E2E_TOKEN", "value": "ada-value-0123456789"})).await;
+    let after = refused(relay.call("POST", "/api/sessions", Some(&bob.secret), Some(body("a", "keyed"))).await);
+    assert_eq!(before, after, "the refusal says nothing of ada's secret");
+    let job = json!({"sandbox": "default", "harness": "keyed", "prompt": "p"});
+    assert_eq!(refused(relay.call("POST", "/api/jobs", Some(&bob.secret), Some(job)).await), before);
+    // The built-in claude-code, the default, wants its own.
+    let default = json!({"name": "b", "sandbox": "default", "prompt": "p"});
+    let message = refused(relay.call("POST", "/api/sessions", Some(&bob.secret), Some(default)).await);
+    assert!(message.contains("ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN"), "{message}");
+    let listed = relay.call("GET", "/api/sessions", Some(&bob.secret), None).await;
+    assert_eq!(listed.json()["sessions"], json!([]), "nothing started: {listed:?}");
+
+    // Logged in inside the sandbox, by the request's word or the profile's.
+    let mut own = body("own", "keyed");
+    own["sandbox_login"] = json!(true);
+    start(&relay, &bob.secret, own).await;
+    start(&relay, &bob.secret, body("profile", "logged-in")).await;
+    for name in ["own", "profile"] {
+        assert_eq!(until_ended(&relay, &bob.secret, name, STEP).await["state"], json!("succeeded"), "{name}");
+    }
+
+    // A job's secrets reach its agent, under the same rules as a session's.
+    let job = json!({"sandbox": "default", "harness": "keyed", "prompt": "p", "secrets": ["E2E_TOKEN"]});
+    let r = relay.call("POST", "/api/jobs", Some(&bob.secret), Some(job.clone())).await;
+    assert_eq!(r.status, 403, "ada's secret is not bob's: {r:?}");
+    let r = relay.call("POST", "/api/jobs", Some(&ada.secret), Some(job)).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.json()["id"].as_str().expect("id").to_string();
+    let deadline = std::time::Instant::now() + STEP;
+    let ended = loop {
+        let v = relay.call("GET", &format!("/api/jobs/{id}"), Some(&ada.secret), None).await.json();
+        if ["succeeded", "failed", "cancelled"].contains(&v["state"].as_str().unwrap_or_default()) {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "the job did not end: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(ended["secrets"], json!(["E2E_TOKEN"]), "{ended}");
+    let session = ended["session"].as_str().expect("session");
+    let events = serde_json::to_string(&all_events(&relay, &ada.secret, session).await).expect("json");
+    assert!(events.contains("plain [redacted:E2E_TOKEN]"), "the job's agent got the value: {events}");
+}

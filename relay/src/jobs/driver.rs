@@ -171,11 +171,12 @@ async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
         prompt,
         cwd: Some(cwd),
         timeout_minutes: Some(job.timeout_minutes),
-        secrets: Vec::new(),
+        secrets: job.secrets.clone(),
         approvals: Vec::new(),
         // The job's id: a driver restarted before it recorded the session gets the same one.
         idempotency_key: Some(job.id.clone()),
         ignore_limits: false,
+        sandbox_login: job.sandbox_login,
     };
     let session = match sessions::start(relay, &caller_of(job), req).await {
         Ok(v) => v.session,

@@ -84,6 +84,10 @@ pub struct StartRequest {
     pub verify: Option<String>,
     pub timeout_minutes: Option<i64>,
     pub idempotency_key: Option<String>,
+    /// Relay secrets its session passes, as a session's `secrets`.
+    pub secrets: Vec<String>,
+    /// The CLI is logged in inside the sandbox by itself, as a session's `sandbox_login`.
+    pub sandbox_login: bool,
 }
 
 /// A job as its readers see it.
@@ -153,10 +157,10 @@ fn check(req: &StartRequest) -> Result<i64> {
 pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Result<JobView> {
     let timeout = check(&req)?;
     let harness = req.harness.as_deref().unwrap_or("claude-code");
-    if relay.sessions.harnesses.get(harness).is_none() {
+    let Some(profile) = relay.sessions.harnesses.get(harness) else {
         let known: Vec<&str> = relay.sessions.harnesses.iter().map(|h| h.name.as_str()).collect();
         return Err(Error::invalid(format!("harness {harness:?}: one of {}", known.join(", "))));
-    }
+    };
     let (sandbox, spec) = match (&req.sandbox, &req.sandbox_spec) {
         (Some(name), None) => {
             // A jobs token may name a sandbox to run in, under the same isolation rule as
@@ -176,6 +180,9 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         }
         _ => return Err(Error::invalid("name exactly one of sandbox (an existing sandbox) and sandbox_spec")),
     };
+    // Refused now, as a session's start would be, rather than as the job's failure later.
+    let (_, _, credential) = sessions::choose_secrets(relay, caller, profile, &req.secrets).await?;
+    sessions::check_credential(profile, credential.as_deref(), req.sandbox_login)?;
     let owner = match caller.scope {
         Scope::Jobs => format!("token:{}", caller.token_id),
         _ => format!("person:{}", caller.person),
@@ -208,6 +215,8 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         created_at: time::now(),
         started_at: None,
         finished_at: None,
+        secrets: req.secrets.clone(),
+        sandbox_login: req.sandbox_login,
     };
     match relay.store.create_job(&job).await? {
         NewJob::New(job) => {

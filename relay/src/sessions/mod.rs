@@ -148,6 +148,8 @@ pub struct StartRequest {
     pub approvals: Vec<String>,
     pub idempotency_key: Option<String>,
     pub ignore_limits: bool,
+    /// The CLI is logged in inside the sandbox by itself: no credential needs passing.
+    pub sandbox_login: bool,
 }
 
 /// What a follow-up takes.
@@ -280,6 +282,41 @@ fn credential_of(harness: &Harness, chosen: &[Chosen]) -> Option<String> {
     harness.credentials.iter().find_map(|n| chosen.iter().find(|c| &c.name == n)).map(Chosen::credential)
 }
 
+/// The secrets a session passes (the harness's, then those asked for), each chosen for the
+/// caller, and the credential among them. Jobs choose theirs here too.
+pub async fn choose_secrets(
+    relay: &Relay,
+    caller: &Caller,
+    harness: &Harness,
+    asked: &[String],
+) -> Result<(Vec<String>, Vec<Chosen>, Option<String>)> {
+    let mut secrets = harness.secrets.clone();
+    for s in asked {
+        if !secrets.contains(s) {
+            secrets.push(s.clone());
+        }
+    }
+    let chosen = relay.secrets.choose(caller, &secrets, &harness.secrets).await?;
+    let credential = credential_of(harness, &chosen);
+    Ok((secrets, chosen, credential))
+}
+
+/// Refuses a start whose harness authenticates with credentials and passes none, unless the
+/// CLI logs in inside the sandbox (the profile's or the request's `sandbox_login`): the CLI would
+/// fail only after its start ("Not logged in"). The refusal names what the harness wants and
+/// nothing of which secrets exist.
+pub fn check_credential(harness: &Harness, credential: Option<&str>, sandbox_login: bool) -> Result<()> {
+    if credential.is_some() || harness.credentials.is_empty() || harness.sandbox_login || sandbox_login {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "secrets: harness {:?} authenticates with {}: name one of them in `secrets` (a secret of that name you \
+         may use), or set `sandbox_login` when the CLI is logged in inside the sandbox",
+        harness.name,
+        harness.credentials.join(" or ")
+    )))
+}
+
 /// The secrets a session's turns get, as chosen when it started.
 pub fn chosen_secrets(session: &SessionRow) -> Vec<Chosen> {
     let owners = session.secret_owners.iter().map(String::as_str).chain(std::iter::repeat(""));
@@ -302,20 +339,14 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         let known: Vec<&str> = relay.sessions.harnesses.iter().map(|h| h.name.as_str()).collect();
         Error::invalid(format!("harness {harness_name:?}: one of {}", known.join(", ")))
     })?;
-    let mut secrets = harness.secrets.clone();
-    for s in &req.secrets {
-        if !secrets.contains(s) {
-            secrets.push(s.clone());
-        }
-    }
-    let chosen = relay.secrets.choose(caller, &secrets, &harness.secrets).await?;
+    let (secrets, chosen, credential) = choose_secrets(relay, caller, harness, &req.secrets).await?;
     let row = relay.sandboxes.enter(&req.sandbox, caller).await?;
     let approvals = approval_policy(relay, harness, &row, &req.approvals).await?;
     let cwd = match req.cwd.as_deref().or(row.workdir.as_deref()) {
         Some(cwd) => relay.sandboxes.resolve_cwd(&row, cwd)?,
         None => return Err(Error::invalid("cwd: the sandbox has no working directory; name one")),
     };
-    let credential = credential_of(harness, &chosen);
+    check_credential(harness, credential.as_deref(), req.sandbox_login)?;
     let redactor = relay.secrets.redactor();
     let session = SessionRow {
         id: format!("ses_{}", random_hex(6)),
@@ -714,6 +745,20 @@ pub fn uuid_v4() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_harness_that_authenticates_needs_a_credential_or_a_login_of_its_own() {
+        let all = Harnesses::builtin();
+        let claude = all.get("claude-code").expect("claude-code");
+        let e = check_credential(claude, None, false).expect_err("no credential");
+        assert!(e.to_string().contains("ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN"), "{e}");
+        assert!(check_credential(claude, Some("ANTHROPIC_API_KEY"), false).is_ok());
+        assert!(check_credential(claude, None, true).is_ok(), "the request says the CLI logs in");
+        let own = Harness { sandbox_login: true, ..claude.clone() };
+        assert!(check_credential(&own, None, false).is_ok(), "the profile says so");
+        let open = Harness { credentials: Vec::new(), ..claude.clone() };
+        assert!(check_credential(&open, None, false).is_ok(), "nothing to authenticate with");
+    }
 
     #[test]
     fn names_and_uuids() {

@@ -35,7 +35,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancel_requested_at REAL,
     created_at REAL NOT NULL,
     started_at REAL,
-    finished_at REAL
+    finished_at REAL,
+    secrets TEXT NOT NULL DEFAULT '[]',
+    sandbox_login INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs(owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
@@ -129,6 +131,11 @@ pub struct JobRow {
     pub created_at: f64,
     pub started_at: Option<f64>,
     pub finished_at: Option<f64>,
+    /// Names of the relay secrets its session passes (checked when the job was made, chosen
+    /// again when its session starts).
+    pub secrets: Vec<String>,
+    /// Its CLI is logged in inside the sandbox: no credential is passed.
+    pub sandbox_login: bool,
 }
 
 /// Whose jobs a caller sees.
@@ -201,6 +208,8 @@ fn job_row(r: &Row<'_>) -> rusqlite::Result<JobRow> {
         created_at: r.get("created_at")?,
         started_at: r.get("started_at")?,
         finished_at: r.get("finished_at")?,
+        secrets: json("secrets")?.and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default(),
+        sandbox_login: r.get("sandbox_login")?,
         id,
     })
 }
@@ -229,8 +238,9 @@ impl Store {
             }
             tx.execute(
                 "INSERT INTO jobs (id, person, token_id, scope, owner, sandbox_id, sandbox_name, sandbox_spec, created_sandbox,
-                    harness, prompt, prompt_sha256, cwd, verify, timeout_minutes, idempotency_key, state, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                    harness, prompt, prompt_sha256, cwd, verify, timeout_minutes, idempotency_key, state, created_at,
+                    secrets, sandbox_login)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
                 params![
                     j.id,
                     j.person,
@@ -249,7 +259,9 @@ impl Store {
                     j.timeout_minutes,
                     j.idempotency_key,
                     j.state.as_str(),
-                    j.created_at
+                    j.created_at,
+                    serde_json::to_string(&j.secrets).unwrap_or_else(|_| "[]".into()),
+                    j.sandbox_login
                 ],
             )?;
             Ok(NewJob::New(j.clone()))
@@ -479,6 +491,8 @@ mod tests {
             created_at: 0.0,
             started_at: None,
             finished_at: None,
+            secrets: vec!["KEY".into()],
+            sandbox_login: true,
         }
     }
 
@@ -494,7 +508,9 @@ mod tests {
         let (s, dir) = store("jobs").await;
         s.create_session(&session("s1"), &turn("t1", "s1")).await.unwrap();
         assert!(matches!(s.create_job(&job("j1")).await.unwrap(), NewJob::New(_)));
-        assert!(!s.job("j1", JobsOf::Everyone).await.unwrap().unwrap().base_read);
+        let made = s.job("j1", JobsOf::Everyone).await.unwrap().unwrap();
+        assert!(!made.base_read);
+        assert_eq!((made.secrets, made.sandbox_login), (vec!["KEY".to_string()], true), "kept for its session");
         s.set_job_base("j1", "/w", None).await.unwrap();
         let j = s.job("j1", JobsOf::Everyone).await.unwrap().unwrap();
         assert_eq!((j.base_read, j.base, j.cwd.as_deref()), (true, None, Some("/w")), "read, outside a repository");

@@ -760,7 +760,7 @@ fn open_writer(path: &Path) -> Result<Connection> {
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 14] = [
+    const ADDED: [(&str, &str, &str); 16] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
@@ -775,6 +775,8 @@ fn add_columns(conn: &Connection) -> Result<()> {
         ("inbox", "call", "TEXT"),
         ("sandboxes", "shared_with", "TEXT NOT NULL DEFAULT '[]'"),
         ("turns", "parser", "TEXT"),
+        ("jobs", "secrets", "TEXT NOT NULL DEFAULT '[]'"),
+        ("jobs", "sandbox_login", "INTEGER NOT NULL DEFAULT 0"),
     ];
     for (table, column, kind) in ADDED {
         let have: Vec<String> = conn

@@ -56,6 +56,10 @@ pub struct CreateJob {
     timeout_minutes: Option<i64>,
     #[serde(default)]
     idempotency_key: Option<String>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    sandbox_login: bool,
 }
 
 pub async fn create(
@@ -72,6 +76,8 @@ pub async fn create(
         verify: b.verify,
         timeout_minutes: b.timeout_minutes,
         idempotency_key: b.idempotency_key,
+        secrets: b.secrets,
+        sandbox_login: b.sandbox_login,
     };
     let view = jobs::start(&relay, &caller, req).await?;
     let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };

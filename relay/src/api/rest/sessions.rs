@@ -52,6 +52,8 @@ pub struct CreateSession {
     idempotency_key: Option<String>,
     #[serde(default)]
     ignore_limits: bool,
+    #[serde(default)]
+    sandbox_login: bool,
 }
 
 pub async fn create(
@@ -70,6 +72,7 @@ pub async fn create(
         approvals: b.approvals,
         idempotency_key: b.idempotency_key,
         ignore_limits: b.ignore_limits,
+        sandbox_login: b.sandbox_login,
     };
     let view = sessions::start(&relay, &caller, req).await?;
     let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };

@@ -38,9 +38,18 @@ impl Action {
     /// misplaced one (a `prompt` on `status`) is an error rather than silently ignored.
     fn takes(self) -> &'static [&'static str] {
         match self {
-            Action::Start => {
-                &["sandbox", "sandbox_spec", "harness", "prompt", "cwd", "verify", "timeout_minutes", "idempotency_key"]
-            }
+            Action::Start => &[
+                "sandbox",
+                "sandbox_spec",
+                "harness",
+                "prompt",
+                "cwd",
+                "verify",
+                "timeout_minutes",
+                "idempotency_key",
+                "secrets",
+                "sandbox_login",
+            ],
             Action::Status | Action::Cancel => &["job"],
             Action::List => &[],
         }
@@ -68,6 +77,10 @@ struct JobArgs {
     verify: Option<String>,
     timeout_minutes: Option<i64>,
     idempotency_key: Option<String>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    sandbox_login: bool,
 }
 
 fn need<T>(v: Option<T>, what: &str, action: Action) -> Result<T> {
@@ -100,6 +113,8 @@ pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) 
                 verify: a.verify,
                 timeout_minutes: a.timeout_minutes,
                 idempotency_key: a.idempotency_key,
+                secrets: a.secrets,
+                sandbox_login: a.sandbox_login,
             };
             Ok(view(jobs::start(relay, caller, req).await?))
         }

@@ -141,8 +141,9 @@ pub fn list() -> Vec<Tool> {
             "session",
             "Agent sessions: a coding agent CLI (a harness) run in a sandbox, one turn per prompt. \
              action start (name, sandbox, prompt; harness, cwd, timeout_minutes, secrets, \
-             approvals, idempotency_key, ignore_limits): starts the session and its first turn, answers at \
-             once. prompt (session, prompt; timeout_minutes, idempotency_key, ignore_limits): a \
+             approvals, idempotency_key, ignore_limits, sandbox_login): starts the session and its first turn, answers at \
+             once; a harness that authenticates (claude-code, codex, gemini) needs one of its credentials in secrets \
+             unless sandbox_login says its CLI is logged in inside the sandbox. prompt (session, prompt; timeout_minutes, idempotency_key, ignore_limits): a \
              follow-up turn in the same conversation. cancel (session): ends the running turn \
              (SIGTERM, SIGKILL 10 s later). status (session): state, reason, summary, turns, \
              events_cursor. list: your sessions. events (session, since, limit up to 1000, \
@@ -169,6 +170,7 @@ pub fn list() -> Vec<Tool> {
                     "approvals": { "type": "array", "items": { "type": "string" }, "description": "start: tool calls that wait for a person's approval in the inbox, as Claude Code permission patterns (Bash(git push*), Write, *)" },
                     "idempotency_key": { "type": "string", "description": "start, prompt: a retry with the same key and prompt answers the first call's result" },
                     "ignore_limits": { "type": "boolean", "description": "start, prompt: start even over the credential's usage limits" },
+                    "sandbox_login": { "type": "boolean", "description": "start: the CLI is logged in inside the sandbox by itself, so no credential secret is needed" },
                     "since": { "type": "integer", "minimum": 0, "description": "events: only events after this seq (a previous read's next)" },
                     "limit": { "type": "integer", "minimum": 1, "maximum": sessions::MAX_EVENTS_PER_READ, "description": "events: at most this many (default 200)" },
                     "wait_seconds": { "type": "number", "minimum": 0, "maximum": sessions::MAX_WAIT.as_secs(), "description": "events: wait this long for new events" }
@@ -188,7 +190,8 @@ pub fn list() -> Vec<Tool> {
              hangar measured itself with read-only git (branch, head, base, commits_ahead, dirty, \
              pushed) and the verification's exit code and output tail. action start (prompt, and \
              exactly one of sandbox or sandbox_spec {provider, options}; harness, cwd, verify, \
-             timeout_minutes, idempotency_key): creates the job and answers at once (queued). \
+             timeout_minutes, idempotency_key, secrets, sandbox_login): creates the job and answers at once (queued); \
+             secrets and credentials as for a session. \
              status (job): state (queued, running, verifying, succeeded, failed, cancelled), reason, \
              result, session, events_cursor. cancel (job): ends it (its session's turn, or its \
              verification). list: your jobs. Follow a job's events by reading or subscribing to \
@@ -216,7 +219,9 @@ pub fn list() -> Vec<Tool> {
                     "cwd": { "type": "string", "description": "start: the agent's directory (default: the sandbox's working directory)" },
                     "verify": { "type": "string", "description": "start: a shell command run in cwd once the agent ended cleanly; exit 0 passes" },
                     "timeout_minutes": { "type": "integer", "minimum": 1, "maximum": 10080, "description": "start: the turn's deadline (default 120)" },
-                    "idempotency_key": { "type": "string", "description": "start: a retry with the same key and prompt answers the first call's job" }
+                    "idempotency_key": { "type": "string", "description": "start: a retry with the same key and prompt answers the first call's job" },
+                    "secrets": { "type": "array", "items": { "type": "string" }, "description": "start: names of relay secrets passed to the harness, as for a session" },
+                    "sandbox_login": { "type": "boolean", "description": "start: the CLI is logged in inside the sandbox by itself, so no credential secret is needed" }
                 },
                 "required": ["action"],
                 "additionalProperties": false

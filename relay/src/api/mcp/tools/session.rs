@@ -67,6 +67,7 @@ impl Action {
                 "approvals",
                 "idempotency_key",
                 "ignore_limits",
+                "sandbox_login",
             ],
             Action::Prompt => &["session", "prompt", "timeout_minutes", "idempotency_key", "ignore_limits"],
             Action::Cancel | Action::Status => &["session"],
@@ -94,6 +95,8 @@ struct SessionArgs {
     idempotency_key: Option<String>,
     #[serde(default)]
     ignore_limits: bool,
+    #[serde(default)]
+    sandbox_login: bool,
     since: Option<i64>,
     limit: Option<usize>,
     wait_seconds: Option<f64>,
@@ -133,6 +136,7 @@ pub async fn call(
                 approvals: a.approvals,
                 idempotency_key: a.idempotency_key,
                 ignore_limits: a.ignore_limits,
+                sandbox_login: a.sandbox_login,
             };
             Ok(view(sessions::start(relay, caller, req).await?))
         }
