@@ -262,6 +262,10 @@ def test_bad_job_arguments_are_clear_errors_and_another_persons_job_is_not_found
                 ({"action": "start", "sandbox": "default", "harness": "worker", "prompt": "x", "timeout_minutes": 0}, "timeout_minutes: 0"),
                 ({"action": "start", "sandbox": "default", "harness": "worker", "prompt": "x", "verify": ""}, "verify: a shell command"),
                 ({"action": "start", "sandbox": "nowhere", "harness": "worker", "prompt": "x"}, "not_found"),
+                # Secrets and credentials as for a session: an unusable secret, a missing credential.
+                ({"action": "start", "sandbox": "default", "harness": "worker", "prompt": "x", "secrets": ["NO_SUCH_KEY"]},
+                 'no secret "NO_SUCH_KEY"'),
+                ({"action": "start", "sandbox": "default", "prompt": "x"}, "ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN"),
             ]
             out = [(await c.call_tool("job", args), want) for args, want in cases]
             # Another token's person does not see the job.

@@ -311,6 +311,10 @@ def test_bad_session_arguments_are_clear_errors(relay, mode):
                 ({"action": "start", "name": "n2", "sandbox": "default", "harness": "nope", "prompt": "x"}, 'harness "nope"'),
                 ({"action": "start", "name": "n3", "sandbox": "default", "harness": "hang", "prompt": " "}, "prompt: must not be empty"),
                 ({"action": "start", "name": name, "sandbox": "default", "harness": "hang", "prompt": "x"}, "already_exists"),
+                # The default claude-code without its credential, and an unusable secret.
+                ({"action": "start", "name": "n4", "sandbox": "default", "prompt": "x"}, "ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN"),
+                ({"action": "start", "name": "n5", "sandbox": "default", "harness": "hang", "prompt": "x", "secrets": ["NO_SUCH_KEY"]},
+                 'no secret "NO_SUCH_KEY"'),
                 # A harness without a follow-up command.
                 ({"action": "prompt", "session": name, "prompt": "more"}, "no follow-up command"),
             ]

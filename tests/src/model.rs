@@ -17,7 +17,10 @@ use std::{
     collections::VecDeque,
     convert::Infallible,
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -108,7 +111,7 @@ pub struct Recorded {
 struct Ctx {
     script: Mutex<VecDeque<Step>>,
     requests: Mutex<Vec<Recorded>>,
-    counter: Mutex<u64>,
+    counter: AtomicU64,
 }
 
 /// The stand-in, serving until dropped.
@@ -122,17 +125,9 @@ pub struct Model {
 impl Model {
     /// Serves `script` on a free loopback port.
     pub fn start(script: Vec<Step>) -> Model {
-        Model::start_on("127.0.0.1:0", script)
-    }
-
-    /// Serves `script` on `bind` (`0.0.0.0:0` for a sandbox in a container to reach it).
-    pub fn start_on(bind: &str, script: Vec<Step>) -> Model {
-        let ctx = Arc::new(Ctx {
-            script: Mutex::new(script.into()),
-            requests: Mutex::new(Vec::new()),
-            counter: Mutex::new(0),
-        });
-        let listener = std::net::TcpListener::bind(bind).expect("binding the model stand-in");
+        let ctx =
+            Arc::new(Ctx { script: Mutex::new(script.into()), requests: Mutex::new(Vec::new()), counter: 0.into() });
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding the model stand-in");
         let addr = listener.local_addr().expect("address");
         listener.set_nonblocking(true).expect("non-blocking listener");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -155,10 +150,6 @@ impl Model {
     /// `http://127.0.0.1:PORT`: the CLI's `ANTHROPIC_BASE_URL`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.addr.port())
-    }
-
-    pub fn port(&self) -> u16 {
-        self.addr.port()
     }
 
     /// Every request so far, in order.
@@ -238,11 +229,7 @@ async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
             } else {
                 Step::text("ok")
             };
-            let id = {
-                let mut n = ctx.counter.lock().unwrap_or_else(|p| p.into_inner());
-                *n += 1;
-                *n
-            };
+            let id = ctx.counter.fetch_add(1, Ordering::Relaxed) + 1;
             let model = body["model"].as_str().unwrap_or("claude-stand-in").to_string();
             let stream = body["stream"].as_bool().unwrap_or(false);
             message(step, id, &model, stream)

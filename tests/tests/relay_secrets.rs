@@ -185,6 +185,9 @@ async fn a_credential_is_checked_at_the_start_and_a_job_passes_its_secrets() {
     assert_eq!(r.status, 403, "ada's secret is not bob's: {r:?}");
     let r = relay.call("POST", "/api/jobs", Some(&ada.secret), Some(job)).await;
     assert_eq!(r.status, 201, "{r:?}");
+    let logged_in = json!({"sandbox": "default", "harness": "keyed", "prompt": "p", "sandbox_login": true});
+    let bobs = relay.call("POST", "/api/jobs", Some(&bob.secret), Some(logged_in)).await;
+    assert_eq!((bobs.status, bobs.json()["sandbox_login"].clone()), (201, json!(true)), "{bobs:?}");
     let id = r.json()["id"].as_str().expect("id").to_string();
     let deadline = std::time::Instant::now() + STEP;
     let ended = loop {

@@ -790,7 +790,12 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
             }
         }
         let Some((n, cpu)) = tally else {
-            // What the relay has of it, to tell a lost end from a lost log.
+            // A turn that did not succeed is said once, above. One that did without its
+            // writer's result: what the relay has of it, to tell a lost end from a lost log.
+            if turn["state"] != "succeeded" {
+                continue;
+            }
+            failed += 1;
             not_ok.push(format!(
                 "{name}: no result line from the writer ({} stamped lines recorded, the last hb:{}; {} events; \
                  the turn {} {}, exit code {}, log offset {}, polled {})",
@@ -803,9 +808,6 @@ async fn run_case(cfg: &Config, case: &Case, writer: &std::path::Path) -> Result
                 turn["log_offset"],
                 turn["polled"]
             ));
-            if turn["state"] == "succeeded" {
-                failed += 1;
-            }
             continue;
         };
         recorded.extend(seen.delays(&format!("session {name}'s events"), n)?);
