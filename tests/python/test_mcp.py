@@ -8,6 +8,7 @@ start: the binary is HANGAR_RELAY_BIN, or hangar-relay next to hangar-envd.
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -109,6 +110,18 @@ class Relay:
                 os.kill(int(pid), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
+        # As root, each local sandbox's work directory is an image of HANGAR_LOCAL_DISK_MIB with
+        # its blocks reserved, mounted on the host: left behind, dozens of relays fill the disk.
+        unmount_under(self.state)
+        shutil.rmtree(self.state, ignore_errors=True)
+
+
+def unmount_under(directory: Path):
+    """Detaches every mount under `directory` (deepest first)."""
+    prefix = str(directory).rstrip("/") + "/"
+    points = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
 
 
 @pytest.fixture(scope="module")
