@@ -7,7 +7,10 @@
 //!   as users do; it links no relay or daemon code (only hangar-agents' parser, a pure function,
 //!   to know which events a replayed log must make).
 //! - A scenario that cannot measure what it claims (a line lost, a stream refused early, a peer
-//!   missing) fails the run; it never reports a number that means something else.
+//!   missing) fails the run; it never reports a number that means something else. What was
+//!   measured before the failure is still written, and the run exits non-zero.
+//! - Results are written as each scenario (and each case of the agents scenario) ends, so that a
+//!   later failure, a panic or a killed run loses nothing measured before it.
 //! - Everything it starts (relays, daemons, containers, peers) is stopped when it ends.
 
 pub mod error;
@@ -113,10 +116,10 @@ impl Sizes {
     }
 }
 
-/// Runs the chosen scenarios in order.
-pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results> {
+/// Runs the chosen scenarios in order into `r`, calling `save` with what is measured so far as
+/// each scenario, and each case of the agents scenario, ends.
+pub async fn run(r: &mut Results, sizes: Sizes, only: &[Scenario], save: &dyn Fn(&Results)) -> Result<()> {
     let started = Instant::now();
-    let mut r = Results::new(name, sizes.quick);
     r.shipped_envd = shipped::Shipped::from_env()?;
     for s in ALL.into_iter().filter(|s| only.is_empty() || only.contains(s)) {
         let t = Instant::now();
@@ -144,10 +147,20 @@ pub async fn run(name: &str, sizes: Sizes, only: &[Scenario]) -> Result<Results>
                 r.fleet = Some(fleet::run(&cfg).await?);
             }
             Scenario::Starts => r.starts = Some(starts::run(&starts::Config { starts: sizes.starts }).await?),
-            Scenario::Agents => r.agents = Some(agents::run(&agents::Config::new(sizes.quick)?).await?),
+            Scenario::Agents => {
+                let cfg = agents::Config::new(sizes.quick)?;
+                let a = agents::run(&cfg, |so_far| {
+                    r.agents = Some(so_far.clone());
+                    r.seconds = stats::round3(started.elapsed().as_secs_f64());
+                    save(r);
+                })
+                .await?;
+                r.agents = Some(a);
+            }
         }
+        r.seconds = stats::round3(started.elapsed().as_secs_f64());
+        save(r);
         eprintln!("hangar-bench: {s:?} done in {:.1} s", t.elapsed().as_secs_f64());
     }
-    r.seconds = stats::round3(started.elapsed().as_secs_f64());
-    Ok(r)
+    Ok(())
 }

@@ -26,21 +26,29 @@ struct Args {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let results = match run(&args.name, Sizes::new(args.quick), &args.only).await {
-        Ok(r) => r,
-        Err(e) => {
+    let mut results = report::Results::new(&args.name, args.quick);
+    // Written as each part ends: a later failure, or a kill, loses nothing measured before it.
+    let save = |r: &report::Results| {
+        if let Err(e) = report::write(r, &args.out) {
             eprintln!("hangar-bench: {e}");
-            return std::process::ExitCode::FAILURE;
         }
     };
-    match report::write(&results, &args.out) {
-        Ok(json) => {
-            println!("{}", json.display());
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("hangar-bench: {e}");
-            std::process::ExitCode::FAILURE
-        }
+    let ran = run(&mut results, Sizes::new(args.quick), &args.only, &save).await;
+    let written = report::write(&results, &args.out);
+    match &written {
+        Ok(json) => println!("{}", json.display()),
+        Err(e) => eprintln!("hangar-bench: {e}"),
+    }
+    let mut failed = results.failures();
+    if let Err(e) = ran {
+        failed.push(e.to_string());
+    }
+    for f in &failed {
+        eprintln!("hangar-bench: failed: {f}");
+    }
+    if failed.is_empty() && written.is_ok() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
     }
 }

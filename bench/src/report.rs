@@ -62,6 +62,18 @@ impl Results {
         }
     }
 
+    /// What makes the run a failure although its results are written: agents cases that ended
+    /// without a row, and turns that did not succeed.
+    pub fn failures(&self) -> Vec<String> {
+        let Some(a) = &self.agents else { return Vec::new() };
+        let case = |p: &agents::Provider, n: usize, s: usize| format!("agents, {p:?}, {n} agents on {s}");
+        let failed = a.failed.iter().map(|f| format!("{}: {}", case(&f.provider, f.agents, f.sandboxes), f.error));
+        let lost = a.rows.iter().filter(|r| r.turns_not_succeeded > 0).map(|r| {
+            format!("{}: {} turns did not succeed", case(&r.provider, r.agents, r.sandboxes), r.turns_not_succeeded)
+        });
+        failed.chain(lost).collect()
+    }
+
     /// `<date>-<name>`, the stem of the result files.
     pub fn stem(&self) -> String {
         format!("{}-{}", &self.date[..10], self.name)
@@ -496,6 +508,13 @@ fn agents_markdown(m: &mut String, a: &agents::Report) {
             row.writer_cpu_us_per_line,
             row.sqlite_bytes_per_event,
             row.turns_not_succeeded
+        );
+    }
+    for f in &a.failed {
+        let _ = writeln!(
+            m,
+            "\n{:?}, {} agents on {}, {}: **the case failed**, no figures: {}",
+            f.provider, f.agents, f.sandboxes, f.pace, f.error
         );
     }
     for row in a.rows.iter().filter(|r| !r.raised_limits.is_empty()) {

@@ -14,7 +14,8 @@
 //! its 2 s coalescing; fleet read latency; the relay's CPU and resident memory and the machine's
 //! CPU while every agent writes; the relay's bytes written (`/proc/<pid>/io`, its SQLite) per
 //! event; the writers' own CPU (each says its `getrusage` in its `result` line); and turns that
-//! did not end `succeeded`, which fail the run, as does a line whose event is missing.
+//! did not end `succeeded`, counted and named (they fail the run once it is written, as does a
+//! line whose event is missing, which fails its case).
 
 use std::{
     collections::HashMap,
@@ -181,7 +182,7 @@ impl Config {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Goal {
     pub what: String,
     pub value: f64,
@@ -193,7 +194,7 @@ fn goal(what: impl Into<String>, value: f64, limit: f64) -> Goal {
     Goal { what: what.into(), value, limit, met: value <= limit }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Row {
     pub provider: Provider,
     pub agents: usize,
@@ -256,17 +257,33 @@ pub struct Row {
     pub goals: Vec<Goal>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub seconds: f64,
     pub ramp: f64,
     pub followers: usize,
     pub rows: Vec<Row>,
+    /// Cases that ended without a row: an error or a panic, in the order they ran.
+    pub failed: Vec<Failed>,
 }
 
-pub async fn run(cfg: &Config) -> Result<Report> {
+/// A case that could not be measured, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failed {
+    pub provider: Provider,
+    pub agents: usize,
+    pub sandboxes: usize,
+    pub pace: String,
+    pub error: String,
+}
+
+/// Runs every case; `after_case` sees the report so far as each case ends, so that a later case
+/// (or the machine) failing loses none before it. A case's error or panic is its `failed` entry,
+/// and the run goes on with the next case.
+pub async fn run(cfg: &Config, mut after_case: impl FnMut(&Report)) -> Result<Report> {
     let writer = writer_bin()?;
-    let mut rows = Vec::new();
+    let mut report =
+        Report { seconds: cfg.seconds, ramp: cfg.ramp, followers: FOLLOWERS, rows: vec![], failed: vec![] };
     for case in &cfg.cases {
         eprintln!(
             "hangar-bench: agents: {} agents on {} {:?} sandboxes, {}",
@@ -275,9 +292,31 @@ pub async fn run(cfg: &Config) -> Result<Report> {
             case.provider,
             case.pace.label()
         );
-        rows.push(run_case(cfg, case, &writer).await?);
+        // The case's world (relay, daemons, containers) is dropped as the panic unwinds.
+        let ended = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run_case(cfg, case, &writer))).await;
+        let error = match ended {
+            Ok(Ok(row)) => {
+                report.rows.push(row);
+                None
+            }
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(panic) => Some(format!("panicked: {}", panic_text(panic.as_ref()))),
+        };
+        if let Some(error) = error {
+            eprintln!("hangar-bench: agents: the case failed: {error}");
+            let (provider, agents, sandboxes, pace) = (case.provider, case.agents, case.sandboxes, case.pace.label());
+            report.failed.push(Failed { provider, agents, sandboxes, pace, error });
+        }
+        after_case(&report);
     }
-    Ok(Report { seconds: cfg.seconds, ramp: cfg.ramp, followers: FOLLOWERS, rows })
+    Ok(report)
+}
+
+fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// The writer built beside this bench (`HANGAR_BENCH_AGENT_WRITER` names another).
