@@ -24,6 +24,16 @@ pub(super) fn feed(state: &mut State, kind: &str, o: &Map<String, Value>, out: &
         "result" => result(state, o, out),
         // Control lines of `--input-format stream-json`: nothing for a watcher.
         "control_request" | "control_response" | "control_cancel_request" | "conversation_reset" => {}
+        // Known, and no event: a waiting call's heartbeat (every 30 s while a hook or a long tool
+        // runs; the call's `tool.start` already says it is under way), and what the CLI writes for
+        // other clients (summaries and suggestions; `stream_event` needs
+        // `--include-partial-messages`, which no profile passes).
+        "tool_progress" | "tool_use_summary" | "prompt_suggestion" | "post_turn_summary" | "stream_event" => {}
+        "auth_status" => {
+            if let Some(e) = str_at(o, "error").filter(|e| !e.is_empty()) {
+                out.push(error("auth", e, false));
+            }
+        }
         _ => return false,
     }
     true
@@ -384,6 +394,32 @@ mod tests {
         assert!(ev[1].data["message"].as_str().unwrap().starts_with("No conversation found"));
         assert_eq!(ev[1].data["retryable"], false);
         assert_eq!((&ev[2].data["ok"], &ev[2].data["final_text"]), (&json!(false), &json!(null)));
+    }
+
+    /// Lines Claude Code 2.1.337 writes that make no event (their shapes as its source writes
+    /// them), and an `auth_status` that failed.
+    #[test]
+    fn heartbeats_and_summaries_make_no_event() {
+        let ev = run(concat!(
+            r#"{"type":"tool_progress","tool_use_id":"t1","tool_name":"Bash","parent_tool_use_id":null,"elapsed_time_seconds":30,"heartbeat":true,"session_id":"s","uuid":"u"}"#,
+            "\n",
+            r#"{"type":"tool_use_summary","summary":"ran tests","preceding_tool_use_ids":["t1"],"uuid":"u","session_id":"s"}"#,
+            "\n",
+            r#"{"type":"prompt_suggestion","suggestion":"run it again","uuid":"u","session_id":"s"}"#,
+            "\n",
+            r#"{"type":"post_turn_summary","summarizes_uuid":"","status_category":"done","status_detail":"","needs_action":false}"#,
+            "\n",
+            r#"{"type":"stream_event","event":{"type":"message_start"},"session_id":"s","uuid":"u"}"#,
+            "\n",
+            r#"{"type":"auth_status","isAuthenticating":false,"output":[],"uuid":"u","session_id":"s"}"#,
+            "\n",
+            r#"{"type":"auth_status","isAuthenticating":false,"output":[],"error":"Invalid API key","uuid":"u","session_id":"s"}"#,
+        ));
+        assert_eq!(kinds(&ev), [Error]);
+        assert_eq!(
+            ev[0].data,
+            json!({"code": "auth", "message": "Invalid API key", "retryable": false, "source": "agent"})
+        );
     }
 
     #[test]
