@@ -156,3 +156,33 @@ pub async fn log_path(relay: &Relay, s: &Value) -> String {
         format!("{}/.hangar/runs/{turn}.log", s["cwd"].as_str().expect("cwd"))
     }
 }
+
+/// The caller's inbox: its open items, or with `ended` the latest ended ones.
+pub async fn inbox(relay: &Relay, token: &str, ended: bool) -> Value {
+    let r = relay.call("GET", &format!("/api/inbox?ended={ended}"), Some(token), None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+/// Waits (40 s at most) for an open item of `kind` from `session`; the item.
+pub async fn item_of(relay: &Relay, token: &str, kind: &str, session: &str) -> Value {
+    let limit = Duration::from_secs(40);
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let v = inbox(relay, token, false).await;
+        let found = v["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .find(|i| i["kind"] == kind && i["session_name"] == session)
+            .cloned();
+        if let Some(i) = found {
+            return i;
+        }
+        if std::time::Instant::now() >= deadline {
+            let events = all_events(relay, crate::relay::ADMIN, session).await;
+            panic!("no {kind} item from {session} after {limit:?}: {v}\nevents: {events:?}\nrelay: {}", relay.log());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -12,8 +12,9 @@ use hangar_e2e::{
     clis,
     host::{is_root, skip_without},
     model::{Model, Step},
+    procfs::{pids_with, pids_with_all},
     relay::{Relay, StateDir, ADMIN},
-    sessions::{agent_events, all_events, assert_contiguous, put_secret, start, states, until_ended},
+    sessions::{agent_events, all_events, assert_contiguous, item_of, put_secret, start, states, until_ended},
 };
 use serde_json::{json, Value};
 
@@ -263,4 +264,110 @@ async fn a_bad_request_fails_the_turn_with_the_apis_message() {
     assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
     let said = ev.iter().map(|(_, d)| d.to_string()).collect::<String>();
     assert!(said.contains("the stand-in refuses this request"), "the API's message: {ev:#?}");
+}
+
+/// Approvals through the real `PreToolUse` hook: a Bash call a person allows runs, one they deny
+/// does not, and the denial's reason reaches the model as the call's error result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_allowed_runs_and_one_denied_tells_the_model_why() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let relay = relay_for(&claude, &state);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    let model = Model::start(vec![
+        Step::bash("echo yes > allowed.txt"),
+        Step::bash("echo no > denied.txt"),
+        Step::text("One of two."),
+    ]);
+    secrets_for(&relay, &model).await;
+    let body = json!({"name": "gated", "sandbox": "default", "harness": "claude-code", "prompt": "Write both files.",
+        "cwd": cwd, "secrets": SECRETS, "approvals": ["Bash"]});
+    start(&relay, ADMIN, body).await;
+
+    let held = item_of(&relay, ADMIN, "approval", "gated").await;
+    assert_eq!(held["tool"]["name"], json!("Bash"), "{held}");
+    assert_eq!(held["tool"]["input"]["command"], json!("echo yes > allowed.txt"), "{held}");
+    let path = format!("/api/approvals/{}", held["ask_id"].as_str().expect("ask_id"));
+    let r = relay.call("POST", &path, Some(ADMIN), Some(json!({"decision": "allow"}))).await;
+    assert_eq!((r.status, r.json()["state"].clone()), (200, json!("allowed")), "{r:?}");
+
+    let held = item_of(&relay, ADMIN, "approval", "gated").await;
+    assert_eq!(held["tool"]["input"]["command"], json!("echo no > denied.txt"), "{held}");
+    let path = format!("/api/approvals/{}", held["ask_id"].as_str().expect("ask_id"));
+    let deny = json!({"decision": "deny", "reason": "not in this repository"});
+    let r = relay.call("POST", &path, Some(ADMIN), Some(deny)).await;
+    assert_eq!((r.status, r.json()["state"].clone()), (200, json!("denied")), "{r:?}");
+
+    let s = until_ended(&relay, ADMIN, "gated", LIMIT).await;
+    let events = all_events(&relay, ADMIN, "gated").await;
+    let ev = agent_events(&events);
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    assert_eq!(exec(&relay, &format!("cd {cwd} && ls")).await, "allowed.txt\n", "only the allowed call ran");
+    let results = tool_results(&model);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(!results[0].2, "the allowed call's result: {results:?}");
+    assert!(
+        results[1].2 && results[1].1.contains("not in this repository"),
+        "the denial, with its reason: {results:?}"
+    );
+    let ends: Vec<&Value> = ev.iter().filter(|(k, _)| k == "tool.end").map(|(_, d)| d).collect();
+    assert_eq!(ends.iter().map(|d| d["ok"].clone()).collect::<Vec<_>>(), [json!(true), json!(false)], "{ends:?}");
+}
+
+/// Cancelling a turn while its tool runs: the CLI and the tool's processes end, nothing of the
+/// turn is left running, and the turn ends `cancelled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_cancelled_in_a_tool_call_leaves_nothing_running() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let relay = relay_for(&claude, &state);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    // A wait no other test runs, to find its process by (2.1.337 refuses a plain `sleep N`).
+    let marker = format!("timeout {} tail -f /dev/null", 4000 + std::process::id() % 1000);
+    let model = Model::start(vec![Step::bash(&marker)]);
+    secrets_for(&relay, &model).await;
+    let body = json!({"name": "long", "sandbox": "default", "harness": "claude-code", "prompt": "Wait.",
+        "cwd": cwd, "secrets": SECRETS, "approvals": ["Bash"]});
+    let created = start(&relay, ADMIN, body).await;
+    let conversation = created["agent_session_id"].as_str().expect("the id hangar assigned").to_string();
+    let held = item_of(&relay, ADMIN, "approval", "long").await;
+    let path = format!("/api/approvals/{}", held["ask_id"].as_str().expect("ask_id"));
+    let r = relay.call("POST", &path, Some(ADMIN), Some(json!({"decision": "allow"}))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let deadline = std::time::Instant::now() + LIMIT;
+    while pids_with(&marker).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the tool never ran: {}", relay.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let claude_pids = pids_with_all(&["claude", "stream-json", &conversation]);
+    assert!(!claude_pids.is_empty(), "the CLI runs");
+
+    let r = relay.call("POST", "/api/sessions/long/cancel", Some(ADMIN), None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let s = until_ended(&relay, ADMIN, "long", LIMIT).await;
+    assert_eq!(s["state"], json!("cancelled"), "{s}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let left: Vec<u32> = pids_with(&marker)
+            .into_iter()
+            .chain(claude_pids.iter().copied().filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still running after the cancel: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let events = all_events(&relay, ADMIN, "long").await;
+    let ev = agent_events(&events);
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    assert_eq!(kinds(&ev).first(), Some(&"run.started"), "{ev:#?}");
+    assert!(kinds(&ev).contains(&"tool.start"), "{ev:#?}");
 }

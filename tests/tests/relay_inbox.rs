@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use hangar_e2e::{
     docker::{self, sandbox_of, Containers, ENVD_IMAGE, PLAIN_IMAGE},
     relay::{Relay, StateDir, ADMIN},
-    sessions::{all_events, harness_file, profile, start, until_ended},
+    sessions::{all_events, harness_file, inbox, item_of, profile, start, until_ended},
 };
 use serde_json::{json, Value};
 
@@ -146,34 +146,6 @@ fn relay_with(state: &StateDir, env: &[(&str, &str)]) -> Relay {
 /// The raw lines the agent printed that were not JSON.
 fn printed(events: &[Value]) -> Vec<String> {
     events.iter().filter_map(|e| e["data"]["raw"].as_str().map(str::to_string)).collect()
-}
-
-async fn inbox(relay: &Relay, token: &str, ended: bool) -> Value {
-    let r = relay.call("GET", &format!("/api/inbox?ended={ended}"), Some(token), None).await;
-    assert_eq!(r.status, 200, "{r:?}");
-    r.json()
-}
-
-/// Waits for an open item of `kind` (for `session` where given); the item.
-async fn item_of(relay: &Relay, token: &str, kind: &str, session: &str) -> Value {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let v = inbox(relay, token, false).await;
-        let found = v["items"]
-            .as_array()
-            .expect("items")
-            .iter()
-            .find(|i| i["kind"] == kind && i["session_name"] == session)
-            .cloned();
-        if let Some(i) = found {
-            return i;
-        }
-        if Instant::now() >= deadline {
-            let events = all_events(relay, ADMIN, session).await;
-            panic!("no {kind} item from {session} after {LIMIT:?}: {v}\nevents: {events:?}\nrelay: {}", relay.log());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Waits until the session printed a line starting with `prefix`; that line.
