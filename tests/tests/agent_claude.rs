@@ -14,7 +14,9 @@ use hangar_e2e::{
     model::{Model, Step},
     procfs::{pids_with, pids_with_all},
     relay::{Relay, StateDir, ADMIN},
-    sessions::{agent_events, all_events, assert_contiguous, item_of, put_secret, start, states, until_ended},
+    sessions::{
+        agent_events, all_events, assert_contiguous, harness_file, item_of, put_secret, start, states, until_ended,
+    },
 };
 use serde_json::{json, Value};
 
@@ -370,4 +372,67 @@ async fn a_turn_cancelled_in_a_tool_call_leaves_nothing_running() {
     assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
     assert_eq!(kinds(&ev).first(), Some(&"run.started"), "{ev:#?}");
     assert!(kinds(&ev).contains(&"tool.start"), "{ev:#?}");
+}
+
+/// A job whose real agent writes a file and commits it: what hangar measures is exactly that
+/// (one commit ahead of the base, not dirty), and `verify` sees the commit. The profile is the
+/// built-in one with a permission mode, as docs/sessions.md tells a user to write: `claude -p`
+/// edits nothing without one, and a job has no person to approve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_agent_commits_measures_exactly_that() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let profile = r#"[harness.claude-edits]
+new = ["claude", "-p", "--output-format", "stream-json", "--verbose", "--session-id", "{session_id}", "--permission-mode", "bypassPermissions"]
+format = "claude-stream-json"
+session_ids = "assign"
+credentials = ["ANTHROPIC_API_KEY"]
+"#;
+    let file = harness_file(&state.0, &[profile.to_string()]);
+    let dir = claude.parent().expect("the CLI's directory");
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let relay = Relay::start(&state.0, &[("PATH", path.as_str()), ("HANGAR_HARNESSES", file.to_str().expect("path"))]);
+    let cwd = exec(
+        &relay,
+        "mkdir -p repo && cd repo && git init -q -b main && git config user.email a@example.com && \
+         git config user.name agent && git commit -q --allow-empty -m base && pwd",
+    )
+    .await
+    .trim()
+    .to_string();
+    let model = Model::start(vec![
+        Step::tool("Write", json!({"file_path": format!("{cwd}/hello.txt"), "content": "hello\n"})),
+        Step::bash("git add hello.txt && git commit -q -m 'add hello'"),
+        Step::text("Committed hello.txt."),
+    ]);
+    secrets_for(&relay, &model).await;
+    let body = json!({"sandbox": "default", "harness": "claude-edits", "prompt": "Add hello.txt and commit it.",
+        "cwd": cwd, "secrets": SECRETS, "verify": "test \"$(git log -1 --format=%s)\" = 'add hello'"});
+    let r = relay.call("POST", "/api/jobs", Some(ADMIN), Some(body)).await;
+    assert_eq!(r.status, 201, "{r:?}");
+    let id = r.json()["id"].as_str().expect("job id").to_string();
+    let deadline = std::time::Instant::now() + LIMIT;
+    let job = loop {
+        let j = relay.call("GET", &format!("/api/jobs/{id}"), Some(ADMIN), None).await.json();
+        if ["succeeded", "failed", "cancelled"].contains(&j["state"].as_str().unwrap_or_default()) {
+            break j;
+        }
+        assert!(std::time::Instant::now() < deadline, "the job still {}: {j}", j["state"]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let session = job["session"].as_str().expect("its session").to_string();
+    let ev = agent_events(&all_events(&relay, ADMIN, &session).await);
+    assert_eq!(job["state"], json!("succeeded"), "{job}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    let result = &job["result"];
+    assert_eq!(
+        (&result["git_repository"], &result["branch"], &result["commits_ahead"], &result["dirty"]),
+        (&json!(true), &json!("main"), &json!(1), &json!(false)),
+        "{result}"
+    );
+    assert_eq!(result["verification"]["exit_code"], json!(0), "{result}");
+    assert_eq!(exec(&relay, &format!("cd {cwd} && git status --porcelain")).await, "", "nothing else in the work tree");
 }
