@@ -1,7 +1,8 @@
-//! A stand-in for the model API an agent CLI calls, so the real CLIs run in the tests offline
+//! A stand-in for the model APIs the agent CLIs call, so the real CLIs run in the tests offline
 //! and the same way every time: Anthropic's Messages API (`POST /v1/messages`, streamed as
 //! Anthropic's server-sent events, and `POST /v1/messages/count_tokens`), as Claude Code calls it
-//! (`ANTHROPIC_BASE_URL`).
+//! (`ANTHROPIC_BASE_URL`); and OpenAI's Responses API (`POST /v1/responses`, streamed), as far as
+//! `codex exec` uses it (a model provider whose `base_url` is [`Model::openai_url`]).
 //!
 //! A test scripts the model's answers in order ([`Step`]): a reply (text, then tool calls), or
 //! an error with Anthropic's status, body and headers (a 429's `retry-after` and rate-limit
@@ -95,6 +96,11 @@ impl Step {
     pub fn bad_request(message: &str) -> Step {
         Step::Error { status: 400, kind: "invalid_request_error".into(), message: message.into(), retry_after: None }
     }
+
+    /// A reply that runs a shell command with Codex's `exec_command` tool.
+    pub fn exec_command(cmd: &str) -> Step {
+        Step::tool("exec_command", json!({"cmd": cmd}))
+    }
 }
 
 /// A request the stand-in received.
@@ -150,6 +156,11 @@ impl Model {
     /// `http://127.0.0.1:PORT`: the CLI's `ANTHROPIC_BASE_URL`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.addr.port())
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: a Codex model provider's `base_url`.
+    pub fn openai_url(&self) -> String {
+        format!("{}/v1", self.url())
     }
 
     /// Every request so far, in order.
@@ -234,6 +245,17 @@ async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
             let stream = body["stream"].as_bool().unwrap_or(false);
             message(step, id, &model, stream)
         }
+        ("POST", "/v1/responses") => {
+            let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+            record(scripted);
+            let step = if scripted {
+                ctx.script.lock().unwrap_or_else(|p| p.into_inner()).pop_front().unwrap_or_else(|| Step::text("done"))
+            } else {
+                Step::text("ok")
+            };
+            let id = ctx.counter.fetch_add(1, Ordering::Relaxed) + 1;
+            response(step, id)
+        }
         _ => {
             record(false);
             full(404, "application/json", error_body("not_found_error", &format!("{method} {path}")), &[])
@@ -308,6 +330,67 @@ fn message(step: Step, id: u64, model: &str, stream: bool) -> Response<Body> {
         json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 20}}),
     ));
     events.push(sse("message_stop", json!({"type": "message_stop"})));
+    full(200, "text/event-stream", events.concat(), &[("cache-control", "no-cache".into())])
+}
+
+/// A scripted step as OpenAI's Responses API answers it (always streamed, as Codex asks): an
+/// error with OpenAI's body and rate-limit headers, or the events of one response whose output
+/// is the text as a `message` item, then each tool call as a `function_call` item.
+fn response(step: Step, id: u64) -> Response<Body> {
+    let (text, tools) = match step {
+        Step::Error { status, kind, message, retry_after } => {
+            let mut headers = vec![("x-request-id", format!("req_stand_in_{id}"))];
+            if let Some(s) = retry_after {
+                headers.extend([
+                    ("retry-after", s.to_string()),
+                    ("x-ratelimit-limit-requests", "50".to_string()),
+                    ("x-ratelimit-remaining-requests", "0".to_string()),
+                    ("x-ratelimit-reset-requests", format!("{s}s")),
+                ]);
+            }
+            let body = json!({"error": {"message": message, "type": kind, "code": null, "param": null}});
+            return full(status, "application/json", body.to_string(), &headers);
+        }
+        Step::Reply { text, tools } => (text, tools),
+    };
+    let resp_id = format!("resp_stand_in_{id:04}");
+    let mut items = Vec::new();
+    if let Some(t) = &text {
+        items.push(json!({"type": "message", "id": format!("msg_{id:04}"), "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": t, "annotations": []}]}));
+    }
+    for (i, call) in tools.iter().enumerate() {
+        items.push(
+            json!({"type": "function_call", "id": format!("fc_{id:04}_{i}"), "call_id": format!("call_{id:04}_{i}"),
+            "name": call.name, "arguments": call.input.to_string(), "status": "completed"}),
+        );
+    }
+    let mut events = vec![sse(
+        "response.created",
+        json!({"type": "response.created", "response": {"id": resp_id, "object": "response", "status": "in_progress", "output": []}}),
+    )];
+    for (index, item) in items.iter().enumerate() {
+        events.push(sse(
+            "response.output_item.added",
+            json!({"type": "response.output_item.added", "output_index": index, "item": item}),
+        ));
+        if let Some(t) = item["content"][0]["text"].as_str() {
+            events.push(sse(
+                "response.output_text.delta",
+                json!({"type": "response.output_text.delta", "output_index": index, "content_index": 0, "item_id": item["id"], "delta": t}),
+            ));
+        }
+        events.push(sse(
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+        ));
+    }
+    let usage = json!({"input_tokens": 100, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 20,
+        "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 120});
+    events.push(sse(
+        "response.completed",
+        json!({"type": "response.completed", "response": {"id": resp_id, "object": "response", "status": "completed", "output": items, "usage": usage}}),
+    ));
     full(200, "text/event-stream", events.concat(), &[("cache-control", "no-cache".into())])
 }
 
@@ -390,5 +473,35 @@ mod tests {
         assert!(counted.json()["input_tokens"].as_u64().is_some());
         let scripted: Vec<bool> = model.requests().iter().map(|r| r.scripted).collect();
         assert_eq!(scripted, [true, false, true, true, true, false]);
+    }
+
+    /// The Responses API as Codex reads it: a tool call as a `function_call` item, text as a
+    /// `message`, `response.completed` with usage last; errors with OpenAI's body and headers.
+    #[tokio::test]
+    async fn the_responses_api_streams_items_and_errors() {
+        let model = Model::start(vec![Step::exec_command("ls"), Step::rate_limited(1), Step::text("all done")]);
+        let turn =
+            json!({"model": "m", "stream": true, "tools": [{"type": "function", "name": "exec_command"}], "input": []});
+        let first = data_of(&post(&model, "/v1/responses", turn.clone()).await.body);
+        let types: Vec<&str> = first.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert_eq!(
+            types,
+            ["response.created", "response.output_item.added", "response.output_item.done", "response.completed"]
+        );
+        let call = &first[2]["item"];
+        assert_eq!((&call["type"], &call["name"]), (&json!("function_call"), &json!("exec_command")));
+        let args: Value = serde_json::from_str(call["arguments"].as_str().expect("arguments")).expect("JSON");
+        assert_eq!(args, json!({"cmd": "ls"}));
+        assert_eq!(first[3]["response"]["usage"]["output_tokens"], json!(20));
+
+        let limited = post(&model, "/v1/responses", turn.clone()).await;
+        assert_eq!(limited.status, 429);
+        assert_eq!(limited.headers["retry-after"], "1");
+        assert!(limited.json()["error"]["message"].is_string());
+
+        let last = data_of(&post(&model, "/v1/responses", turn).await.body);
+        assert_eq!(last[2]["delta"], json!("all done"));
+        assert_eq!(last[3]["item"]["content"][0]["text"], json!("all done"));
+        assert_eq!(model.left(), 0);
     }
 }
