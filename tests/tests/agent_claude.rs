@@ -436,3 +436,55 @@ credentials = ["ANTHROPIC_API_KEY"]
     assert_eq!(result["verification"]["exit_code"], json!(0), "{result}");
     assert_eq!(exec(&relay, &format!("cd {cwd} && git status --porcelain")).await, "", "nothing else in the work tree");
 }
+
+/// A subagent (the `Agent` tool, run in the foreground): its tool calls are attributed to the
+/// call that started it (`parent_tool_id`), the main agent's are not, and its report reaches the
+/// main agent as that call's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagents_calls_are_attributed_to_it() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    // In order: the main agent's call, the subagent's two requests, the main agent's answer.
+    // (In the background, 2.1.337's default, the two agents' requests race for the script.)
+    let agent = json!({"description": "look around", "prompt": "Say where you are.",
+        "subagent_type": "general-purpose", "run_in_background": false});
+    let script = vec![
+        Step::tool("Agent", agent),
+        Step::tool("Bash", json!({"command": "pwd"})),
+        Step::text("I am in the repository."),
+        Step::text("The helper is in the repository."),
+    ];
+    let (s, events, model) = one_turn(&claude, script).await;
+    let ev = agent_events(&events);
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    assert_eq!(model.left(), 0);
+    let calls: Vec<(String, Value, Value)> = ev
+        .iter()
+        .filter(|(k, _)| k == "tool.start" || k == "tool.end")
+        .map(|(k, d)| {
+            (
+                format!("{k} {}", d["name"].as_str().unwrap_or_default()),
+                d["tool_id"].clone(),
+                d["parent_tool_id"].clone(),
+            )
+        })
+        .collect();
+    let (agent_id, bash_id) = (json!("toolu_0001_0"), json!("toolu_0002_0"));
+    assert_eq!(
+        calls,
+        [
+            ("tool.start Agent".to_string(), agent_id.clone(), Value::Null),
+            ("tool.start Bash".to_string(), bash_id.clone(), agent_id.clone()),
+            ("tool.end Bash".to_string(), bash_id, agent_id.clone()),
+            ("tool.end Agent".to_string(), agent_id, Value::Null),
+        ],
+        "{ev:#?}"
+    );
+    let results = tool_results(&model);
+    assert!(results.last().is_some_and(|r| r.1.contains("I am in the repository.")), "the report: {results:?}");
+    let result = ev.iter().rfind(|(k, _)| k == "run.result").expect("run.result");
+    assert_eq!(result.1["final_text"], json!("The helper is in the repository."));
+}

@@ -7,7 +7,9 @@
 //!   assistant line (`model: "<synthetic>"`) whose text is the error;
 //! - `rate_limit_event`'s `utilization` is a fraction and `resetsAt` is in Unix seconds;
 //! - per-message `usage` repeats on every content line of a message, so only `result`'s totals
-//!   become `usage` events.
+//!   become `usage` events;
+//! - a subagent's lines (the `Agent` tool, `Task` before 2.1.3xx) carry `parent_tool_use_id`, the
+//!   call that started it: its tool calls, results and messages say it as `parent_tool_id`.
 
 use serde_json::{Map, Value};
 
@@ -18,8 +20,27 @@ use crate::event::{obj, Event, EventType};
 pub(super) fn feed(state: &mut State, kind: &str, o: &Map<String, Value>, out: &mut Vec<Event>) -> bool {
     match kind {
         "system" => system(state, o, out),
-        "assistant" => assistant(state, o, out),
-        "user" => user(state, o, out),
+        "assistant" | "user" => {
+            let from = out.len();
+            if kind == "assistant" {
+                assistant(state, o, out);
+            } else {
+                user(state, o, out);
+            }
+            // A subagent's (the `Agent` tool's) own lines name the call that started it.
+            if let Some(parent) = str_at(o, "parent_tool_use_id") {
+                for e in &mut out[from..] {
+                    if matches!(
+                        e.kind,
+                        EventType::ToolStart | EventType::ToolEnd | EventType::Message | EventType::TestResult
+                    ) {
+                        if let Value::Object(d) = &mut e.data {
+                            d.insert("parent_tool_id".into(), Value::from(parent));
+                        }
+                    }
+                }
+            }
+        }
         "rate_limit_event" => rate_limit(state, o, out),
         "result" => result(state, o, out),
         // Control lines of `--input-format stream-json`: nothing for a watcher.
@@ -394,6 +415,35 @@ mod tests {
         assert!(ev[1].data["message"].as_str().unwrap().starts_with("No conversation found"));
         assert_eq!(ev[1].data["retryable"], false);
         assert_eq!((&ev[2].data["ok"], &ev[2].data["final_text"]), (&json!(false), &json!(null)));
+    }
+
+    /// A subagent's lines (2.1.337's shapes, cut down) name the `Agent` call that started it; the
+    /// main agent's do not.
+    #[test]
+    fn a_subagents_calls_name_its_parent() {
+        let ev = run(concat!(
+            r#"{"type":"assistant","message":{"content":[{"id":"t1","input":{"description":"look around","prompt":"Read the notes."},"name":"Agent","type":"tool_use"}]},"parent_tool_use_id":null}"#,
+            "\n",
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"text","text":"Read the notes."}]},"parent_tool_use_id":"t1"}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"content":[{"id":"t2","input":{"command":"pwd"},"name":"Bash","type":"tool_use"}]},"parent_tool_use_id":"t1"}"#,
+            "\n",
+            r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"t2","type":"tool_result","content":"/w"}]},"parent_tool_use_id":"t1"}"#,
+            "\n",
+            r#"{"type":"user","message":{"role":"user","content":[{"tool_use_id":"t1","type":"tool_result","content":"found it"}]},"parent_tool_use_id":null}"#,
+        ));
+        let got: Vec<(EventType, serde_json::Value, serde_json::Value)> =
+            ev.iter().map(|e| (e.kind, e.get("tool_id").clone(), e.get("parent_tool_id").clone())).collect();
+        assert_eq!(
+            got,
+            [
+                (ToolStart, json!("t1"), json!(null)),
+                (ToolStart, json!("t2"), json!("t1")),
+                (Phase, json!(null), json!(null)),
+                (ToolEnd, json!("t2"), json!("t1")),
+                (ToolEnd, json!("t1"), json!(null)),
+            ]
+        );
     }
 
     /// Lines Claude Code 2.1.337 writes that make no event (their shapes as its source writes
