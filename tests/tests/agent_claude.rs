@@ -12,7 +12,7 @@ use hangar_e2e::{
     clis,
     host::{is_root, skip_without},
     model::{Model, Step},
-    procfs::{pids_with, pids_with_all},
+    procfs::{cmdline, pids_with, pids_with_all},
     relay::{Relay, StateDir, ADMIN},
     sessions::{
         agent_events, all_events, assert_contiguous, harness_file, item_of, put_secret, start, states, until_ended,
@@ -321,7 +321,8 @@ async fn a_call_allowed_runs_and_one_denied_tells_the_model_why() {
 }
 
 /// Cancelling a turn while its tool runs: the CLI and the tool's processes end, nothing of the
-/// turn is left running, and the turn ends `cancelled`.
+/// turn is left running, and the turn ends `cancelled`. A follow-up asked for while it runs is
+/// refused (409).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_cancelled_in_a_tool_call_leaves_nothing_running() {
     let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
@@ -350,6 +351,9 @@ async fn a_turn_cancelled_in_a_tool_call_leaves_nothing_running() {
     }
     let claude_pids = pids_with_all(&["claude", "stream-json", &conversation]);
     assert!(!claude_pids.is_empty(), "the CLI runs");
+    // A follow-up while the turn runs is refused, as documented (docs/api.md): one live turn.
+    let r = relay.call("POST", "/api/sessions/long/turns", Some(ADMIN), Some(json!({"prompt": "more"}))).await;
+    assert_eq!(r.status, 409, "{r:?}");
 
     let r = relay.call("POST", "/api/sessions/long/cancel", Some(ADMIN), None).await;
     assert_eq!(r.status, 200, "{r:?}");
@@ -487,4 +491,51 @@ async fn a_subagents_calls_are_attributed_to_it() {
     assert!(results.last().is_some_and(|r| r.1.contains("I am in the repository.")), "the report: {results:?}");
     let result = ev.iter().rfind(|(k, _)| k == "run.result").expect("run.result");
     assert_eq!(result.1["final_text"], json!("The helper is in the repository."));
+}
+
+/// `hangar-envd approve` killed while it holds a call (a crash: a panic, the OOM killer): the
+/// call is refused, not run, even where the CLI would run it without asking (a profile with
+/// `--permission-mode bypassPermissions`, as a user who gates only some calls writes it).
+/// Claude Code takes a hook's exits other than 0 and 2 as "no decision", so hangar's hook
+/// command turns them into 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_approval_hook_fails_closed() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let profile = r#"[harness.claude-auto]
+new = ["claude", "-p", "--output-format", "stream-json", "--verbose", "--session-id", "{session_id}", "--permission-mode", "bypassPermissions"]
+format = "claude-stream-json"
+session_ids = "assign"
+credentials = ["ANTHROPIC_API_KEY"]
+approvals = ["--settings", "{settings_file}"]
+"#;
+    let file = harness_file(&state.0, &[profile.to_string()]);
+    let dir = claude.parent().expect("the CLI's directory");
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let relay = Relay::start(&state.0, &[("PATH", path.as_str()), ("HANGAR_HARNESSES", file.to_str().expect("path"))]);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    let model = Model::start(vec![Step::bash("echo ran > ran.txt"), Step::text("Stopped.")]);
+    secrets_for(&relay, &model).await;
+    let body = json!({"name": "crash", "sandbox": "default", "harness": "claude-auto", "prompt": "Write it.",
+        "cwd": cwd, "secrets": SECRETS, "approvals": ["Bash"]});
+    let created = start(&relay, ADMIN, body).await;
+    let turn = created["turns"][0]["id"].as_str().expect("turn").to_string();
+    item_of(&relay, ADMIN, "approval", "crash").await;
+    // The daemon's binary itself, not the shell that runs the hook's command.
+    let hooks: Vec<u32> = pids_with_all(&["approve", "--turn", &turn])
+        .into_iter()
+        .filter(|p| cmdline(*p).is_some_and(|c| c.split('\0').next().is_some_and(|a| a.ends_with("hangar-envd"))))
+        .collect();
+    let all: Vec<String> = pids_with_all(&["approve", "--turn", &turn]).into_iter().filter_map(cmdline).collect();
+    assert_eq!(hooks.len(), 1, "the hook holds the call: {all:#?}");
+    // SAFETY: kill(2) on the hook process this test's relay started.
+    unsafe { libc::kill(hooks[0] as i32, libc::SIGKILL) };
+    let s = until_ended(&relay, ADMIN, "crash", LIMIT).await;
+    let ev = agent_events(&all_events(&relay, ADMIN, "crash").await);
+    assert_eq!(exec(&relay, &format!("cd {cwd} && ls")).await, "", "the held call did not run: {ev:#?}\n{s}");
+    let results = tool_results(&model);
+    assert!(results.first().is_some_and(|r| r.2), "the call's result is an error: {results:?}");
 }

@@ -206,7 +206,7 @@ async fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
 }
 
 /// The Claude Code settings of a turn whose session has an approval policy: one `PreToolUse`
-/// hook, `hangar-envd approve`, for the tools the policy names. The file is hangar's, outside
+/// hook, `hangar-envd approve`, for the tools the policy names, failing closed. The file is hangar's, outside
 /// the worktree where the agent cannot change it; `disableAllHooks: false` because command-line
 /// settings outrank the project's, where the agent could write `true`.
 pub fn hook_settings(relay: &Relay, place: &Place, session: &SessionRow, turn_id: &str) -> Result<String> {
@@ -237,7 +237,11 @@ pub fn hook_settings(relay: &Relay, place: &Place, session: &SessionRow, turn_id
     for p in policy.patterns() {
         words.extend(["--policy".to_string(), p]);
     }
-    let command = words.iter().map(|w| sh_quote(w)).collect::<Vec<_>>().join(" ");
+    // Claude Code takes a hook's exit other than 0 and 2 as "no decision" and lets the call go on
+    // as it would without the hook (with `bypassPermissions`, it runs): a hook that crashed, or
+    // that a process of the agent's killed, would let the held call through. The command runs
+    // under a shell, so any such exit becomes 2: the call is refused, its stderr given as why.
+    let command = format!("{} || exit 2", words.iter().map(|w| sh_quote(w)).collect::<Vec<_>>().join(" "));
     let hook = json!({ "type": "command", "command": command, "timeout": wait + 30 });
     let settings = json!({
         "disableAllHooks": false,
