@@ -57,15 +57,19 @@ pub(super) fn gone(sandbox: &SandboxRow) -> ProviderError {
     ))
 }
 
-/// The container's first IP address on any network.
+/// The container's IP address: on the network it was created on (its `NetworkMode`: the
+/// `network` option, or `bridge`), else on the default bridge, else on any other network in a
+/// stable order (one connected to it later).
 pub(super) fn container_ip(info: &ContainerInspectResponse) -> Option<String> {
     let networks = info.network_settings.as_ref()?.networks.as_ref()?;
-    // The default bridge first, then any other network in a stable order.
+    let own = info.host_config.as_ref().and_then(|h| h.network_mode.as_deref()).unwrap_or("bridge");
+    // `default` is Docker's other name for the default bridge.
+    let own = if own == "default" { "bridge" } else { own };
     let mut found: Vec<(&String, &String)> = networks
         .iter()
         .filter_map(|(name, endpoint)| endpoint.ip_address.as_ref().filter(|ip| !ip.is_empty()).map(|ip| (name, ip)))
         .collect();
-    found.sort_by_key(|(name, _)| (name.as_str() != "bridge", name.as_str()));
+    found.sort_by_key(|(name, _)| (name.as_str() != own, name.as_str() != "bridge", name.as_str()));
     found.first().map(|(_, ip)| ip.to_string())
 }
 
@@ -111,6 +115,34 @@ mod tests {
         tar[124..136].copy_from_slice(b"77777777777\0");
         assert_eq!(first_file(&tar), None, "a size past the end");
         assert_eq!(first_file(&tar[..100]), None);
+    }
+
+    #[test]
+    fn the_address_is_on_the_containers_own_network_first() {
+        use bollard::models::{EndpointSettings, HostConfig, NetworkSettings};
+        let info = |mode: Option<&str>, nets: &[(&str, &str)]| ContainerInspectResponse {
+            host_config: Some(HostConfig { network_mode: mode.map(str::to_string), ..Default::default() }),
+            network_settings: Some(NetworkSettings {
+                networks: Some(
+                    nets.iter()
+                        .map(|(n, ip)| {
+                            (n.to_string(), EndpointSettings { ip_address: Some(ip.to_string()), ..Default::default() })
+                        })
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let nets = [("agents", "10.0.0.2"), ("bridge", "172.17.0.2"), ("another", "10.1.0.2")];
+        assert_eq!(container_ip(&info(Some("agents"), &nets)).as_deref(), Some("10.0.0.2"));
+        assert_eq!(container_ip(&info(Some("bridge"), &nets)).as_deref(), Some("172.17.0.2"));
+        assert_eq!(container_ip(&info(Some("default"), &nets)).as_deref(), Some("172.17.0.2"));
+        assert_eq!(container_ip(&info(None, &nets)).as_deref(), Some("172.17.0.2"));
+        // Its own network without an address (not yet up): the bridge, then by name.
+        let some = [("agents", ""), ("zeta", "10.2.0.2"), ("another", "10.1.0.2")];
+        assert_eq!(container_ip(&info(Some("agents"), &some)).as_deref(), Some("10.1.0.2"));
+        assert_eq!(container_ip(&info(Some("agents"), &[])), None);
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //!   `hangar.sandbox.name=<name>`, and gets its own envd access token in
 //!   `HANGAR_ENVD_ACCESS_TOKEN` (kept in the sandbox row's `envd_token`).
 //! - Its daemon, when the image has one (the image label `hangar.envd=true` says so, and creation
-//!   then waits for it), is reached at the container's IP on port 49983. A container without a
-//!   daemon is normal: exec falls back to the Engine's exec API.
+//!   then waits for it), is reached at the container's IP on port 49983 (on the network the
+//!   `network` option names, else the default bridge). A container without a daemon is normal:
+//!   exec falls back to the Engine's exec API.
 //! - Pause and resume are the Engine's (cgroup freezer): everything in the container stops.
 //!
 //! Invariant: the Docker socket is reached lazily. The relay starts without Docker; a docker
@@ -233,6 +234,29 @@ impl DockerProvider {
         }
     }
 
+    /// A `network` must be on the Docker host already (hangar never creates one) and be one a
+    /// container can join by name: a missing one is the client's error, named.
+    async fn check_network(&self, docker: &Docker, name: &str) -> Result<(), ProviderError> {
+        let net = match docker.inspect_network(name, None).await {
+            Ok(n) => n,
+            Err(e) if status(&e) == Some(404) => {
+                return Err(bad(format!(
+                    "network {name:?} is not on the Docker host (hangar never creates networks: \
+                     docker network create {name})"
+                )))
+            }
+            Err(e) => return Err(engine(&format!("inspecting network {name:?}"), e)),
+        };
+        // `host` and `none` are refused by name already; these drivers are the same modes under
+        // another name or ID.
+        match net.driver.as_deref() {
+            Some(d @ ("host" | "null")) => {
+                Err(bad(format!("network {name:?}: its driver {d:?} cannot hold a sandbox")))
+            }
+            _ => Ok(()),
+        }
+    }
+
     async fn make_workdir(&self, sandbox: &SandboxRow, dir: &str, owner: Option<String>) -> Result<(), ProviderError> {
         let cmd = vec![
             "bash".to_string(),
@@ -270,6 +294,10 @@ impl Provider for DockerProvider {
             Err(e) if status(&e) == Some(400) => return Err(bad(format!("image {:?}: {}", opts.image, answer(&e)))),
             Err(e) => return Err(engine(&format!("inspecting image {:?}", opts.image), e)),
         };
+        // Never make a network either: a named one must exist, and be one a container joins.
+        if let Some(net) = &opts.network {
+            self.check_network(docker, net).await?;
+        }
         let image_config = image.config.unwrap_or_default();
         let image_env = image_config.env.clone().unwrap_or_default();
         let daemon = has_daemon(image_config.labels.as_ref());
@@ -312,6 +340,8 @@ impl Provider for DockerProvider {
             host_config: Some(HostConfig {
                 memory: opts.memory_mb.map(|m| (m as i64) * 1024 * 1024),
                 nano_cpus: opts.cpus.map(|c| (c * 1e9) as i64),
+                // Docker's default bridge unless a network is named.
+                network_mode: opts.network.clone(),
                 ..Default::default()
             }),
             ..Default::default()

@@ -8,7 +8,9 @@ use crate::providers::{
 };
 
 /// Options a docker sandbox takes.
-const OPTIONS: &str = "image, env, workdir, user, memory_mb, cpus";
+const OPTIONS: &str = "image, env, workdir, user, memory_mb, cpus, network";
+/// The longest network name taken (Docker's own names are far shorter; this only bounds it).
+const NETWORK_MAX: usize = 128;
 /// A docker sandbox's options, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Options {
@@ -18,6 +20,8 @@ pub(super) struct Options {
     pub(super) user: Option<String>,
     pub(super) memory_mb: Option<u64>,
     pub(super) cpus: Option<f64>,
+    /// A user-defined Docker network the container joins instead of the default bridge.
+    pub(super) network: Option<String>,
 }
 
 impl Options {
@@ -41,8 +45,35 @@ impl Options {
                 _ => return Err(bad("cpus: a number of CPUs from 0.01 to 1024")),
             },
         };
-        Ok(Options { image, env, workdir, user, memory_mb, cpus })
+        let network = match map.get("network") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(n)) => Some(network(n)?),
+            Some(_) => return Err(bad("network: a Docker network's name")),
+        };
+        Ok(Options { image, env, workdir, user, memory_mb, cpus, network })
     }
+}
+
+/// A network name as Docker spells them (`[A-Za-z0-9][A-Za-z0-9_.-]*`), which also keeps out
+/// Docker's other network modes (`container:<id>`). `host` would put the sandbox on the relay's
+/// own host network, where it could reach the relay on loopback; `none` leaves the relay no way
+/// to its daemon: both are refused.
+fn network(name: &str) -> Result<String, ProviderError> {
+    let shaped = name.len() <= NETWORK_MAX
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if !shaped {
+        return Err(bad(format!(
+            "network {name:?}: a Docker network's name ([A-Za-z0-9][A-Za-z0-9_.-]*, at most {NETWORK_MAX})"
+        )));
+    }
+    if matches!(name, "host" | "none") {
+        return Err(bad(format!(
+            "network {name:?}: not allowed (the sandbox would share the host's network, or the relay could not \
+             reach its daemon); name a network made with `docker network create`"
+        )));
+    }
+    Ok(name.to_string())
 }
 
 #[cfg(test)]
@@ -53,7 +84,7 @@ mod tests {
     #[test]
     fn options_are_validated() {
         let o = Options::parse(&json!({"image": "hangar-test:envd", "env": {"A": "1"}, "workdir": "/w",
-            "user": "user", "memory_mb": 256, "cpus": 0.5}))
+            "user": "user", "memory_mb": 256, "cpus": 0.5, "network": "agents-net_1.x"}))
         .expect("valid");
         assert_eq!(o.image, "hangar-test:envd");
         assert_eq!(o.env, vec![("A".to_string(), "1".to_string())]);
@@ -61,6 +92,9 @@ mod tests {
             (o.workdir.as_deref(), o.user.as_deref(), o.memory_mb, o.cpus),
             (Some("/w"), Some("user"), Some(256), Some(0.5))
         );
+        assert_eq!(o.network.as_deref(), Some("agents-net_1.x"));
+        let plain = Options::parse(&json!({"image": "x", "network": null})).expect("valid");
+        assert_eq!(plain.network, None, "no network: the default bridge");
         for bad in [
             json!({}),
             json!({"image": ""}),
@@ -79,6 +113,14 @@ mod tests {
             json!({"image": "x", "memory_mb": -5}),
             json!({"image": "x", "cpus": 0}),
             json!({"image": "x", "cpus": "1"}),
+            json!({"image": "x", "network": ""}),
+            json!({"image": "x", "network": 3}),
+            json!({"image": "x", "network": "host"}),
+            json!({"image": "x", "network": "none"}),
+            json!({"image": "x", "network": "container:abc"}),
+            json!({"image": "x", "network": "-net"}),
+            json!({"image": "x", "network": "a b"}),
+            json!({"image": "x", "network": "x".repeat(129)}),
             json!("image"),
         ] {
             assert!(matches!(Options::parse(&bad), Err(ProviderError::BadOptions(_))), "{bad}");
