@@ -101,6 +101,53 @@ impl Step {
     pub fn exec_command(cmd: &str) -> Step {
         Step::tool("exec_command", json!({"cmd": cmd}))
     }
+
+    /// A script written as JSON (what `hangar-model-standin` reads): an array of steps, each
+    /// `{"text": "..."}`, `{"tool": NAME, "input": {...}}`, `{"text"?: ..., "tools": [{"name",
+    /// "input"}, ...]}`, `{"bash": COMMAND}` or `{"error": {"status", "type", "message",
+    /// "retry_after"?}}`.
+    pub fn script_from_json(script: &Value) -> Result<Vec<Step>, String> {
+        let steps = script.as_array().ok_or("a script is a JSON array of steps")?;
+        steps.iter().enumerate().map(|(i, s)| Step::from_json(s).map_err(|e| format!("step {i}: {e}"))).collect()
+    }
+
+    fn from_json(step: &Value) -> Result<Step, String> {
+        let text = |v: &Value| v.as_str().map(str::to_string).ok_or("\"text\" is a string");
+        let call = |name: &Value, input: &Value| -> Result<ToolCall, String> {
+            let name = name.as_str().ok_or("a tool's name is a string")?.to_string();
+            let input = if input.is_null() { json!({}) } else { input.clone() };
+            if !input.is_object() {
+                return Err(format!("tool {name}: its input is an object"));
+            }
+            Ok(ToolCall { name, input })
+        };
+        if let Some(e) = step.get("error") {
+            let status = e["status"].as_u64().and_then(|s| u16::try_from(s).ok()).ok_or("an error's status")?;
+            let kind = e["type"].as_str().unwrap_or("api_error").to_string();
+            let message = e["message"].as_str().unwrap_or("error").to_string();
+            return Ok(Step::Error { status, kind, message, retry_after: e["retry_after"].as_u64() });
+        }
+        if let Some(c) = step.get("bash") {
+            return Ok(Step::bash(c.as_str().ok_or("\"bash\" is a command")?));
+        }
+        if let Some(name) = step.get("tool") {
+            return Ok(Step::Reply { text: None, tools: vec![call(name, &step["input"])?] });
+        }
+        let tools = match step.get("tools") {
+            None => Vec::new(),
+            Some(t) => t
+                .as_array()
+                .ok_or("\"tools\" is an array")?
+                .iter()
+                .map(|t| call(&t["name"], &t["input"]))
+                .collect::<Result<_, _>>()?,
+        };
+        let text = step.get("text").map(text).transpose()?;
+        if text.is_none() && tools.is_empty() {
+            return Err(format!("not a step: {step}"));
+        }
+        Ok(Step::Reply { text, tools })
+    }
 }
 
 /// A request the stand-in received.
@@ -131,11 +178,17 @@ pub struct Model {
 impl Model {
     /// Serves `script` on a free loopback port.
     pub fn start(script: Vec<Step>) -> Model {
+        Model::serve_on("127.0.0.1:0".parse().expect("an address"), script).expect("starting the model stand-in")
+    }
+
+    /// Serves `script` on `addr` (port 0: a free one), e.g. on all addresses in a container of
+    /// its own (`hangar-model-standin`).
+    pub fn serve_on(addr: SocketAddr, script: Vec<Step>) -> std::io::Result<Model> {
         let ctx =
             Arc::new(Ctx { script: Mutex::new(script.into()), requests: Mutex::new(Vec::new()), counter: 0.into() });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding the model stand-in");
-        let addr = listener.local_addr().expect("address");
-        listener.set_nonblocking(true).expect("non-blocking listener");
+        let listener = std::net::TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let served = ctx.clone();
         let thread = std::thread::spawn(move || {
@@ -150,7 +203,12 @@ impl Model {
             });
             rt.shutdown_timeout(Duration::from_secs(1));
         });
-        Model { addr, ctx, stop: Some(stop), thread: Some(thread) }
+        Ok(Model { addr, ctx, stop: Some(stop), thread: Some(thread) })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// `http://127.0.0.1:PORT`: the CLI's `ANTHROPIC_BASE_URL`.
@@ -473,6 +531,29 @@ mod tests {
         assert!(counted.json()["input_tokens"].as_u64().is_some());
         let scripted: Vec<bool> = model.requests().iter().map(|r| r.scripted).collect();
         assert_eq!(scripted, [true, false, true, true, true, false]);
+    }
+
+    /// A script written as JSON, as the stand-in's binary reads it.
+    #[test]
+    fn a_script_from_json() {
+        let script = json!([{"tool": "Read", "input": {"file_path": "/w/a"}}, {"text": "done"}, {"bash": "ls"},
+            {"text": "t", "tools": [{"name": "Glob", "input": {"pattern": "*"}}]},
+            {"error": {"status": 429, "type": "rate_limit_error", "message": "slow", "retry_after": 1}}]);
+        let steps = Step::script_from_json(&script).expect("a script");
+        assert!(
+            matches!(&steps[0], Step::Reply { text: None, tools } if tools[0].name == "Read" && tools[0].input["file_path"] == "/w/a")
+        );
+        assert!(matches!(&steps[1], Step::Reply { text: Some(t), tools } if t == "done" && tools.is_empty()));
+        assert!(
+            matches!(&steps[2], Step::Reply { tools, .. } if tools[0].name == "Bash" && tools[0].input["command"] == "ls")
+        );
+        assert!(matches!(&steps[3], Step::Reply { text: Some(_), tools } if tools[0].name == "Glob"));
+        assert!(matches!(&steps[4], Step::Error { status: 429, retry_after: Some(1), .. }));
+        for bad in
+            [json!({}), json!([{}]), json!([{"tool": 3}]), json!([{"tool": "X", "input": [1]}]), json!([{"error": {}}])]
+        {
+            assert!(Step::script_from_json(&bad).is_err(), "{bad}");
+        }
     }
 
     /// The Responses API as Codex reads it: a tool call as a `function_call` item, text as a
