@@ -1,6 +1,6 @@
 //! Docker for the tests of the relay's `docker` provider: whether Docker is there (and what a test
-//! does when it is not), the two test images, looking inside containers, and removing every
-//! container a test made, even when it fails.
+//! does when it is not), the test images and the agent images, looking inside containers, and
+//! removing every container and network a test made, even when it fails.
 //!
 //! The rule for a missing Docker: with `CI=true` the test fails; otherwise it prints a `SKIPPED`
 //! notice on the test binary's real stderr (not captured, so it shows in `cargo test` output) and
@@ -73,39 +73,120 @@ pub fn available(test: &str) -> bool {
 /// fast when they are current), under a file lock so concurrent test binaries never race.
 pub fn test_images() {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
-    let r = BUILT.get_or_init(|| {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../images/build-test-images");
-        let lock_path = std::env::temp_dir().join("hangar-test-images.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-        // SAFETY: flock(2) on a descriptor we own; released when `lock` closes.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(format!("locking {}: {}", lock_path.display(), std::io::Error::last_os_error()));
-        }
-        let started = Instant::now();
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg(envd_bin())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        drop(lock);
-        if !out.status.success() {
-            return Err(format!(
-                "{} failed:\n{}{}",
-                script.display(),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        eprintln!("{} in {:?}", String::from_utf8_lossy(&out.stdout).trim(), started.elapsed());
-        Ok(())
-    });
+    let r = BUILT.get_or_init(|| build_locked("images/build-test-images", &[envd_bin()], &[]));
     if let Err(e) = r {
         panic!("the test images: {e}");
+    }
+}
+
+/// The agent image (images/agent/build): hangar-envd, the real Claude Code and Codex, user
+/// `agent` in `/work`.
+pub const AGENT_IMAGE: &str = "hangar-agent:latest";
+/// The model stand-in alone in an image (images/agent/build-standin), listening on port 8080.
+pub const STANDIN_IMAGE: &str = "hangar-model-standin:latest";
+
+/// Builds [`AGENT_IMAGE`] from this build's hangar-envd and `claude` (the CLI the tests run),
+/// and [`STANDIN_IMAGE`] from this build's `hangar-model-standin`, once per test process, under
+/// the same lock as the test images. Both scripts are idempotent (a second run: about a second).
+pub fn agent_images(claude: &std::path::Path) {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let r = BUILT.get_or_init(|| {
+        let standin = envd_bin().with_file_name("hangar-model-standin");
+        build_locked("images/agent/build", &[envd_bin()], &[("HANGAR_CLAUDE_BIN", claude.as_os_str())])?;
+        build_locked("images/agent/build-standin", &[standin], &[])
+    });
+    if let Err(e) = r {
+        panic!("the agent images: {e}");
+    }
+}
+
+/// Runs an image script of this repository with `args` and `env`, under a file lock so
+/// concurrent test binaries never build at once.
+fn build_locked(script: &str, args: &[PathBuf], env: &[(&str, &std::ffi::OsStr)]) -> Result<(), String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(script);
+    let lock_path = std::env::temp_dir().join("hangar-test-images.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    // SAFETY: flock(2) on a descriptor we own; released when `lock` closes.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(format!("locking {}: {}", lock_path.display(), std::io::Error::last_os_error()));
+    }
+    let started = Instant::now();
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    drop(lock);
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed:\n{}{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    eprintln!("{} in {:?}", String::from_utf8_lossy(&out.stdout).trim(), started.elapsed());
+    Ok(())
+}
+
+/// A Docker network of the test's own (`docker network create`), removed when it drops with
+/// every container still on it, whether the test passed or not. Drop it after the test's
+/// [`Containers`] and relay, which remove the sandboxes' containers first.
+pub struct Network {
+    pub name: String,
+    /// Containers the test ran on it itself (`docker run`), removed first.
+    own: Vec<String>,
+}
+
+impl Network {
+    /// A fresh network named after `what` (unique per test process and call).
+    pub fn create(what: &str) -> Network {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let name = format!("hangar-test-{}-{n}-{what}", std::process::id());
+        docker_ok(&["network", "create", "--label", "hangar.test=true", &name]);
+        Network { name, own: Vec::new() }
+    }
+
+    /// `docker run -d --network <it> --name <name> args...` (the name unique per process): the
+    /// container's name, which other containers on the network resolve.
+    pub fn run(&mut self, what: &str, args: &[&str]) -> String {
+        let name = format!("{}-{what}", self.name);
+        self.own.push(name.clone());
+        let mut all = vec!["run", "-d", "--network", &self.name, "--name", &name];
+        all.extend_from_slice(args);
+        docker_ok(&all);
+        name
+    }
+
+    /// The network's gateway: the Docker host's own address on it.
+    pub fn gateway(&self) -> String {
+        docker_ok(&["network", "inspect", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{end}}", &self.name])
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        for c in &self.own {
+            let _ = Command::new("docker").args(["rm", "-f", "-v", c]).output();
+        }
+        // Whatever else is still on it (a sandbox whose guard has not run): removed too.
+        let filter = format!("network={}", self.name);
+        if let Ok(out) = Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output() {
+            for id in String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()) {
+                let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
+            }
+        }
+        let _ = Command::new("docker").args(["network", "rm", &self.name]).output();
     }
 }
 
