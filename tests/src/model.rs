@@ -284,6 +284,18 @@ async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
         let r = Recorded { method: method.clone(), path: path.clone(), body: body.clone(), scripted };
         ctx.requests.lock().unwrap_or_else(|p| p.into_inner()).push(r);
     };
+    // A request of the agent's loop (it offers tools) takes the script's next step; a side call
+    // (a title, a summary) is answered "ok". With the step, the answer's number.
+    let take = || {
+        let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+        record(scripted);
+        let step = if scripted {
+            ctx.script.lock().unwrap_or_else(|p| p.into_inner()).pop_front().unwrap_or_else(|| Step::text("done"))
+        } else {
+            Step::text("ok")
+        };
+        (step, ctx.counter.fetch_add(1, Ordering::Relaxed) + 1)
+    };
     match (method.as_str(), path.as_str()) {
         ("POST", "/v1/messages/count_tokens") => {
             record(false);
@@ -291,27 +303,13 @@ async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
             full(200, "application/json", json!({"input_tokens": n}).to_string(), &[])
         }
         ("POST", "/v1/messages") => {
-            let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
-            record(scripted);
-            let step = if scripted {
-                ctx.script.lock().unwrap_or_else(|p| p.into_inner()).pop_front().unwrap_or_else(|| Step::text("done"))
-            } else {
-                Step::text("ok")
-            };
-            let id = ctx.counter.fetch_add(1, Ordering::Relaxed) + 1;
+            let (step, id) = take();
             let model = body["model"].as_str().unwrap_or("claude-stand-in").to_string();
             let stream = body["stream"].as_bool().unwrap_or(false);
             message(step, id, &model, stream)
         }
         ("POST", "/v1/responses") => {
-            let scripted = body["tools"].as_array().is_some_and(|t| !t.is_empty());
-            record(scripted);
-            let step = if scripted {
-                ctx.script.lock().unwrap_or_else(|p| p.into_inner()).pop_front().unwrap_or_else(|| Step::text("done"))
-            } else {
-                Step::text("ok")
-            };
-            let id = ctx.counter.fetch_add(1, Ordering::Relaxed) + 1;
+            let (step, id) = take();
             response(step, id)
         }
         _ => {
