@@ -33,6 +33,14 @@ fn relay_for(claude: &Path, state: &StateDir) -> Relay {
     Relay::start(&state.0, &[("PATH", path.as_str())])
 }
 
+/// As [`relay_for`], with the harness profile `profile` (TOML) of the user's own.
+fn relay_with_profile(claude: &Path, state: &StateDir, profile: &str) -> Relay {
+    let file = harness_file(&state.0, &[profile.to_string()]);
+    let dir = claude.parent().expect("the CLI's directory");
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    Relay::start(&state.0, &[("PATH", path.as_str()), ("HANGAR_HARNESSES", file.to_str().expect("path"))])
+}
+
 /// The secrets the CLI needs to reach `model` (a key, the stand-in's address, a bound on its
 /// retries), as the admin's: the names of [`SECRETS`].
 async fn secrets_for(relay: &Relay, model: &Model) {
@@ -179,6 +187,48 @@ async fn a_real_turn_with_a_tool_call_and_a_follow_up_by_resume() {
             "starting>running:-",
             "running>succeeded:ok"
         ]
+    );
+}
+
+/// A repository at the top of the sandbox's work directory, where a user's clone lands, and a
+/// turn that only reads: `git status` shows nothing afterwards, ignored files included. The
+/// CLI's own state (`~/.claude`, `~/.claude.json`) and hangar's `.hangar/` are in the sandbox
+/// user's home, which is not in the work directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_changes_nothing_leaves_the_repository_clean() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let relay = relay_for(&claude, &state);
+    let cwd = exec(
+        &relay,
+        "git init -q -b main && echo 'ship it' > notes.txt && git add notes.txt && \
+         git -c user.email=a@example.com -c user.name=dev commit -q -m notes && pwd",
+    )
+    .await
+    .trim()
+    .to_string();
+    let model = Model::start(vec![
+        Step::tool("Read", json!({"file_path": format!("{cwd}/notes.txt")})),
+        Step::text("The notes say: ship it."),
+    ]);
+    secrets_for(&relay, &model).await;
+    let body = json!({"name": "clean", "sandbox": "default", "harness": "claude-code", "prompt": "What do the notes say?",
+        "secrets": SECRETS});
+    start(&relay, ADMIN, body).await;
+    let s = until_ended(&relay, ADMIN, "clean", LIMIT).await;
+    let ev = agent_events(&all_events(&relay, ADMIN, "clean").await);
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert_eq!(s["cwd"], json!(cwd), "the session ran at the repository's top: {s}");
+    assert_eq!(exec(&relay, "git status --porcelain --ignored").await, "", "nothing the agent did not do");
+    let home = exec(&relay, "cd && pwd").await.trim().to_string();
+    assert!(!home.starts_with(&cwd), "the home {home} is outside the work directory {cwd}");
+    assert_eq!(
+        exec(&relay, "cd && ls -d .claude .claude.json .hangar").await,
+        ".claude\n.claude.json\n.hangar\n",
+        "the CLI's state and hangar's are in the home"
     );
 }
 
@@ -395,10 +445,7 @@ format = "claude-stream-json"
 session_ids = "assign"
 credentials = ["ANTHROPIC_API_KEY"]
 "#;
-    let file = harness_file(&state.0, &[profile.to_string()]);
-    let dir = claude.parent().expect("the CLI's directory");
-    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
-    let relay = Relay::start(&state.0, &[("PATH", path.as_str()), ("HANGAR_HARNESSES", file.to_str().expect("path"))]);
+    let relay = relay_with_profile(&claude, &state, profile);
     let cwd = exec(
         &relay,
         "mkdir -p repo && cd repo && git init -q -b main && git config user.email a@example.com && \
@@ -512,10 +559,7 @@ session_ids = "assign"
 credentials = ["ANTHROPIC_API_KEY"]
 approvals = ["--settings", "{settings_file}"]
 "#;
-    let file = harness_file(&state.0, &[profile.to_string()]);
-    let dir = claude.parent().expect("the CLI's directory");
-    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
-    let relay = Relay::start(&state.0, &[("PATH", path.as_str()), ("HANGAR_HARNESSES", file.to_str().expect("path"))]);
+    let relay = relay_with_profile(&claude, &state, profile);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
     let model = Model::start(vec![Step::bash("echo ran > ran.txt"), Step::text("Stopped.")]);
     secrets_for(&relay, &model).await;

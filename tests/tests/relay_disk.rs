@@ -1,4 +1,4 @@
-//! A local sandbox's work directory is a filesystem of its own (`disk_mib`), loop-mounted on the
+//! A local sandbox's files (its work directory and home) are a filesystem of its own (`disk_mib`), loop-mounted on the
 //! host: filling it fails the writer and no one else, destroying the sandbox leaves no mount, and
 //! a relay restart or a host reboot keeps it. Read from `/proc/self/mountinfo` and the host's
 //! files, as root (where sandboxes are isolated); the option's refusals run everywhere.
@@ -57,7 +57,7 @@ async fn a_full_work_directory_fails_its_writer_and_no_one_else() {
 
     // What it wrote is in its image, on the host no bigger than the sandbox's size.
     let dir = sandbox_dir(&state, &small);
-    let big = std::fs::metadata(dir.join("work/big")).expect("the sandbox's file, seen from the host");
+    let big = std::fs::metadata(dir.join("disk/work/big")).expect("the sandbox's file, seen from the host");
     assert_ne!(big.dev(), std::fs::metadata(&state.0).expect("state").dev(), "big is not on the state filesystem");
     let image = std::fs::metadata(dir.join("work.img")).expect("the sandbox's image");
     assert_eq!(image.len(), 64 << 20, "the image is the sandbox's size");
@@ -80,7 +80,7 @@ async fn destroy_leaves_no_mount_and_no_image() {
     let gone = create(&relay, "gone", json!({"disk_mib": 64})).await;
     let dir = sandbox_dir(&state, &gone);
     let image = dir.join("work.img");
-    assert_eq!(mount_points_under(&dir), vec![dir.join("work")], "its work directory is a mount point");
+    assert_eq!(mount_points_under(&dir), vec![dir.join("disk")], "its files are a mount point");
     exec(&relay, "gone", "echo x > f").await;
     // Started after `gone`, so its namespace holds a copy of `gone`'s mount.
     let later = create(&relay, "later", json!({})).await;
@@ -117,14 +117,14 @@ async fn a_restart_keeps_the_filesystem_and_a_reboot_mounts_it_again() {
     let relay = Relay::start(&state.0, &[]);
     let kept = create(&relay, "kept", json!({"disk_mib": 64})).await;
     let dir = sandbox_dir(&state, &kept);
-    let work = dir.join("work");
+    let disk = dir.join("disk");
     exec(&relay, "kept", "echo before > before.txt").await;
 
     drop(relay); // kill -9
     let relay = Relay::start(&state.0, &[]);
     let v = exec(&relay, "kept", "cat before.txt").await;
     assert_eq!(v["stdout"], json!("before\n"), "{v}");
-    assert_eq!(mount_points_under(&dir), vec![work.clone()], "still its own filesystem");
+    assert_eq!(mount_points_under(&dir), vec![disk.clone()], "still its own filesystem");
 
     // A reboot: the relay and the daemon die, the mount is gone.
     drop(relay);
@@ -132,8 +132,8 @@ async fn a_restart_keeps_the_filesystem_and_a_reboot_mounts_it_again() {
     // SAFETY: kill(2) on this test's sandbox's daemon.
     unsafe { libc::kill(daemon as i32, libc::SIGKILL) };
     wait_until(STEP, "the daemon is gone", || !std::path::Path::new(&format!("/proc/{daemon}")).exists()).await;
-    let out = std::process::Command::new("umount").arg(&work).output();
-    assert!(out.as_ref().is_ok_and(|o| o.status.success()), "umount {}: {out:?}", work.display());
+    let out = std::process::Command::new("umount").arg(&disk).output();
+    assert!(out.as_ref().is_ok_and(|o| o.status.success()), "umount {}: {out:?}", disk.display());
     assert_eq!(mount_points_under(&dir), Vec::<PathBuf>::new());
 
     let relay = Relay::start(&state.0, &[]);
@@ -141,7 +141,7 @@ async fn a_restart_keeps_the_filesystem_and_a_reboot_mounts_it_again() {
     let out = v["stdout"].as_str().unwrap_or_default();
     assert!(out.starts_with("before\n"), "the file written before the reboot is there: {v}");
     assert!(out.contains("No space left on device") && !out.contains("dd=0"), "and the bound holds: {v}");
-    assert_eq!(mount_points_under(&dir), vec![work], "mounted again");
+    assert_eq!(mount_points_under(&dir), vec![disk], "mounted again");
     assert!(relay.log().contains("event=\"local_disk_remounted\""), "{}", relay.log());
 }
 

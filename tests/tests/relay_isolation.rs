@@ -106,6 +106,7 @@ async fn a_command_cannot_reach_the_state_directory() {
     let other = make_sandbox(&relay, ADMIN, "other").await;
     let s = state.0.display();
     let (own_id, other_id) = (own["id"].as_str().expect("id"), other["id"].as_str().expect("id"));
+    let other_work = other["workdir"].as_str().expect("workdir");
     let tries = [
         ("read relay.sqlite", format!("cat {s}/relay.sqlite")),
         ("write relay.sqlite", format!("echo x >> {s}/relay.sqlite")),
@@ -114,12 +115,13 @@ async fn a_command_cannot_reach_the_state_directory() {
         ("list the sandboxes", format!("ls {s}/sandboxes")),
         ("write the state dir", format!("touch {s}/planted")),
         ("read the other token", format!("cat {s}/sandboxes/{other_id}/envd.token")),
-        ("list the other work dir", format!("ls {s}/sandboxes/{other_id}/work")),
-        ("write the other work dir", format!("touch {s}/sandboxes/{other_id}/work/planted")),
+        ("list the other work dir", format!("ls {other_work}")),
+        ("write the other work dir", format!("touch {other_work}/planted")),
+        ("list the other home", format!("ls {s}/sandboxes/{other_id}/disk/home")),
         ("read its own daemon token", format!("cat {s}/sandboxes/{own_id}/envd.token")),
         ("read its daemon log", format!("cat {s}/sandboxes/{own_id}/envd.log")),
     ];
-    let mut script = String::from("cd; echo mine > mine.txt; cat mine.txt >/dev/null && echo 'reached: own work dir';");
+    let mut script = String::from("echo mine > mine.txt; cat mine.txt >/dev/null && echo 'reached: own work dir';");
     for (what, cmd) in &tries {
         script.push_str(&format!(" {cmd} >/dev/null 2>&1 && echo 'reached: {what}';"));
     }
@@ -127,7 +129,7 @@ async fn a_command_cannot_reach_the_state_directory() {
     let v = exec(&relay, &user, "default", &script).await;
     assert_eq!(v["stdout"], json!("reached: own work dir\n"), "{v}");
     assert!(!state.0.join("planted").exists());
-    assert!(!state.0.join("sandboxes").join(other_id).join("work/planted").exists());
+    assert!(!std::path::Path::new(other_work).join("planted").exists());
     // The host reads what the sandbox wrote, where it always was.
     let work = own["workdir"].as_str().expect("workdir");
     assert_eq!(std::fs::read_to_string(format!("{work}/mine.txt")).expect("mine.txt"), "mine\n");

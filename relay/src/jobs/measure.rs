@@ -116,7 +116,7 @@ kill -KILL $p 2>/dev/null; exit 0
 /// Prints `key=value` lines: `git=yes|no`, then `head`, `branch`, `upstream` (when the branch
 /// has one), `dirty` (0 or 1, see `DIRTY`) and `ahead` (with a base). `dirty` leaves out
 /// `.hangar` at the repository's top: the agent's run directory where its home is the
-/// repository (a local sandbox's work directory), hangar's files rather than the agent's work.
+/// repository's top (E2B's `/home/user`), hangar's files rather than the agent's work.
 pub fn facts_script(cwd: &str, base: Option<&str>) -> String {
     let mut s = format!(
         "{}head=$(g rev-parse --verify -q HEAD) || {{ echo git=no; exit 0; }}\n\

@@ -150,7 +150,10 @@ impl Sandboxes {
     /// working directory. In a local sandbox it must stay inside the sandbox's directory.
     pub fn resolve_path(&self, row: &SandboxRow, path: &str) -> Result<String> {
         match self.local_root(row) {
-            Some(root) => Ok(paths::confine(&root, path)?.to_string_lossy().into_owned()),
+            Some(root) => {
+                let from = row.workdir.as_deref().map(std::path::PathBuf::from).unwrap_or_else(|| root.clone());
+                Ok(paths::confine(&root, &from, path)?.to_string_lossy().into_owned())
+            }
             None => {
                 check_path(path)?;
                 Ok(path.to_string())

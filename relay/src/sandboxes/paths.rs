@@ -30,12 +30,13 @@ pub fn check(path: &str) -> Result<()> {
     Ok(())
 }
 
-/// `path` inside `root` (relative paths are taken from it): neither `..` nor a symlink may
-/// lead out. The path as the sandbox's processes will see it.
-pub fn confine(root: &Path, path: &str) -> Result<PathBuf> {
+/// `path` inside `root` (relative paths are taken from `from`, a directory inside it): neither
+/// `..` nor a symlink may lead out. The path as the sandbox's processes will see it.
+pub fn confine(root: &Path, from: &Path, path: &str) -> Result<PathBuf> {
     check(path)?;
     let base = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    let joined = normalize(&base.join(path));
+    let from = from.canonicalize().unwrap_or_else(|_| from.to_path_buf());
+    let joined = normalize(&from.join(path));
     let real = joined.canonicalize().unwrap_or_else(|_| joined.clone());
     if !joined.starts_with(&base) || !real.starts_with(&base) {
         return Err(Error::invalid(format!("path {path:?} leads outside the sandbox's directory")));
@@ -56,10 +57,15 @@ mod tests {
     #[test]
     fn paths_stay_inside_the_root() {
         let root = std::env::temp_dir();
-        assert!(confine(&root, "../etc").is_err());
-        assert!(confine(&root, "/etc").is_err());
-        assert!(confine(&root, "").is_err());
-        assert!(confine(&root, "a\0b").is_err());
-        assert!(confine(&root, "sub/dir").is_ok());
+        assert!(confine(&root, &root, "../etc").is_err());
+        assert!(confine(&root, &root, "/etc").is_err());
+        assert!(confine(&root, &root, "").is_err());
+        assert!(confine(&root, &root, "a\0b").is_err());
+        assert!(confine(&root, &root, "sub/dir").is_ok());
+        // Relative paths are taken from the working directory, and may go up to the root.
+        let work = root.join("work");
+        assert_eq!(confine(&root, &work, "sub").unwrap(), root.canonicalize().unwrap().join("work/sub"));
+        assert_eq!(confine(&root, &work, "../home").unwrap(), root.canonicalize().unwrap().join("home"));
+        assert!(confine(&root, &work, "../../etc").is_err());
     }
 }

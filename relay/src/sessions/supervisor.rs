@@ -41,6 +41,13 @@ pub const AGENT_DIR: &str = ".hangar/runs";
 pub const INBOX_DIR: &str = ".hangar/inbox";
 /// Answers to an agent without the split (relative to its home).
 pub const ANSWERS_DIR: &str = ".hangar/answers";
+/// Makes git ignore the agent's `~/.hangar` (a `.gitignore` of `*` in it ignores itself too),
+/// for a sandbox whose home is a repository's top (E2B's template makes `/home/user` both the
+/// home and the working directory). `runs`: the agent's run directory, as a shell word. Run as
+/// the agent; no single quote, as it goes inside one. Not writing it fails nothing.
+fn ignore_hangar_dir(runs: &str) -> String {
+    format!("{{ [ -e {runs}/../.gitignore ] || printf \"*\\n\" >{runs}/../.gitignore; }} 2>/dev/null || :")
+}
 /// Prints the sandbox's `hangar-envd`: the daemon that runs this script (its parent), else the
 /// one on `PATH`.
 const FIND_AGENT_BIN: &str = "b=$(readlink /proc/$PPID/exe 2>/dev/null); \
@@ -379,9 +386,10 @@ impl<'a> Shell<'a> {
             _ => (
                 "077",
                 format!(
-                    "mkdir -p \"$d\" {answers}\nmkdir -p -m 700 {inbox}\n",
+                    "mkdir -p \"$d\" {answers}\nmkdir -p -m 700 {inbox}\n{ignore}\n",
                     answers = sh_quote(&place.answers(turn)),
-                    inbox = sh_quote(&place.inbox(turn))
+                    inbox = sh_quote(&place.inbox(turn)),
+                    ignore = ignore_hangar_dir("\"$d\"")
                 ),
             ),
         };
@@ -404,12 +412,13 @@ impl<'a> Shell<'a> {
             // the agent can.
             script.push_str(&format!(
                 "setpriv --reuid={uid} --regid={gid} --init-groups --no-new-privs -- bash -c \
-                 'umask 077 && mkdir -p \"$1\" \"$4\" && ln -sfn \"$2/$3.log\" \"$1/$3.log\" && ln -sfn \"$2/$3.exit.json\" \"$1/$3.exit.json\"' \
+                 'umask 077 && mkdir -p \"$1\" \"$4\" && ln -sfn \"$2/$3.log\" \"$1/$3.log\" && ln -sfn \"$2/$3.exit.json\" \"$1/$3.exit.json\" && {{ {ignore}; }}' \
                  - {a} \"$d\" {turn} {inbox}\n",
                 uid = u.uid,
                 gid = u.gid,
                 a = sh_quote(&format!("{}/{AGENT_DIR}", u.home)),
                 inbox = sh_quote(&place.inbox(turn)),
+                ignore = ignore_hangar_dir("\"$1\""),
             ));
         }
         let out = self.run(place.split, &script, SCRIPT_TIMEOUT).await?;

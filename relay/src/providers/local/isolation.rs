@@ -109,8 +109,8 @@ const NAMESPACES: [&str; 8] =
     ["--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "--mount-proc", "--ipc"];
 
 /// Run by /bin/sh as root inside the new namespaces, before the daemon: `$1` an empty staging
-/// directory, `$2` the directory to cover, `$3` the sandbox's directory, `$4` the daemon's
-/// binary; the daemon's arguments follow.
+/// directory, `$2` the directory to cover, `$3` the sandbox's directory, `$4` the sandbox's files
+/// (`layout.rs`'s top, below `$3`), `$5` the daemon's binary; the daemon's arguments follow.
 /// - The sandbox's user exists only here: `/etc` is a read-only tmpfs (setuid tools such as chfn
 ///   write passwd) with the sandbox's passwd and group, and a link for every other entry of the
 ///   host's `/etc`, into the host's `/etc` bound whole at `/etc/.hangar-host`: what the host
@@ -118,20 +118,20 @@ const NAMESPACES: [&str; 8] =
 ///   certificates). A host entry that is itself a link is copied (a relative target stays
 ///   right). An entry the host adds later is not seen until the daemon starts again.
 /// - POSIX shared memory (/dev/shm) is the sandbox's own, as SysV IPC is (`--ipc`).
-/// - The work directory is bound in whole: where it is the mount point of the sandbox's own
+/// - The sandbox's files are bound in whole: where they are the mount point of the sandbox's own
 ///   filesystem (`disk.rs`), the bind is of that filesystem. Other sandboxes' filesystems this
 ///   namespace copied stay hidden under the tmpfs, and go when their directories are removed.
 /// - The tmpfs is built at the staging directory and moved over `$2` in one step at the end,
 ///   so nothing on the host has to be reached once it is covered.
-/// - Its directories are 0711 (umask 066): the sandbox's user passes through to its work
-///   directory and lists nothing on the way; the token's copy is root's alone (umask 077).
+/// - Its directories are 0711 (umask 066): the sandbox's user passes through to its own
+///   files and lists nothing on the way; the token's copy is root's alone (umask 077).
 /// - The daemon's binary may lie under what is covered (a build in /root): it is bound where
 ///   it was.
 /// - The daemon gets the umask and environment the script was started with, not the script's
 ///   (`cd` sets PWD and OLDPWD).
 const SCRIPT: &str = r#"set -eu
-stage=$1 cover=$2 dir=$3 envd=$4
-shift 4
+stage=$1 cover=$2 dir=$3 top=$4 envd=$5
+shift 5
 mask=$(umask)
 etc=$dir/etc
 mkdir -p "$etc"
@@ -163,8 +163,8 @@ fi
 mount -t tmpfs -o mode=0711,nosuid,nodev,size=1m hangar-sandbox "$stage"
 inside=$stage${dir#"$cover"}
 umask 066
-mkdir -p "$inside/work"
-mount --bind "$dir/work" "$inside/work"
+mkdir -p "$stage${top#"$cover"}"
+mount --bind "$top" "$stage${top#"$cover"}"
 umask 077
 cat "$dir/envd.token" > "$inside/envd.token"
 case $envd in
@@ -206,6 +206,7 @@ pub fn command(
     stage: &Path,
     cover: &Path,
     dir: &Path,
+    top: &Path,
     envd: &Path,
     daemon_args: &[std::ffi::OsString],
 ) -> io::Result<tokio::process::Command> {
@@ -214,7 +215,7 @@ pub fn command(
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o600))?;
     let mut cmd = tokio::process::Command::new(unshare);
     cmd.args(NAMESPACES).arg("--").arg("/bin/sh").arg(script);
-    cmd.arg(stage).arg(cover).arg(dir).arg(envd).args(daemon_args);
+    cmd.arg(stage).arg(cover).arg(dir).arg(top).arg(envd).args(daemon_args);
     Ok(cmd)
 }
 
@@ -236,7 +237,7 @@ pub fn allocate_uid(root: &Path) -> io::Result<u32> {
             .into_iter()
             .flatten()
             .flatten()
-            .any(|e| std::fs::metadata(e.path().join("work")).is_ok_and(|m| m.uid() == uid))
+            .any(|e| std::fs::metadata(super::Layout::of(&e.path()).top).is_ok_and(|m| m.uid() == uid))
     };
     for _ in 0..64 {
         let r = crate::auth::random_bytes::<4>();
@@ -249,7 +250,7 @@ pub fn allocate_uid(root: &Path) -> io::Result<u32> {
 }
 
 /// Writes `passwd` and `group` into the sandbox's directory: the host's, without any entry of
-/// the same name or id, and the sandbox user's (its own group; home: the work directory).
+/// the same name or id, and the sandbox user's (its own group; its home, `layout.rs`).
 pub fn write_user_files(dir: &Path, name: &str, uid: u32, home: &Path) -> io::Result<()> {
     let keep = |text: &str, id_field: usize| -> String {
         text.lines()
@@ -271,13 +272,13 @@ pub fn write_user_files(dir: &Path, name: &str, uid: u32, home: &Path) -> io::Re
     Ok(())
 }
 
-/// Gives the work directory to the sandbox's user; with `recursive`, everything in it too (a
+/// Gives a directory of the sandbox's to its user; with `recursive`, everything in it too (a
 /// sandbox that ran as the relay's user before, now isolated). Symbolic links are not followed.
-pub fn give_to(work: &Path, uid: u32, recursive: bool) -> io::Result<()> {
-    std::os::unix::fs::lchown(work, Some(uid), Some(uid))?;
-    std::fs::set_permissions(work, std::fs::Permissions::from_mode(0o700))?;
+pub fn give_to(dir: &Path, uid: u32, recursive: bool) -> io::Result<()> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(uid))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     if recursive {
-        for entry in std::fs::read_dir(work)? {
+        for entry in std::fs::read_dir(dir)? {
             give_all(&entry?.path(), uid)?;
         }
     }

@@ -12,6 +12,7 @@
 //! else.
 mod disk;
 mod isolation;
+mod layout;
 mod options;
 mod pids;
 
@@ -31,6 +32,7 @@ pub use disk::{
     MIN_MIB as MIN_DISK_MIB,
 };
 pub use isolation::Support;
+use layout::Layout;
 use options::Options;
 use pids::Proc;
 
@@ -51,7 +53,7 @@ pub struct LocalProvider {
     disk: disk::Support,
 }
 
-/// The sandbox's filesystem image, beside its work directory (the mount point).
+/// The sandbox's filesystem image, beside its mount point (`layout.rs`).
 const IMAGE: &str = "work.img";
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -108,8 +110,8 @@ impl LocalProvider {
     /// its pid with its start time, and how it is isolated.
     async fn start_daemon(&self, sandbox: &mut SandboxRow) -> Result<Envd, ProviderError> {
         let dir = self.dir(sandbox);
-        let work = dir.join("work");
-        self.remount(sandbox, &dir, &work).await?;
+        let layout = Layout::of(&dir);
+        self.remount(sandbox, &dir, &layout.top).await?;
         let token = sandbox.envd_token.clone().unwrap_or_else(|| auth::random_hex(32));
         let token_file = dir.join("envd.token");
         write_secret(&token_file, &token).map_err(Self::io("writing the daemon's token"))?;
@@ -122,22 +124,22 @@ impl LocalProvider {
             ["--listen", "127.0.0.1", "--port", "0", "--access-token-file"].into_iter().map(OsString::from).collect();
         args.push(token_file.into());
         args.push("--default-workdir".into());
-        args.push(work.clone().into());
-        // Processes get the sandbox's directory as HOME: login shells there never read the
-        // host user's dotfiles.
+        args.push(layout.work.clone().into());
+        // Processes get the sandbox's home as HOME: login shells there never read the host
+        // user's dotfiles, and agent CLIs keep their state out of the work directory.
         args.push("--env".into());
-        args.push(format!("HOME={}", work.display()).into());
+        args.push(format!("HOME={}", layout.home.display()).into());
         let envd_bin = self.envd_bin();
         let (mut cmd, isolation) = match &self.support {
             Support::Namespaces { unshare } => {
-                let user = self.prepare_user(sandbox, &dir, &work).await?;
+                let user = self.prepare_user(sandbox, &dir, &layout).await?;
                 args.push("--default-user".into());
                 args.push(user.into());
                 let stage = dir.join("mnt");
                 std::fs::create_dir_all(&stage).map_err(Self::io("making the sandbox's mount point"))?;
                 let state = self.root.parent().unwrap_or(&self.root);
                 let cover = isolation::cover_point(state);
-                let cmd = isolation::command(unshare, &stage, &cover, &dir, &envd_bin, &args)
+                let cmd = isolation::command(unshare, &stage, &cover, &dir, &layout.top, &envd_bin, &args)
                     .map_err(Self::io("writing the sandbox's start script"))?;
                 (cmd, Isolation::Namespaces)
             }
@@ -149,7 +151,7 @@ impl LocalProvider {
         };
         let mut child = cmd
             .env_clear()
-            .envs(isolation::daemon_env(&work))
+            .envs(isolation::daemon_env(&layout.home))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
@@ -190,7 +192,7 @@ impl LocalProvider {
         sandbox.envd_pid = Some(i64::from(daemon.pid));
         sandbox.envd_pid_start = i64::try_from(daemon.start).ok();
         sandbox.isolation = isolation;
-        sandbox.workdir = Some(work.to_string_lossy().into_owned());
+        sandbox.workdir = Some(layout.work.to_string_lossy().into_owned());
         events::DaemonStarted { sandbox: &sandbox.name, url: &url, isolation: isolation.as_str() }.emit();
         Envd::new(&url, &token).map_err(|e| ProviderError::DaemonStart(e.to_string()))
     }
@@ -199,9 +201,9 @@ impl LocalProvider {
     /// restarted): the daemon must never start on the directory beneath, on the state
     /// directory's filesystem. A sandbox without an image (made by a relay from before images,
     /// or one that could not make them) keeps its plain directory.
-    async fn remount(&self, sandbox: &SandboxRow, dir: &Path, work: &Path) -> Result<(), ProviderError> {
+    async fn remount(&self, sandbox: &SandboxRow, dir: &Path, top: &Path) -> Result<(), ProviderError> {
         let image = dir.join(IMAGE);
-        if !image.exists() || disk::is_mounted(work) {
+        if !image.exists() || disk::is_mounted(top) {
             return Ok(());
         }
         let mount = match &self.disk {
@@ -209,8 +211,8 @@ impl LocalProvider {
             // A relay that lost the right to mount still tries, and says why it failed.
             disk::Support::Unavailable(_) => PathBuf::from("mount"),
         };
-        disk::mount(&mount, &image, work).await.map_err(|e| self.disk_failed(sandbox, "mounting again", e))?;
-        events::LocalDiskRemounted { sandbox: &sandbox.name, path: &work.to_string_lossy() }.emit();
+        disk::mount(&mount, &image, top).await.map_err(|e| self.disk_failed(sandbox, "mounting again", e))?;
+        events::LocalDiskRemounted { sandbox: &sandbox.name, path: &top.to_string_lossy() }.emit();
         Ok(())
     }
 
@@ -219,38 +221,43 @@ impl LocalProvider {
         ProviderError::Disk(e)
     }
 
-    /// Makes a new sandbox's work directory: its own filesystem where the relay gives one.
+    /// Makes a new sandbox's files (`layout.rs`): its own filesystem where the relay gives one,
+    /// with its work directory and home in it.
     async fn make_work(&self, sandbox: &SandboxRow, dir: &Path, disk_mib: Option<u64>) -> Result<(), ProviderError> {
-        let work = dir.join("work");
-        std::fs::create_dir_all(&work).map_err(Self::io(format!("creating {}", dir.display())))?;
+        let layout = Layout::of(dir);
+        std::fs::create_dir_all(&layout.top).map_err(Self::io(format!("creating {}", dir.display())))?;
         // Only the relay's user may look into the sandbox's directory (its token, its log).
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .map_err(Self::io(format!("restricting {}", dir.display())))?;
-        let (disk::Support::Images { mkfs, mount, .. }, Some(mib)) = (&self.disk, disk_mib) else {
-            return Ok(());
-        };
-        let image = dir.join(IMAGE);
-        disk::make(mkfs, &image, mib).await.map_err(|e| self.disk_failed(sandbox, "making", e))?;
-        disk::mount(mount, &image, &work).await.map_err(|e| self.disk_failed(sandbox, "mounting", e))?;
-        // mkfs's lost+found (root's, 0700) would be the one thing in the sandbox's home it cannot
-        // enter; e2fsck makes it again should it ever need it.
-        std::fs::remove_dir(work.join("lost+found")).map_err(Self::io("removing lost+found from the work directory"))
+        if let (disk::Support::Images { mkfs, mount, .. }, Some(mib)) = (&self.disk, disk_mib) {
+            let image = dir.join(IMAGE);
+            disk::make(mkfs, &image, mib).await.map_err(|e| self.disk_failed(sandbox, "making", e))?;
+            disk::mount(mount, &image, &layout.top).await.map_err(|e| self.disk_failed(sandbox, "mounting", e))?;
+            // mkfs's lost+found (root's, 0700) would be the one thing of the sandbox's its user
+            // cannot enter; e2fsck makes it again should it ever need it.
+            std::fs::remove_dir(layout.top.join("lost+found"))
+                .map_err(Self::io("removing lost+found from the sandbox's filesystem"))?;
+        }
+        for d in [&layout.work, &layout.home] {
+            std::fs::create_dir_all(d).map_err(Self::io(format!("creating {}", d.display())))?;
+        }
+        Ok(())
     }
 
     /// Unmounts the sandbox's filesystem, if it has one, and removes its directory.
     async fn remove_dir(&self, sandbox: &SandboxRow) -> Result<(), ProviderError> {
         let dir = self.dir(sandbox);
-        let work = dir.join("work");
-        match disk::unmount(&work).await {
+        let top = Layout::of(&dir).top;
+        match disk::unmount(&top).await {
             Ok(disk::Unmount::Detached) => {
-                events::LocalDiskDetached { sandbox: &sandbox.name, path: &work.to_string_lossy() }.emit();
+                events::LocalDiskDetached { sandbox: &sandbox.name, path: &top.to_string_lossy() }.emit();
             }
             Ok(_) => {}
             // Removing the directory now would leave the mount behind and empty the sandbox's
             // files through it: the sandbox stays, to be destroyed again.
             Err(e) => return Err(self.disk_failed(sandbox, "unmounting", e)),
         }
-        // Removing `work` also detaches the copies of its mount that other sandboxes' mount
+        // Removing the mount point also detaches the copies of its mount that other sandboxes' mount
         // namespaces made when they started (the kernel does so for a mount point removed in
         // another namespace), so none of them keeps this filesystem alive.
         // A work directory of many files takes a while to remove: not on a runtime worker.
@@ -266,11 +273,16 @@ impl LocalProvider {
     }
 
     /// The sandbox's own user: its uid (made once, kept in the row), the passwd and group files
-    /// its namespace sees, and the work directory given to it. Returns the user's name.
+    /// its namespace sees, and the sandbox's files given to it. Returns the user's name.
     /// The directory walks (choosing a uid, giving a work directory's files) run off the
     /// runtime's workers.
-    async fn prepare_user(&self, sandbox: &mut SandboxRow, dir: &Path, work: &Path) -> Result<String, ProviderError> {
-        let (root, dir, work, uid) = (self.root.clone(), dir.to_path_buf(), work.to_path_buf(), sandbox.uid);
+    async fn prepare_user(
+        &self,
+        sandbox: &mut SandboxRow,
+        dir: &Path,
+        layout: &Layout,
+    ) -> Result<String, ProviderError> {
+        let (root, dir, layout, uid) = (self.root.clone(), dir.to_path_buf(), layout.clone(), sandbox.uid);
         let name = isolation::user_name(&sandbox.id);
         let user = name.clone();
         let uid = tokio::task::spawn_blocking(move || -> Result<u32, ProviderError> {
@@ -278,10 +290,13 @@ impl LocalProvider {
                 Some(uid) => (uid, false),
                 None => (isolation::allocate_uid(&root).map_err(Self::io("choosing the sandbox's uid"))?, true),
             };
-            isolation::write_user_files(&dir, &user, uid, &work).map_err(Self::io("writing the sandbox's passwd"))?;
+            isolation::write_user_files(&dir, &user, uid, &layout.home)
+                .map_err(Self::io("writing the sandbox's passwd"))?;
             // A sandbox that had no user yet may hold files the relay's user made: they become its.
-            isolation::give_to(&work, uid, fresh)
-                .map_err(Self::io("giving the work directory to the sandbox's user"))?;
+            isolation::give_to(&layout.top, uid, fresh).map_err(Self::io("giving the sandbox's files to its user"))?;
+            for d in layout.owned().into_iter().skip(1) {
+                isolation::give_to(d, uid, false).map_err(Self::io("giving the sandbox's files to its user"))?;
+            }
             Ok(uid)
         })
         .await
@@ -336,7 +351,7 @@ impl Provider for LocalProvider {
     }
 
     fn host_root(&self, sandbox: &SandboxRow) -> Option<PathBuf> {
-        Some(self.dir(sandbox).join("work"))
+        Some(Layout::of(&self.dir(sandbox)).top)
     }
 
     async fn create(&self, sandbox: &mut SandboxRow) -> Result<(), ProviderError> {
@@ -433,14 +448,14 @@ impl Provider for LocalProvider {
                 "an isolated sandbox runs commands only through its daemon; see envd.log".into(),
             ));
         }
-        let work = self.dir(sandbox).join("work");
-        let dir = cwd.map(PathBuf::from).unwrap_or(work.clone());
+        let layout = Layout::of(&self.dir(sandbox));
+        let dir = cwd.map(PathBuf::from).unwrap_or(layout.work.clone());
         if !dir.is_dir() {
             return Err(ProviderError::NoSuchDirectory(dir.to_string_lossy().into_owned()));
         }
         let mut cmd = Command::new("/bin/bash");
         cmd.arg("-lc").arg(command).current_dir(dir);
-        cmd.env_clear().envs(isolation::daemon_env(&work)).envs(env.iter().cloned());
+        cmd.env_clear().envs(isolation::daemon_env(&layout.home)).envs(env.iter().cloned());
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         cmd.process_group(0).kill_on_drop(true);
         let mut child =
