@@ -25,6 +25,9 @@ pub struct Summary {
     pub last_tool: Option<String>,
     /// Its summary (at most 200 chars): `"uv run pytest -q tests/"`.
     pub last_tool_summary: Option<String>,
+    /// Where the last tool ran in a subagent: the `tool_id` of the call that started the
+    /// subagent (Claude Code's `Agent`/`Task`); `None` for the main agent's own.
+    pub last_tool_parent: Option<String>,
     pub current_file: Option<String>,
     /// The last 20 distinct files read or edited, newest last.
     pub files_touched: Vec<String>,
@@ -60,6 +63,7 @@ impl Summary {
             EventType::ToolStart => {
                 self.last_tool = event.get("name").as_str().map(String::from);
                 self.last_tool_summary = event.get("summary").as_str().map(|s| cut::chars(s, 200).0.to_string());
+                self.last_tool_parent = event.get("parent_tool_id").as_str().map(String::from);
                 let mut files: Vec<&str> = match event.get("files").as_array() {
                     Some(list) => list.iter().filter_map(Value::as_str).collect(),
                     None => Vec::new(),
@@ -167,6 +171,24 @@ mod tests {
         assert!(s.time_to_first_test_s.is_some());
         assert!(s.last_message.unwrap().starts_with("Fixed the config loader"));
         assert!(s.warnings.is_empty());
+    }
+
+    /// The last tool names the subagent it ran in, and the main agent's next names none.
+    #[test]
+    fn a_subagents_tool_is_attributed_to_it() {
+        let lines = concat!(
+            r#"{"type":"assistant","message":{"content":[{"id":"t1","input":{"description":"look","prompt":"Look."},"name":"Agent","type":"tool_use"}]},"parent_tool_use_id":null}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"content":[{"id":"t2","input":{"command":"pwd"},"name":"Bash","type":"tool_use"}]},"parent_tool_use_id":"t1"}"#,
+            "\n",
+        );
+        let s = fold(Format::ClaudeStreamJson, lines);
+        assert_eq!((s.last_tool.as_deref(), s.last_tool_parent.as_deref()), (Some("Bash"), Some("t1")));
+        let after = format!(
+            "{lines}{}\n",
+            r#"{"type":"assistant","message":{"content":[{"id":"t3","input":{"command":"ls"},"name":"Bash","type":"tool_use"}]},"parent_tool_use_id":null}"#
+        );
+        assert_eq!(fold(Format::ClaudeStreamJson, &after).last_tool_parent, None);
     }
 
     #[test]

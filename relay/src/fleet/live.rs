@@ -247,6 +247,10 @@ pub fn signal(kind: &str, data: &Value) -> Signal {
             } else {
                 s.now = Some(call(name, summary));
             }
+            // A subagent's call says so: the person sees whose work it is.
+            if str_of(data, "parent_tool_id").is_some() {
+                s.now = s.now.map(|n| cut(&format!("subagent: {n}"), NOW_CHARS));
+            }
         }
         "tool.end" => {
             if let Some(id) = str_of(data, "tool_id") {
@@ -581,6 +585,14 @@ mod tests {
         live.apply("tool.start", &json!({"name": "Read", "file": "b.rs", "tool_id": "2"}), 2.0);
         assert_eq!(live.stages.len(), 1, "a read after an edit is no plan");
         assert_eq!(live.now.as_deref(), Some("Read"), "the tool call is what it is doing");
+    }
+
+    #[test]
+    fn a_subagents_call_says_whose_it_is() {
+        let s = signal("tool.start", &json!({"name": "Bash", "summary": "pwd", "tool_id": "2", "parent_tool_id": "1"}));
+        assert_eq!(s.now.as_deref(), Some("subagent: running pwd"));
+        let s = signal("tool.start", &json!({"name": "Bash", "summary": "pwd", "tool_id": "3"}));
+        assert_eq!(s.now.as_deref(), Some("running pwd"));
     }
 
     #[test]
