@@ -153,7 +153,11 @@ pub async fn log_path(relay: &Relay, s: &Value) -> String {
         let sandbox = relay.call("GET", "/api/sandboxes/default", Some(crate::relay::ADMIN), None).await.json();
         format!("/var/lib/hangar/runs/{}/{turn}.log", sandbox["id"].as_str().expect("id"))
     } else {
-        format!("{}/.hangar/runs/{turn}.log", s["cwd"].as_str().expect("cwd"))
+        // The agent's own run directory, in the sandbox user's home.
+        let body = json!({"command": "cd && pwd"});
+        let r = relay.call("POST", "/api/sandboxes/default/exec", Some(crate::relay::ADMIN), Some(body)).await;
+        let home = r.json()["stdout"].as_str().expect("the home").trim().to_string();
+        format!("{home}/.hangar/runs/{turn}.log")
     }
 }
 

@@ -11,11 +11,12 @@ use std::{path::Path, time::Duration};
 use hangar_e2e::{
     clis,
     host::{is_root, skip_without},
-    model::{Model, Step},
+    model::{Model, Step, ToolCall},
     procfs::{cmdline, pids_with, pids_with_all},
     relay::{Relay, StateDir, ADMIN},
     sessions::{
-        agent_events, all_events, assert_contiguous, harness_file, item_of, put_secret, start, states, until_ended,
+        agent_events, all_events, assert_contiguous, harness_file, inbox, item_of, put_secret, start, states,
+        until_ended,
     },
 };
 use serde_json::{json, Value};
@@ -33,13 +34,26 @@ fn relay_for(claude: &Path, state: &StateDir) -> Relay {
     Relay::start(&state.0, &[("PATH", path.as_str())])
 }
 
-/// As [`relay_for`], with the harness profile `profile` (TOML) of the user's own.
-fn relay_with_profile(claude: &Path, state: &StateDir, profile: &str) -> Relay {
+/// As [`relay_for`], with the harness profile `profile` (TOML) of the user's own and `env`.
+fn relay_with_profile(claude: &Path, state: &StateDir, profile: &str, env: &[(&str, &str)]) -> Relay {
     let file = harness_file(&state.0, &[profile.to_string()]);
     let dir = claude.parent().expect("the CLI's directory");
     let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
-    Relay::start(&state.0, &[("PATH", path.as_str()), ("HANGAR_HARNESSES", file.to_str().expect("path"))])
+    let mut all = vec![("PATH", path.as_str()), ("HANGAR_HARNESSES", file.to_str().expect("path"))];
+    all.extend_from_slice(env);
+    Relay::start(&state.0, &all)
 }
+
+/// The built-in profile with a permission mode, as docs/sessions.md tells a user to write one:
+/// `claude -p` edits nothing and runs no command without one, and a job has no person to ask.
+/// Approvals still gate what a session names.
+const AUTO: &str = r#"[harness.claude-auto]
+new = ["claude", "-p", "--output-format", "stream-json", "--verbose", "--session-id", "{session_id}", "--permission-mode", "bypassPermissions"]
+format = "claude-stream-json"
+session_ids = "assign"
+credentials = ["ANTHROPIC_API_KEY"]
+approvals = ["--settings", "{settings_file}"]
+"#;
 
 /// The secrets the CLI needs to reach `model` (a key, the stand-in's address, a bound on its
 /// retries), as the admin's: the names of [`SECRETS`].
@@ -429,9 +443,7 @@ async fn a_turn_cancelled_in_a_tool_call_leaves_nothing_running() {
 }
 
 /// A job whose real agent writes a file and commits it: what hangar measures is exactly that
-/// (one commit ahead of the base, not dirty), and `verify` sees the commit. The profile is the
-/// built-in one with a permission mode, as docs/sessions.md tells a user to write: `claude -p`
-/// edits nothing without one, and a job has no person to approve.
+/// (one commit ahead of the base, not dirty), and `verify` sees the commit ([`AUTO`]'s profile).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_agent_commits_measures_exactly_that() {
     let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
@@ -439,13 +451,7 @@ async fn a_job_whose_agent_commits_measures_exactly_that() {
         return;
     }
     let state = StateDir::new();
-    let profile = r#"[harness.claude-edits]
-new = ["claude", "-p", "--output-format", "stream-json", "--verbose", "--session-id", "{session_id}", "--permission-mode", "bypassPermissions"]
-format = "claude-stream-json"
-session_ids = "assign"
-credentials = ["ANTHROPIC_API_KEY"]
-"#;
-    let relay = relay_with_profile(&claude, &state, profile);
+    let relay = relay_with_profile(&claude, &state, AUTO, &[]);
     let cwd = exec(
         &relay,
         "mkdir -p repo && cd repo && git init -q -b main && git config user.email a@example.com && \
@@ -460,7 +466,7 @@ credentials = ["ANTHROPIC_API_KEY"]
         Step::text("Committed hello.txt."),
     ]);
     secrets_for(&relay, &model).await;
-    let body = json!({"sandbox": "default", "harness": "claude-edits", "prompt": "Add hello.txt and commit it.",
+    let body = json!({"sandbox": "default", "harness": "claude-auto", "prompt": "Add hello.txt and commit it.",
         "cwd": cwd, "secrets": SECRETS, "verify": "test \"$(git log -1 --format=%s)\" = 'add hello'"});
     let r = relay.call("POST", "/api/jobs", Some(ADMIN), Some(body)).await;
     assert_eq!(r.status, 201, "{r:?}");
@@ -489,8 +495,8 @@ credentials = ["ANTHROPIC_API_KEY"]
 }
 
 /// A subagent (the `Agent` tool, run in the foreground): its tool calls are attributed to the
-/// call that started it (`parent_tool_id`), the main agent's are not, and its report reaches the
-/// main agent as that call's result.
+/// call that started it (`parent_tool_id`) in events and the summary, the main agent's are not,
+/// and its report reaches the main agent as that call's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagents_calls_are_attributed_to_it() {
     let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
@@ -534,6 +540,12 @@ async fn a_subagents_calls_are_attributed_to_it() {
         ],
         "{ev:#?}"
     );
+    let summary = &s["summary"];
+    assert_eq!(
+        (&summary["last_tool"], &summary["last_tool_parent"]),
+        (&json!("Bash"), &json!("toolu_0001_0")),
+        "the summary's last call is the subagent's: {summary}"
+    );
     let results = tool_results(&model);
     assert!(results.last().is_some_and(|r| r.1.contains("I am in the repository.")), "the report: {results:?}");
     let result = ev.iter().rfind(|(k, _)| k == "run.result").expect("run.result");
@@ -552,14 +564,7 @@ async fn a_crashed_approval_hook_fails_closed() {
         return;
     }
     let state = StateDir::new();
-    let profile = r#"[harness.claude-auto]
-new = ["claude", "-p", "--output-format", "stream-json", "--verbose", "--session-id", "{session_id}", "--permission-mode", "bypassPermissions"]
-format = "claude-stream-json"
-session_ids = "assign"
-credentials = ["ANTHROPIC_API_KEY"]
-approvals = ["--settings", "{settings_file}"]
-"#;
-    let relay = relay_with_profile(&claude, &state, profile);
+    let relay = relay_with_profile(&claude, &state, AUTO, &[]);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
     let model = Model::start(vec![Step::bash("echo ran > ran.txt"), Step::text("Stopped.")]);
     secrets_for(&relay, &model).await;
@@ -582,4 +587,224 @@ approvals = ["--settings", "{settings_file}"]
     assert_eq!(exec(&relay, &format!("cd {cwd} && ls")).await, "", "the held call did not run: {ev:#?}\n{s}");
     let results = tool_results(&model);
     assert!(results.first().is_some_and(|r| r.2), "the call's result is an error: {results:?}");
+}
+
+/// Runs a session of `harness` with `prompt` in `cwd` until it ends: the session and its agent
+/// events.
+async fn run_session(
+    relay: &Relay,
+    name: &str,
+    harness: &str,
+    cwd: &str,
+    extra: Value,
+) -> (Value, Vec<(String, Value)>) {
+    let mut body = json!({"name": name, "sandbox": "default", "harness": harness, "prompt": "Go.", "cwd": cwd,
+        "secrets": SECRETS});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    start(relay, ADMIN, body).await;
+    let s = until_ended(relay, ADMIN, name, LIMIT).await;
+    let events = all_events(relay, ADMIN, name).await;
+    assert_contiguous(&events);
+    (s, agent_events(&events))
+}
+
+/// The latest ended inbox item of `kind` from `session`.
+async fn ended_item(relay: &Relay, kind: &str, session: &str) -> Value {
+    let ended = inbox(relay, ADMIN, true).await;
+    ended["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|i| i["kind"] == kind && i["session_name"] == session))
+        .cloned()
+        .unwrap_or_else(|| panic!("no ended {kind} of {session}: {ended}"))
+}
+
+/// Questions the agent asks with `hangar-envd question` (through Bash, as an agent told of
+/// `$HANGAR_AGENT` does): one a person answers reaches the model as the command's output; one
+/// nobody answers expires (`HANGAR_INBOX_EXPIRY_SECONDS`), and the command tells the model so by
+/// its exit status 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_answered_reaches_the_model_and_one_unanswered_expires() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let relay = relay_with_profile(&claude, &state, AUTO, &[("HANGAR_INBOX_EXPIRY_SECONDS", "3")]);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    let model = Model::start(vec![
+        Step::bash(r#""$HANGAR_AGENT" question "Which database?" --option postgres --option sqlite; echo "exit=$?""#),
+        Step::bash(r#""$HANGAR_AGENT" question "Ship it on Friday?"; echo "exit=$?""#),
+        Step::text("Postgres, and no answer on Friday."),
+    ]);
+    secrets_for(&relay, &model).await;
+    let body = json!({"name": "asks", "sandbox": "default", "harness": "claude-auto", "prompt": "Ask me.",
+        "cwd": cwd, "secrets": SECRETS});
+    start(&relay, ADMIN, body).await;
+    let asked = item_of(&relay, ADMIN, "question", "asks").await;
+    assert_eq!((&asked["text"], &asked["options"]), (&json!("Which database?"), &json!(["postgres", "sqlite"])));
+    let path = format!("/api/questions/{}", asked["ask_id"].as_str().expect("ask_id"));
+    let r = relay.call("POST", &path, Some(ADMIN), Some(json!({"answer": "postgres"}))).await;
+    assert_eq!((r.status, r.json()["state"].clone()), (200, json!("answered")), "{r:?}");
+    let second = item_of(&relay, ADMIN, "question", "asks").await;
+    assert_eq!(second["text"], json!("Ship it on Friday?"), "{second}");
+
+    let s = until_ended(&relay, ADMIN, "asks", LIMIT).await;
+    let ev = agent_events(&all_events(&relay, ADMIN, "asks").await);
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    let results = tool_results(&model);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].1.contains("postgres") && results[0].1.contains("exit=0"), "the answer: {results:?}");
+    assert!(results[1].1.contains("exit=3"), "unanswered, said by the exit status: {results:?}");
+    assert_eq!(ended_item(&relay, "question", "asks").await["state"], json!("expired"));
+}
+
+/// An approval nobody decides expires: the call is refused, not run, the model is told, and a
+/// `denied` item tells the person.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_nobody_decides_expires_and_the_call_does_not_run() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let dir = claude.parent().expect("the CLI's directory");
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let relay = Relay::start(&state.0, &[("PATH", path.as_str()), ("HANGAR_INBOX_EXPIRY_SECONDS", "3")]);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    let model = Model::start(vec![Step::bash("echo late > late.txt"), Step::text("Not allowed in time.")]);
+    secrets_for(&relay, &model).await;
+    let (s, ev) = run_session(&relay, "waits", "claude-code", &cwd, json!({"approvals": ["Bash"]})).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    assert_eq!(exec(&relay, &format!("cd {cwd} && ls")).await, "", "the call did not run");
+    let results = tool_results(&model);
+    assert!(results.first().is_some_and(|r| r.2), "the model was told it was refused: {results:?}");
+    assert_eq!(ended_item(&relay, "approval", "waits").await["state"], json!("expired"));
+    item_of(&relay, ADMIN, "denied", "waits").await;
+}
+
+/// What Claude Code does with a `PreToolUse` hook's `ask` in headless (`-p`, stream-json) mode,
+/// pinned for this version: hangar answers `allow` or `deny` only (the approvals tests), and a
+/// change in the CLI's handling of `ask` would change what a profile of one's own can rely on.
+/// 2.1.337 takes `ask` as a `deny`: the call does not run, even under `bypassPermissions`, and
+/// the hook's reason is the call's error result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hooks_ask_is_a_refusal_in_headless_mode() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    // The hook's answer and the settings naming it, where the sandbox's user reads them.
+    // (Another scratch directory of the test's: the sandbox's namespace covers only its relay's.)
+    let files = StateDir::new();
+    std::fs::create_dir_all(&files.0).expect("a scratch directory");
+    let answer = files.0.join("ask.json");
+    let decision = json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "ask",
+        "permissionDecisionReason": "a person should look"}});
+    std::fs::write(&answer, decision.to_string()).expect("the hook's answer");
+    let settings = files.0.join("settings.json");
+    let hooks = json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+        "hooks": [{"type": "command", "command": format!("cat {}", answer.display())}]}]}});
+    std::fs::write(&settings, hooks.to_string()).expect("the settings");
+    let profile = format!(
+        r#"[harness.claude-ask]
+new = ["claude", "-p", "--output-format", "stream-json", "--verbose", "--session-id", "{{session_id}}", "--permission-mode", "bypassPermissions", "--settings", "{}"]
+format = "claude-stream-json"
+session_ids = "assign"
+credentials = ["ANTHROPIC_API_KEY"]
+"#,
+        settings.display()
+    );
+    let relay = relay_with_profile(&claude, &state, &profile, &[]);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    let model = Model::start(vec![Step::bash("echo asked > asked.txt"), Step::text("It was not run.")]);
+    secrets_for(&relay, &model).await;
+    let (s, ev) = run_session(&relay, "ask", "claude-ask", &cwd, json!({})).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    assert_eq!(exec(&relay, &format!("cd {cwd} && ls")).await, "", "the call did not run");
+    let results = tool_results(&model);
+    // Exactly a `deny`'s: the hook's reason, as the call's error result.
+    assert_eq!(results, [("toolu_0001_0".to_string(), "a person should look".to_string(), true)]);
+}
+
+/// A line of the CLI's past 1 MiB (the agent writes a 1.2 MB file: the call's input is in the
+/// line that starts it): hangar cuts it (`harness.truncated`, `line_too_long`) and records the
+/// rest of the turn, the answer and the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_past_a_mib_is_cut_and_the_rest_of_the_turn_recorded() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let relay = relay_with_profile(&claude, &state, AUTO, &[]);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    let big = "a".repeat(1_200_000);
+    let model = Model::start(vec![
+        Step::tool("Write", json!({"file_path": format!("{cwd}/big.txt"), "content": big})),
+        Step::text("Wrote it."),
+    ]);
+    secrets_for(&relay, &model).await;
+    let (s, ev) = run_session(&relay, "big", "claude-auto", &cwd, json!({})).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {:#?}", kinds(&ev));
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {:#?}", kinds(&ev));
+    let cut: Vec<&Value> = ev.iter().filter(|(k, _)| k == "harness.truncated").map(|(_, d)| d).collect();
+    assert!(!cut.is_empty(), "the long line was cut: {:#?}", kinds(&ev));
+    assert!(cut.iter().all(|d| d["reason"] == json!("line_too_long")), "{cut:?}");
+    assert!(cut.iter().all(|d| d["bytes"].as_u64().is_some_and(|b| b > 1 << 20)), "{cut:?}");
+    // Both lines of the call pass 1 MiB: the one that starts it (its input) and the one with its
+    // result (2.1.337 repeats the file's content in `tool_use_result`). What follows is whole.
+    let first_cut = ev.iter().position(|(k, _)| k == "harness.truncated").expect("cut");
+    assert_eq!(
+        kinds(&ev[first_cut..]),
+        ["harness.truncated", "harness.truncated", "message", "usage", "run.result"],
+        "{:#?}",
+        kinds(&ev)
+    );
+    assert_eq!(ev.iter().rfind(|(k, _)| k == "message").map(|(_, d)| d["text"].clone()), Some(json!("Wrote it.")));
+    assert_eq!(exec(&relay, &format!("wc -c < {cwd}/big.txt")).await.trim(), "1200000");
+}
+
+/// A turn of more than 2,000 events (ten answers of 100 `Read` calls each, run in parallel by
+/// the CLI): every call's start and end recorded, in order, none twice, and the turn succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_of_two_thousand_events_is_recorded_whole() {
+    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let relay = relay_for(&claude, &state);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && echo 'ship it' > notes.txt && pwd").await.trim().to_string();
+    let read = ToolCall { name: "Read".into(), input: json!({"file_path": format!("{cwd}/notes.txt")}) };
+    let mut script: Vec<Step> = (0..10).map(|_| Step::Reply { text: None, tools: vec![read.clone(); 100] }).collect();
+    script.push(Step::text("Read it a thousand times."));
+    let model = Model::start(script);
+    secrets_for(&relay, &model).await;
+    let (s, ev) = run_session(&relay, "many", "claude-code", &cwd, json!({})).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    assert_eq!(model.left(), 0, "every answer taken");
+    assert!(ev.len() > 2000, "{} events", ev.len());
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known");
+    assert!(!kinds(&ev).contains(&"harness.truncated"), "nothing dropped");
+    let ids = |kind: &str| -> Vec<String> {
+        ev.iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, d)| d["tool_id"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let (starts, ends) = (ids("tool.start"), ids("tool.end"));
+    assert_eq!(starts.len(), 1000, "every call started");
+    let mut unique = starts.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 1000, "none twice");
+    let mut ended = ends.clone();
+    ended.sort();
+    assert_eq!(ended, unique, "every call ended, once");
 }
