@@ -27,6 +27,13 @@ const LIMIT: Duration = Duration::from_secs(30);
 /// The CLI's version the tests pin (scripts/agent-clis).
 const CLAUDE_VERSION: &str = "2.1.337";
 
+/// The CLI, where it is installed and the tests run as root (the uid split); else `None`
+/// after a skip notice (a failure under `CI=true`).
+fn claude_as_root() -> Option<std::path::PathBuf> {
+    let claude = clis::or_skip(clis::claude(), "Claude Code")?;
+    (!skip_without(is_root(), "root (the uid split)")).then_some(claude)
+}
+
 /// A relay as root (the split) whose sandboxes find `claude` on their PATH.
 fn relay_for(claude: &Path, state: &StateDir) -> Relay {
     let dir = claude.parent().expect("the CLI's directory");
@@ -108,10 +115,7 @@ fn tool_results(model: &Model) -> Vec<(String, String, bool)> {
 /// the CLI wrote is an event hangar knows, with the fields docs/sessions.md gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_turn_with_a_tool_call_and_a_follow_up_by_resume() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_for(&claude, &state);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && echo 'ship it' > notes.txt && pwd").await.trim().to_string();
@@ -210,10 +214,7 @@ async fn a_real_turn_with_a_tool_call_and_a_follow_up_by_resume() {
 /// user's home, which is not in the work directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_that_changes_nothing_leaves_the_repository_clean() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_for(&claude, &state);
     let cwd = exec(
@@ -266,10 +267,7 @@ async fn one_turn(claude: &Path, script: Vec<Step>) -> (Value, Vec<Value>, Model
 /// The model answers 401: the turn fails, and what a person reads says the key was refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_fails_the_turn_saying_so() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let (s, events, model) = one_turn(&claude, vec![Step::unauthorized(); 2]).await;
     assert_eq!(model.left(), 0, "the request and its one retry");
     let ev = agent_events(&events);
@@ -286,10 +284,7 @@ async fn a_refused_key_fails_the_turn_saying_so() {
 /// as it happens, and the turn succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_and_overload_are_retried_and_shown() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     // One retry each (CLAUDE_CODE_MAX_RETRIES): the 429 on the first request, the 529 on the
     // second (after a tool call that needs no permission).
     let script = vec![
@@ -316,10 +311,7 @@ async fn rate_limits_and_overload_are_retried_and_shown() {
 /// A 400 (a request the API refuses) fails the turn with the API's message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_request_fails_the_turn_with_the_apis_message() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     // 2.1.337 sends a refused request six times in all, unchanged and at once, before it gives
     // up: pinned, so that a change in that shows.
     let script = vec![Step::bad_request("the stand-in refuses this request"); 7];
@@ -336,10 +328,7 @@ async fn a_bad_request_fails_the_turn_with_the_apis_message() {
 /// does not, and the denial's reason reaches the model as the call's error result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_allowed_runs_and_one_denied_tells_the_model_why() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_for(&claude, &state);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
@@ -389,10 +378,7 @@ async fn a_call_allowed_runs_and_one_denied_tells_the_model_why() {
 /// refused (409).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_cancelled_in_a_tool_call_leaves_nothing_running() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_for(&claude, &state);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
@@ -446,10 +432,7 @@ async fn a_turn_cancelled_in_a_tool_call_leaves_nothing_running() {
 /// (one commit ahead of the base, not dirty), and `verify` sees the commit ([`AUTO`]'s profile).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_whose_agent_commits_measures_exactly_that() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_with_profile(&claude, &state, AUTO, &[]);
     let cwd = exec(
@@ -499,10 +482,7 @@ async fn a_job_whose_agent_commits_measures_exactly_that() {
 /// and its report reaches the main agent as that call's result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagents_calls_are_attributed_to_it() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     // In order: the main agent's call, the subagent's two requests, the main agent's answer.
     // (In the background, 2.1.337's default, the two agents' requests race for the script.)
     let agent = json!({"description": "look around", "prompt": "Say where you are.",
@@ -559,10 +539,7 @@ async fn a_subagents_calls_are_attributed_to_it() {
 /// command turns them into 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_approval_hook_fails_closed() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_with_profile(&claude, &state, AUTO, &[]);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
@@ -626,10 +603,7 @@ async fn ended_item(relay: &Relay, kind: &str, session: &str) -> Value {
 /// its exit status 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_question_answered_reaches_the_model_and_one_unanswered_expires() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_with_profile(&claude, &state, AUTO, &[("HANGAR_INBOX_EXPIRY_SECONDS", "3")]);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
@@ -665,10 +639,7 @@ async fn a_question_answered_reaches_the_model_and_one_unanswered_expires() {
 /// `denied` item tells the person.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_nobody_decides_expires_and_the_call_does_not_run() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let dir = claude.parent().expect("the CLI's directory");
     let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
@@ -693,10 +664,7 @@ async fn an_approval_nobody_decides_expires_and_the_call_does_not_run() {
 /// the hook's reason is the call's error result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hooks_ask_is_a_refusal_in_headless_mode() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     // The hook's answer and the settings naming it, where the sandbox's user reads them.
     // (Another scratch directory of the test's: the sandbox's namespace covers only its relay's.)
@@ -737,10 +705,7 @@ credentials = ["ANTHROPIC_API_KEY"]
 /// rest of the turn, the answer and the result.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_line_past_a_mib_is_cut_and_the_rest_of_the_turn_recorded() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_with_profile(&claude, &state, AUTO, &[]);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
@@ -774,10 +739,7 @@ async fn a_line_past_a_mib_is_cut_and_the_rest_of_the_turn_recorded() {
 /// the CLI): every call's start and end recorded, in order, none twice, and the turn succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_of_two_thousand_events_is_recorded_whole() {
-    let Some(claude) = clis::or_skip(clis::claude(), "Claude Code") else { return };
-    if skip_without(is_root(), "root (the uid split)") {
-        return;
-    }
+    let Some(claude) = claude_as_root() else { return };
     let state = StateDir::new();
     let relay = relay_for(&claude, &state);
     let cwd = exec(&relay, "mkdir -p repo && cd repo && echo 'ship it' > notes.txt && pwd").await.trim().to_string();
