@@ -40,9 +40,14 @@ async fn exec(relay: &Relay, command: &str) -> String {
 /// Codex's own (it needs bubblewrap, and hangar's sandbox is the boundary; with it missing,
 /// 0.147.0 fails each command without printing its item); the repository's path.
 async fn setup(relay: &Relay, model: &Model) -> String {
+    setup_with(relay, model, "never").await
+}
+
+/// As [`setup`], with Codex's `approval_policy` `approval`.
+async fn setup_with(relay: &Relay, model: &Model, approval: &str) -> String {
     let config = format!(
         "model = \"gpt-5.2-codex\"\nmodel_provider = \"standin\"\nsandbox_mode = \"danger-full-access\"\n\
-         approval_policy = \"never\"\n[model_providers.standin]\nname = \"standin\"\n\
+         approval_policy = \"{approval}\"\n[model_providers.standin]\nname = \"standin\"\n\
          base_url = \"{}\"\nenv_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\n",
         model.openai_url()
     );
@@ -156,4 +161,31 @@ async fn a_refused_key_fails_the_codex_turn() {
         said.contains("401") || said.to_lowercase().contains("unauthorized"),
         "a reason a person understands: {ev:#?}"
     );
+}
+
+/// Codex's own approval mode in `codex exec`, which has no one to ask, pinned for 0.147.0: with
+/// `approval_policy = "untrusted"` a command that writes runs all the same, as with `never`.
+/// Nothing gates a Codex turn's commands, then: hangar's approvals (the inbox) reach Claude Code
+/// only, and the boundary is the sandbox (docs/sessions.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_exec_runs_a_command_its_untrusted_policy_would_ask_about() {
+    let Some(codex) = clis::or_skip(clis::codex(), "Codex") else { return };
+    if skip_without(is_root(), "root (the uid split)") {
+        return;
+    }
+    let state = StateDir::new();
+    let relay = relay_for(&codex, &state);
+    let model = Model::start(vec![Step::exec_command("touch made.txt"), Step::text("Made it.")]);
+    let cwd = setup_with(&relay, &model, "untrusted").await;
+    let body = json!({"name": "cx", "sandbox": "default", "harness": "codex", "prompt": "Make it.",
+        "cwd": cwd, "secrets": ["OPENAI_API_KEY"]});
+    start(&relay, ADMIN, body).await;
+    let s = until_ended(&relay, ADMIN, "cx", LIMIT).await;
+    let ev = agent_events(&all_events(&relay, ADMIN, "cx").await);
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert!(unknown_json(&ev).is_empty(), "every JSON line known: {ev:#?}");
+    assert_eq!(exec(&relay, &format!("cd {cwd} && ls")).await, "made.txt\nnotes.txt\n", "the command ran");
+    let ends: Vec<&Value> = ev.iter().filter(|(k, _)| k == "tool.end").map(|(_, d)| d).collect();
+    assert_eq!(ends.len(), 1, "{ev:#?}");
+    assert_eq!((&ends[0]["name"], &ends[0]["ok"]), (&json!("Bash"), &json!(true)), "{ev:#?}");
 }
