@@ -12,7 +12,7 @@ use hangar_e2e::{
     clis,
     docker::{self, container_of, create_sandbox, inspect, Containers, Network, AGENT_IMAGE, STANDIN_IMAGE},
     relay::{Relay, StateDir, ADMIN},
-    sessions::{agent_events, all_events, put_secret, start, until_ended},
+    sessions::{agent_events, all_events, item_of, put_secret, start, until_ended},
 };
 use serde_json::{json, Value};
 
@@ -68,21 +68,8 @@ async fn a_real_claude_code_turn_in_a_docker_sandbox() {
     let mut containers = Containers::new();
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
-    let name = containers.name("agent");
-    let sbx = create_sandbox(&relay, &name, json!({"image": AGENT_IMAGE, "network": net.name})).await;
-    assert_eq!(sbx["daemon"], json!(true), "{sbx}");
-    let cwd = exec(
-        &relay,
-        &name,
-        "git init -q -b main && echo 'ship it' > notes.txt && git add notes.txt && \
-         git -c user.email=a@example.com -c user.name=dev commit -q -m notes && pwd",
-    )
-    .await;
-    assert_eq!(cwd.trim(), "/work", "the image's work directory");
-
-    put_secret(&relay, "ANTHROPIC_API_KEY", "sk-ant-stand-in-key").await;
-    put_secret(&relay, "ANTHROPIC_BASE_URL", &format!("http://{model}:8080")).await;
-    put_secret(&relay, "CLAUDE_CODE_MAX_RETRIES", "00000001").await;
+    let name = agent_sandbox(&relay, &mut containers, &net, &model).await;
+    assert_eq!(exec(&relay, &name, "pwd").await, "/work\n", "the image's work directory");
     let body = json!({"name": "dock", "sandbox": name, "harness": "claude-code", "prompt": "What do the notes say?",
         "secrets": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CLAUDE_CODE_MAX_RETRIES"]});
     start(&relay, ADMIN, body).await;
@@ -111,6 +98,97 @@ async fn a_real_claude_code_turn_in_a_docker_sandbox() {
         ".claude\n.claude.json\n.hangar\n",
         "the CLI's state and hangar's are in the home"
     );
+    drop(relay);
+    drop(containers);
+}
+
+/// The sandbox of `net` from the agent image, with a repository at its work directory, and
+/// Claude Code's secrets for the stand-in `model`; the sandbox's name.
+async fn agent_sandbox(relay: &Relay, containers: &mut Containers, net: &Network, model: &str) -> String {
+    let name = containers.name("agent");
+    let sbx = create_sandbox(relay, &name, json!({"image": AGENT_IMAGE, "network": net.name})).await;
+    assert_eq!(sbx["daemon"], json!(true), "{sbx}");
+    exec(
+        relay,
+        &name,
+        "git init -q -b main && echo 'ship it' > notes.txt && git add notes.txt && \
+         git -c user.email=a@example.com -c user.name=dev commit -q -m notes",
+    )
+    .await;
+    put_secret(relay, "ANTHROPIC_API_KEY", "sk-ant-stand-in-key").await;
+    put_secret(relay, "ANTHROPIC_BASE_URL", &format!("http://{model}:8080")).await;
+    put_secret(relay, "CLAUDE_CODE_MAX_RETRIES", "00000001").await;
+    name
+}
+
+/// An approval in a container: the real `PreToolUse` hook there holds the call, the relay's
+/// inbox watcher finds the request in the sandbox, and the person's answer reaches the hook:
+/// the allowed call runs, the denied one does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_reach_a_claude_code_in_a_docker_sandbox() {
+    let Some(_claude) = ready("approvals_reach_a_claude_code_in_a_docker_sandbox") else { return };
+    let mut net = Network::create("gate");
+    let model = model_on(
+        &mut net,
+        json!([{"bash": "echo yes > allowed.txt"}, {"bash": "echo no > denied.txt"}, {"text": "One of two."}]),
+    );
+    let mut containers = Containers::new();
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let name = agent_sandbox(&relay, &mut containers, &net, &model).await;
+    let body = json!({"name": "gated", "sandbox": name, "harness": "claude-code", "prompt": "Write both.",
+        "secrets": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CLAUDE_CODE_MAX_RETRIES"], "approvals": ["Bash"]});
+    start(&relay, ADMIN, body).await;
+    for (decision, command) in [("allow", "echo yes > allowed.txt"), ("deny", "echo no > denied.txt")] {
+        let held = item_of(&relay, ADMIN, "approval", "gated").await;
+        assert_eq!(held["tool"]["input"]["command"], json!(command), "{held}");
+        let path = format!("/api/approvals/{}", held["ask_id"].as_str().expect("ask_id"));
+        let r = relay.call("POST", &path, Some(ADMIN), Some(json!({"decision": decision}))).await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    let s = until_ended(&relay, ADMIN, "gated", LIMIT).await;
+    let ev = agent_events(&all_events(&relay, ADMIN, "gated").await);
+    assert_eq!((&s["state"], &s["split"]), (&json!("succeeded"), &json!(true)), "{s}\nevents: {ev:#?}");
+    assert_eq!(exec(&relay, &name, "ls").await, "allowed.txt\nnotes.txt\n", "only the allowed call ran");
+    drop(relay);
+    drop(containers);
+}
+
+/// The real Codex in the same image: a command, its output to the model, the answer; Codex's
+/// own state (`~/.codex`) in the agent's home, the repository clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_codex_turn_in_a_docker_sandbox() {
+    let Some(_claude) = ready("a_real_codex_turn_in_a_docker_sandbox") else { return };
+    let mut net = Network::create("codex");
+    let model = model_on(
+        &mut net,
+        json!([{"tool": "exec_command", "input": {"cmd": "cat notes.txt"}}, {"text": "The notes say: ship it."}]),
+    );
+    let mut containers = Containers::new();
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[]);
+    let name = agent_sandbox(&relay, &mut containers, &net, &model).await;
+    // As docs/sessions.md says for Codex 0.147.0: a provider of one's own, no sandbox of Codex's.
+    let config = format!(
+        "model = \"gpt-5.2-codex\"\nmodel_provider = \"standin\"\nsandbox_mode = \"danger-full-access\"\n\
+         approval_policy = \"never\"\n[model_providers.standin]\nname = \"standin\"\n\
+         base_url = \"http://{model}:8080/v1\"\nenv_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\n"
+    );
+    exec(&relay, &name, &format!("mkdir -p ~/.codex && printf '%s' '{config}' > ~/.codex/config.toml")).await;
+    put_secret(&relay, "OPENAI_API_KEY", "sk-stand-in-key").await;
+    let body = json!({"name": "cx", "sandbox": name, "harness": "codex", "prompt": "What do the notes say?",
+        "secrets": ["OPENAI_API_KEY"]});
+    start(&relay, ADMIN, body).await;
+    let s = until_ended(&relay, ADMIN, "cx", LIMIT).await;
+    let ev = agent_events(&all_events(&relay, ADMIN, "cx").await);
+    assert_eq!((&s["state"], &s["split"]), (&json!("succeeded"), &json!(true)), "{s}\nevents: {ev:#?}");
+    let kinds: Vec<&str> = ev.iter().map(|(k, _)| k.as_str()).filter(|k| *k != "harness.unknown").collect();
+    assert_eq!(kinds.first(), Some(&"run.started"), "{ev:#?}");
+    assert!(kinds.contains(&"tool.start") && kinds.contains(&"tool.end"), "{ev:#?}");
+    let message = ev.iter().rfind(|(k, _)| k == "message").expect("a message");
+    assert_eq!(message.1["text"], json!("The notes say: ship it."), "{ev:#?}");
+    assert_eq!(exec(&relay, &name, "git status --porcelain --ignored").await, "", "nothing the agent did not do");
+    assert_eq!(exec(&relay, &name, "cd && ls -d .codex .hangar").await, ".codex\n.hangar\n");
     drop(relay);
     drop(containers);
 }
