@@ -247,6 +247,37 @@ async fn a_turn_that_changes_nothing_leaves_the_repository_clean() {
     );
 }
 
+/// A session working in its home, as E2B's template has it (`/home/user` is both): the CLI's
+/// state goes to `~/.hangar/home`, which git ignores, so a repository at the home shows nothing
+/// the agent did not do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_in_its_home_keeps_the_clis_state_out_of_the_repository_there() {
+    let Some(claude) = claude_as_root() else { return };
+    let state = StateDir::new();
+    let relay = relay_for(&claude, &state);
+    let home = exec(
+        &relay,
+        "cd && git init -q -b main && echo 'ship it' > notes.txt && git add notes.txt && \
+         git -c user.email=a@example.com -c user.name=dev commit -q -m notes && pwd",
+    )
+    .await
+    .trim()
+    .to_string();
+    let model = Model::start(vec![
+        Step::tool("Read", json!({"file_path": format!("{home}/notes.txt")})),
+        Step::text("The notes say: ship it."),
+    ]);
+    secrets_for(&relay, &model).await;
+    let (s, ev) = run_session(&relay, "home", "claude-code", &home, json!({})).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert_eq!(exec(&relay, "cd && git status --porcelain").await, "", "nothing the agent did not do");
+    assert_eq!(
+        exec(&relay, "cd && ls -d .hangar/home/.claude .hangar/home/.claude.json").await,
+        ".hangar/home/.claude\n.hangar/home/.claude.json\n",
+        "the CLI's state"
+    );
+}
+
 /// One turn of the real CLI in a fresh relay against `script`, with `prompt` in `repo/`: the
 /// ended session, its events, and the stand-in (to read what the CLI sent).
 async fn one_turn(claude: &Path, script: Vec<Step>) -> (Value, Vec<Value>, Model) {

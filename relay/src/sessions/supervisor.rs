@@ -99,11 +99,18 @@ hb=$!
 child=
 term() { [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }
 trap term TERM INT HUP
+# An agent working in its home (E2B's /home/user is both its home and the working directory)
+# gets ~/.hangar/home as HOME, which git ignores (install's .gitignore): its CLI's state stays
+# out of a repository there, and a project's own .claude/ is not the user's.
+ahome=$home
+[ "$ahome" = - ] && ahome=${HOME:-}
+case $cwd in "$ahome" | "$ahome/") ahome=$ahome/.hangar/home ;; *) ahome= ;; esac
 if [ "$as" = - ]; then
-  ( cd "$cwd" && exec "$@" ) <"$hdir/$turn.prompt" >"$fifo" 2>&1 &
+  ( cd "$cwd" && if [ -n "$ahome" ]; then mkdir -p "$ahome" && export HOME="$ahome"; fi && exec "$@" ) \
+    <"$hdir/$turn.prompt" >"$fifo" 2>&1 &
 else
-  setpriv --reuid="$as" --regid="$gid" --init-groups --no-new-privs -- env HOME="$home" USER="$name" LOGNAME="$name" \
-    bash -c 'cd "$1" && shift && exec "$@"' hangar-turn "$cwd" "$@" <"$hdir/$turn.prompt" >"$fifo" 2>&1 &
+  setpriv --reuid="$as" --regid="$gid" --init-groups --no-new-privs -- env HOME="${ahome:-$home}" USER="$name" LOGNAME="$name" \
+    bash -c 'mkdir -p "$HOME" 2>/dev/null; cd "$1" && shift && exec "$@"' hangar-turn "$cwd" "$@" <"$hdir/$turn.prompt" >"$fifo" 2>&1 &
 fi
 child=$!
 printf '%s\n' "$child" >>"$hdir/$turn.pid"
