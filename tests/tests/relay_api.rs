@@ -195,7 +195,7 @@ async fn exec_returns_the_result_at_the_end() {
         (json!(3), json!("hi\n"), json!("oops\n"))
     );
     assert_eq!(v["streamed"], json!(false));
-    // A local sandbox's processes have its directory as HOME and working directory.
+    // A local sandbox's processes start in its work directory, with its home beside it as HOME.
     let v = relay
         .call("POST", "/api/sandboxes/default/exec", Some(&user), Some(json!({"command": "pwd; echo $HOME"})))
         .await
@@ -203,10 +203,11 @@ async fn exec_returns_the_result_at_the_end() {
     let out = v["stdout"].as_str().unwrap();
     let lines: Vec<_> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out}");
-    assert_eq!(lines[0], lines[1]);
-    assert!(lines[0].starts_with(state.0.to_str().unwrap()), "{out}");
+    assert!(lines[0].starts_with(state.0.to_str().unwrap()) && lines[0].ends_with("/disk/work"), "{out}");
+    assert_eq!(lines[1], lines[0].replace("/disk/work", "/disk/home"), "{out}");
 
-    // cwd: relative to the sandbox's directory, and never out of it.
+    // cwd: relative to the work directory, and never out of the sandbox's files (`..` is
+    // them: the work directory and the home; `../..` is not).
     std::fs::create_dir_all(std::path::Path::new(lines[0]).join("sub")).unwrap();
     let v = relay
         .call("POST", "/api/sandboxes/default/exec", Some(&user), Some(json!({"command": "pwd", "cwd": "sub"})))
@@ -217,7 +218,7 @@ async fn exec_returns_the_result_at_the_end() {
         json!({"command": ""}),
         json!({"command": "true", "timeout": 0}),
         json!({"cmd": "true"}),
-        json!({"command": "pwd", "cwd": ".."}),
+        json!({"command": "pwd", "cwd": "../.."}),
         json!({"command": "pwd", "cwd": "/etc"}),
     ] {
         let r = relay.call("POST", "/api/sandboxes/default/exec", Some(&user), Some(bad.clone())).await;
