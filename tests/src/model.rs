@@ -18,16 +18,21 @@ use std::{
     collections::VecDeque,
     convert::Infallible,
     net::SocketAddr,
+    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex,
     },
-    time::Duration,
+    task::{Context, Poll},
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
-use hyper::{body::Incoming, Request, Response};
+use hyper::{
+    body::{Frame, Incoming, SizeHint},
+    Request, Response,
+};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 
@@ -159,6 +164,13 @@ pub struct Recorded {
     pub body: Value,
     /// Whether it took a step of the script (a request of the agent's loop).
     pub scripted: bool,
+    /// The answer's number, for a model call (`msg_stand_in_NNNN`, `resp_stand_in_NNNN`, the
+    /// tool calls' `toolu_NNNN_i`): what the CLI's lines name it by.
+    pub answer: Option<u64>,
+    /// When the answer's last bytes were handed to the connection (Unix seconds; hyper writes
+    /// them to the socket in the same poll), once they were: the instant the CLI can have all of
+    /// it, so that what it prints next is timed from here.
+    pub answered: Option<f64>,
 }
 
 struct Ctx {
@@ -280,9 +292,20 @@ async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
         Err(e) => return full(400, "application/json", error_body("invalid_request_error", &e.to_string()), &[]),
     };
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    // The record's place, so that its answer's number and the instant it was sent are added.
+    let index = std::cell::Cell::new(None);
     let record = |scripted: bool| {
-        let r = Recorded { method: method.clone(), path: path.clone(), body: body.clone(), scripted };
-        ctx.requests.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+        let r = Recorded {
+            method: method.clone(),
+            path: path.clone(),
+            body: body.clone(),
+            scripted,
+            answer: None,
+            answered: None,
+        };
+        let mut all = ctx.requests.lock().unwrap_or_else(|p| p.into_inner());
+        all.push(r);
+        index.set(Some(all.len() - 1));
     };
     // A request of the agent's loop (it offers tools) takes the script's next step; a side call
     // (a title, a summary) is answered "ok". With the step, the answer's number.
@@ -294,9 +317,15 @@ async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
         } else {
             Step::text("ok")
         };
-        (step, ctx.counter.fetch_add(1, Ordering::Relaxed) + 1)
+        let id = ctx.counter.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(i) = index.get() {
+            if let Some(r) = ctx.requests.lock().unwrap_or_else(|p| p.into_inner()).get_mut(i) {
+                r.answer = Some(id);
+            }
+        }
+        (step, id)
     };
-    match (method.as_str(), path.as_str()) {
+    let response = match (method.as_str(), path.as_str()) {
         ("POST", "/v1/messages/count_tokens") => {
             record(false);
             let n = body.to_string().len() / 4;
@@ -316,6 +345,59 @@ async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
             record(false);
             full(404, "application/json", error_body("not_found_error", &format!("{method} {path}")), &[])
         }
+    };
+    let (parts, inner) = response.into_parts();
+    Response::from_parts(parts, Stamped { inner, ctx: ctx.clone(), index: index.get(), done: false }.boxed())
+}
+
+/// An answer's body that notes in its request's record when its last bytes were handed to the
+/// connection ([`Recorded::answered`]): as its last frame is taken, or when it is dropped unread.
+struct Stamped {
+    inner: Body,
+    ctx: Arc<Ctx>,
+    index: Option<usize>,
+    done: bool,
+}
+
+impl Stamped {
+    fn stamp(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let Some(i) = self.index else { return };
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        if let Some(r) = self.ctx.requests.lock().unwrap_or_else(|p| p.into_inner()).get_mut(i) {
+            r.answered = Some(now);
+        }
+    }
+}
+
+impl hyper::body::Body for Stamped {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => self.stamp(),
+            Poll::Ready(Some(Ok(_))) if self.inner.is_end_stream() => self.stamp(),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Stamped {
+    fn drop(&mut self) {
+        self.stamp();
     }
 }
 
@@ -529,6 +611,11 @@ mod tests {
         assert!(counted.json()["input_tokens"].as_u64().is_some());
         let scripted: Vec<bool> = model.requests().iter().map(|r| r.scripted).collect();
         assert_eq!(scripted, [true, false, true, true, true, false]);
+        // Each answer's number and the instant it was sent, in order.
+        let answers: Vec<Option<u64>> = model.requests().iter().map(|r| r.answer).collect();
+        assert_eq!(answers, [Some(1), Some(2), Some(3), Some(4), Some(5), None]);
+        let sent: Vec<f64> = model.requests().iter().map(|r| r.answered.expect("answered")).collect();
+        assert!(sent.windows(2).all(|w| w[0] <= w[1]) && sent[0] > 1.7e9, "{sent:?}");
     }
 
     /// A script written as JSON, as the stand-in's binary reads it.

@@ -6,9 +6,10 @@
 //!
 //! SCRIPT is a JSON array of steps (`Step::script_from_json`), or `@FILE` to read it from a
 //! file. ADDR defaults to `0.0.0.0:8080`. It prints `listening on ADDR`, then one JSON line per
-//! request it gets (`method`, `path`, `scripted`: whether it took a step), and exits 0 on
-//! SIGTERM or SIGINT (as a container's PID 1 it would otherwise ignore them); 2 on a bad
-//! argument or script.
+//! request it gets, once it is answered (`method`, `path`, `scripted`: whether it took a step;
+//! `answer`: a model call's number, as the CLI's lines name it; `answered`: when the answer's
+//! last bytes were sent, Unix seconds), and exits 0 on SIGTERM or SIGINT (as a container's PID 1
+//! it would otherwise ignore them); 2 on a bad argument or script.
 use std::{io::Write as _, net::SocketAddr, time::Duration};
 
 use hangar_e2e::model::{Model, Step};
@@ -53,11 +54,14 @@ fn main() {
                 _ = tick.tick() => {
                     let requests = model.requests();
                     let mut out = std::io::stdout().lock();
-                    for r in requests.iter().skip(shown) {
-                        let _ = writeln!(out, "{}", json!({"method": r.method, "path": r.path, "scripted": r.scripted}));
+                    // A request is printed once its answer is sent, with when (in order).
+                    for r in requests.iter().skip(shown).take_while(|r| r.answered.is_some()) {
+                        let line = json!({"method": r.method, "path": r.path, "scripted": r.scripted,
+                            "answer": r.answer, "answered": r.answered});
+                        let _ = writeln!(out, "{line}");
+                        shown += 1;
                     }
                     let _ = out.flush();
-                    shown = requests.len();
                 }
             }
         }
