@@ -1,4 +1,4 @@
-"""Draws the per-line delay distributions of a hangar-bench result (scenarios 1, 5, 6 and 9) as one PNG.
+"""Draws the per-line delay distributions of a hangar-bench result (scenarios 1, 5, 6, 9 and 10) as one PNG.
 
 Usage: plot.py RESULT.json OUT.png. Reads only the JSON hangar-bench wrote, so a plot can be
 redrawn from committed results.
@@ -21,9 +21,9 @@ def cdf(ax, percentiles, label):
 def main(src, dest):
     with open(src) as f:
         r = json.load(f)
-    panels = [p for p in ("streaming", "scale", "turns", "agents") if r.get(p)]
+    panels = [p for p in ("streaming", "scale", "turns", "agents", "claude") if r.get(p)]
     if not panels:
-        print(f"plot.py: {src} has no streaming, scale, turns or agents results: no plot", file=sys.stderr)
+        print(f"plot.py: {src} has no streaming, scale, turns, agents or claude results: no plot", file=sys.stderr)
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False)
     for ax, panel in zip(axes[0], panels):
@@ -45,6 +45,11 @@ def main(src, dest):
                 label = f"{row['provider']} {row['agents']} agents on {row['sandboxes']}, {row['pace']}"
                 cdf(ax, row["recorded_ms"]["percentiles"], label)
             ax.set_title(f"9. The fleet under load: line to recorded, {a['seconds']:.0f} s a case")
+        elif panel == "claude":
+            c = r["claude"]
+            for row in c["rows"]:
+                cdf(ax, row["delay_ms"]["percentiles"], row["label"].replace("`", ""))
+            ax.set_title(f"10. Claude Code {c['version']}: answer to line, {c['runs']} runs x {c['steps']} answers")
         else:
             s = r["scale"]
             d = s["line_delay_ms"]
@@ -53,6 +58,8 @@ def main(src, dest):
             ax.set_title(f"5. Each line's delay, {s['streams']} streams ({d['n']} lines)")
         ax.set_xscale("log")
         what = "delay from a log line's writing" if panel in ("turns", "agents") else "delay from printing to arrival"
+        if panel == "claude":
+            what = "delay from the model's answer to the CLI's line"
         ax.set_xlabel(f"{what}, ms (log)")
         ax.set_ylabel("percentile")
         ax.grid(True, which="both", alpha=0.3)

@@ -30,7 +30,7 @@ use clap::ValueEnum;
 
 pub use error::{BenchError, Result};
 use report::Results;
-use scenarios::{agents, fleet, follow, memory, scale, starts, streaming, throughput, turns, watch};
+use scenarios::{agents, claude, fleet, follow, memory, scale, starts, streaming, throughput, turns, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
@@ -44,9 +44,10 @@ pub enum Scenario {
     Fleet,
     Starts,
     Agents,
+    Claude,
 }
 
-pub const ALL: [Scenario; 10] = [
+pub const ALL: [Scenario; 11] = [
     Scenario::Streaming,
     Scenario::Follow,
     Scenario::Watch,
@@ -57,6 +58,7 @@ pub const ALL: [Scenario; 10] = [
     Scenario::Fleet,
     Scenario::Starts,
     Scenario::Agents,
+    Scenario::Claude,
 ];
 
 /// How much of each scenario to run: the full run behind committed results, or a quick one
@@ -156,6 +158,11 @@ pub async fn run(r: &mut Results, sizes: Sizes, only: &[Scenario], save: &dyn Fn
                 })
                 .await?;
                 r.agents = Some(a);
+            }
+            Scenario::Claude => {
+                if let Some(cfg) = claude::Config::new(sizes.quick)? {
+                    r.claude = Some(claude::run(&cfg).await?);
+                }
             }
         }
         r.seconds = stats::round3(started.elapsed().as_secs_f64());

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::{
     error::{fail, IoContext, Result},
     machine::Machine,
-    scenarios::{agents, fleet, follow, memory, scale, starts, streaming, throughput, turns, watch},
+    scenarios::{agents, claude, fleet, follow, memory, scale, starts, streaming, throughput, turns, watch},
     shipped::Shipped,
     stats::{significant, Summary},
 };
@@ -38,6 +38,7 @@ pub struct Results {
     pub fleet: Option<fleet::Report>,
     pub starts: Option<starts::Report>,
     pub agents: Option<agents::Report>,
+    pub claude: Option<claude::Report>,
 }
 
 impl Results {
@@ -59,6 +60,7 @@ impl Results {
             fleet: None,
             starts: None,
             agents: None,
+            claude: None,
         }
     }
 
@@ -455,7 +457,39 @@ pub fn markdown(r: &Results) -> String {
     if let Some(a) = &r.agents {
         agents_markdown(&mut m, a);
     }
+    if let Some(c) = &r.claude {
+        claude_markdown(&mut m, c);
+    }
     m
+}
+
+/// Scenario 10's section.
+fn claude_markdown(m: &mut String, c: &claude::Report) {
+    let _ = writeln!(m, "## 10. The real Claude Code's lines\n");
+    let _ = writeln!(
+        m,
+        "Claude Code {} (`claude -p --output-format stream-json --verbose`) against the scripted model stand-in: {} runs of a turn of {} answers (a `Read` each, every other one after a sentence, then a closing text; {} lines a turn), each mode in turn after one unmeasured turn each. Delay: from the stand-in's sending an answer to the arrival of the first line naming it (or its first event). hangar: a session of the built-in `claude-code` harness on the relay's local sandbox (uid split: {}). Bursts: lines that came in one `read` with another line.\n",
+        c.version, c.runs, c.steps, c.lines_per_turn, c.split
+    );
+    let _ = writeln!(m, "| Way out | Answer to line p50 / p95 / p99, ms | Over the pipe p50 / p95 / p99, ms | Lines in bursts (max in one read) | Turn, s (p50) |");
+    let _ = writeln!(m, "|---|---|---|---|---|");
+    for row in &c.rows {
+        let bursts = row.reads.as_ref().map_or("n/a".to_string(), |r| {
+            format!("{} of {} ({})", r.lines_sharing_a_read, r.lines, r.max_lines_per_read)
+        });
+        let _ = writeln!(
+            m,
+            "| {} | {} | {:+.2} / {:+.2} / {:+.2} | {} | {:.1} |",
+            row.label,
+            p3(&row.delay_ms),
+            row.over_pipe_ms[0],
+            row.over_pipe_ms[1],
+            row.over_pipe_ms[2],
+            bursts,
+            row.turn_seconds.p50
+        );
+    }
+    let _ = writeln!(m);
 }
 
 fn p3(s: &Summary) -> String {

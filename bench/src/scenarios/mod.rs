@@ -1,6 +1,7 @@
 //! The scenarios, one module each, numbered as in docs/performance.md.
 
 pub mod agents;
+pub mod claude;
 pub mod fleet;
 pub mod follow;
 pub mod memory;
