@@ -110,7 +110,17 @@ async fn the_relays_threads_run_on_a_short_slice() {
         let all = threads(relay.pid());
         assert!(all.len() > 1, "the relay runs its runtime on threads of its own: {all:?}");
         for tid in all {
-            assert_eq!(sched_slice_us(tid), Some(want), "HANGAR_SCHED_SLICE_US={env:?}, thread {tid}");
+            // A thread asks for its slice as it starts (a blocking-pool thread may be newborn as
+            // it is listed), and one may end before it is read: wait a little for either.
+            let mut got = sched_slice_us(tid);
+            for _ in 0..40 {
+                if got == Some(want) || got.is_none() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                got = sched_slice_us(tid);
+            }
+            assert!(got == Some(want) || got.is_none(), "HANGAR_SCHED_SLICE_US={env:?}, thread {tid}: {got:?}");
         }
     }
     let state = StateDir::new();
