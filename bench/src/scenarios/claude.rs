@@ -45,6 +45,7 @@ use serde_json::{json, Value};
 
 use crate::{
     error::{fail, IoContext, Result},
+    scenarios::turns::{follow_turn, Followed, Seen},
     stats::{now, round3, Summary},
     world::RelayWorld,
 };
@@ -194,15 +195,6 @@ pub fn delays(what: &str, first: &[(usize, u64)], at: &[Option<f64>], answered: 
         out.push((seen - sent) * 1000.0);
     }
     Ok(out)
-}
-
-/// An event as the SSE follower saw it.
-#[derive(Debug, Clone)]
-pub struct Seen {
-    pub ts: f64,
-    pub at: f64,
-    pub kind: String,
-    pub data: Value,
 }
 
 /// The `(ts, arrival)` of each line's first event, by line, given the events each line makes
@@ -519,42 +511,7 @@ impl Hangar {
         }
         let turn =
             v["turns"][0]["id"].as_str().ok_or_else(|| fail(format!("session {name}"), "no turn id"))?.to_string();
-        let path = format!("/api/sessions/{name}/events/stream?since=0");
-        let mut sse = relay.sse("GET", &path, Some(ADMIN), None).await;
-        if sse.status != 200 {
-            return Err(fail(format!("GET {path}"), sse.status));
-        }
-        let opened = now();
-        let mut events = Vec::new();
-        let mut last_seq = 0;
-        let mut state = Value::Null;
-        let closed = loop {
-            let Some(ev) = sse.next(TURN_LIMIT).await else { break None };
-            let at = now();
-            if ev.event == "close" {
-                break Some(ev.json());
-            }
-            let e = ev.json();
-            let seq = e["seq"].as_i64().unwrap_or(0);
-            if seq <= last_seq {
-                return Err(fail(format!("GET {path}"), format!("event seq {seq} after {last_seq}")));
-            }
-            last_seq = seq;
-            let (kind, data) = (e["type"].as_str().unwrap_or_default().to_string(), e["data"].clone());
-            if kind == "run.state" && data["source"] == "hangar" {
-                state = data;
-                continue;
-            }
-            let ts =
-                e["ts"].as_f64().ok_or_else(|| fail(format!("GET {path}"), format!("an event without ts: {e}")))?;
-            events.push(Seen { ts, at, kind, data });
-        };
-        if closed.as_ref().map(|c| &c["reason"]) != Some(&json!("done")) {
-            return Err(fail(format!("GET {path}"), format!("the stream ended with {closed:?}")));
-        }
-        if state["to"] != "succeeded" {
-            return Err(fail(format!("session {name}"), format!("the turn ended {state}")));
-        }
+        let Followed { events, opened, .. } = follow_turn(relay, ADMIN, name, TURN_LIMIT).await?;
         let s = relay.call("GET", &format!("/api/sessions/{name}"), Some(ADMIN), None).await.json();
         let log = exec(&self.world, &format!("cat \"$HOME/.hangar/runs/{turn}.log\"")).await?;
         Ok(HangarTurn { served: events, log, split: s["split"] == true, started, opened })

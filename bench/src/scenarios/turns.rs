@@ -20,7 +20,7 @@
 use std::time::Duration;
 
 use hangar_agents::{Format, Parser};
-use hangar_e2e::files::Scratch;
+use hangar_e2e::{files::Scratch, relay::Relay};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -233,12 +233,66 @@ pub async fn run(cfg: &Config) -> Result<Report> {
     })
 }
 
-/// An event of the turn as the SSE client saw it.
-struct Seen {
-    ts: f64,
-    at: f64,
-    kind: String,
-    data: Value,
+/// An event of a turn as the SSE follower saw it: its `ts` (recorded), when it arrived, its
+/// type and data.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub ts: f64,
+    pub at: f64,
+    pub kind: String,
+    pub data: Value,
+}
+
+/// A session's first turn, followed over SSE from its start to the stream's end.
+pub struct Followed {
+    /// The agent's events as served (hangar's `run.state` left out), in order.
+    pub events: Vec<Seen>,
+    /// When the stream opened and when its `close` came (Unix seconds).
+    pub opened: f64,
+    pub closed: f64,
+}
+
+/// Follows session `name`'s events (`since=0`) with `token` until the stream ends, waiting at
+/// most `limit` for each. Fails unless the seqs rise, each SSE id is its seq, the stream ends
+/// `done` and the turn `succeeded`.
+pub async fn follow_turn(relay: &Relay, token: &str, name: &str, limit: Duration) -> Result<Followed> {
+    let path = format!("/api/sessions/{name}/events/stream?since=0");
+    let mut sse = relay.sse("GET", &path, Some(token), None).await;
+    if sse.status != 200 {
+        return Err(fail(format!("GET {path}"), sse.status));
+    }
+    let opened = now();
+    let mut events = Vec::new();
+    let mut last_seq = 0;
+    let mut state = Value::Null;
+    let closed = loop {
+        let Some(ev) = sse.next(limit).await else { break None };
+        let at = now();
+        if ev.event == "close" {
+            break Some((ev.json(), at));
+        }
+        let e = ev.json();
+        let seq = e["seq"].as_i64().unwrap_or(0);
+        if seq <= last_seq || ev.id.as_deref() != Some(&seq.to_string()) {
+            return Err(fail(format!("GET {path}"), format!("event seq {seq} (id {:?}) after {last_seq}", ev.id)));
+        }
+        last_seq = seq;
+        let (kind, data) = (e["type"].as_str().unwrap_or_default().to_string(), e["data"].clone());
+        if kind == "run.state" && data["source"] == "hangar" {
+            state = data;
+            continue;
+        }
+        let ts = e["ts"].as_f64().ok_or_else(|| fail(format!("GET {path}"), format!("an event without ts: {e}")))?;
+        events.push(Seen { ts, at, kind, data });
+    };
+    let closed = match closed {
+        Some((c, at)) if c["reason"] == "done" => at,
+        other => return Err(fail(format!("GET {path}"), format!("the stream ended with {other:?}"))),
+    };
+    if state["to"] != "succeeded" {
+        return Err(fail(format!("session {name}"), format!("the turn ended {state}")));
+    }
+    Ok(Followed { events, opened, closed })
 }
 
 /// What one turn showed: its agent events in order, and the stamped lines the replay wrote.
@@ -319,44 +373,8 @@ impl Side {
         }
         let turn =
             v["turns"][0]["id"].as_str().ok_or_else(|| fail(format!("session {name}"), "no turn id"))?.to_string();
-        let path = format!("/api/sessions/{name}/events/stream?since=0");
-        let mut sse = relay.sse("GET", &path, Some(&self.token), None).await;
-        if sse.status != 200 {
-            return Err(fail(format!("GET {path}"), sse.status));
-        }
-        let opened = now();
-        let mut events = Vec::new();
-        let mut last_seq = 0;
-        let mut state = Value::Null;
-        let limit = Duration::from_secs(60);
-        let closed = loop {
-            let Some(ev) = sse.next(limit).await else { break None };
-            let at = now();
-            if ev.event == "close" {
-                break Some((ev.json(), at));
-            }
-            let e = ev.json();
-            let seq = e["seq"].as_i64().unwrap_or(0);
-            if seq <= last_seq || ev.id.as_deref() != Some(&seq.to_string()) {
-                return Err(fail(format!("GET {path}"), format!("event seq {seq} (id {:?}) after {last_seq}", ev.id)));
-            }
-            last_seq = seq;
-            let (kind, data) = (e["type"].as_str().unwrap_or_default().to_string(), e["data"].clone());
-            if kind == "run.state" && data["source"] == "hangar" {
-                state = data;
-                continue;
-            }
-            let ts =
-                e["ts"].as_f64().ok_or_else(|| fail(format!("GET {path}"), format!("an event without ts: {e}")))?;
-            events.push(Seen { ts, at, kind, data });
-        };
-        let closed = match closed {
-            Some((c, at)) if c["reason"] == "done" => at,
-            other => return Err(fail(format!("GET {path}"), format!("the stream ended with {other:?}"))),
-        };
-        if state["to"] != "succeeded" {
-            return Err(fail(format!("session {name}"), format!("the turn ended {state}")));
-        }
+        let Followed { events, opened, closed } =
+            follow_turn(relay, &self.token, name, Duration::from_secs(60)).await?;
         let s = relay.call("GET", &format!("/api/sessions/{name}"), Some(&self.token), None).await.json();
         if s["split"] != true {
             return Err(fail(format!("session {name}"), format!("the uid split does not hold (split {})", s["split"])));
