@@ -177,6 +177,8 @@ struct Ctx {
     script: Mutex<VecDeque<Step>>,
     requests: Mutex<Vec<Recorded>>,
     counter: AtomicU64,
+    /// Headers every Messages answer that is not an error carries (`plan_usage`).
+    headers: Mutex<Vec<(String, String)>>,
 }
 
 /// The stand-in, serving until dropped.
@@ -196,8 +198,12 @@ impl Model {
     /// Serves `script` on `addr` (port 0: a free one), e.g. on all addresses in a container of
     /// its own (`hangar-model-standin`).
     pub fn serve_on(addr: SocketAddr, script: Vec<Step>) -> std::io::Result<Model> {
-        let ctx =
-            Arc::new(Ctx { script: Mutex::new(script.into()), requests: Mutex::new(Vec::new()), counter: 0.into() });
+        let ctx = Arc::new(Ctx {
+            script: Mutex::new(script.into()),
+            requests: Mutex::new(Vec::new()),
+            counter: 0.into(),
+            headers: Mutex::new(Vec::new()),
+        });
         let listener = std::net::TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         listener.set_nonblocking(true)?;
@@ -241,6 +247,34 @@ impl Model {
     /// The steps not yet taken.
     pub fn left(&self) -> usize {
         self.ctx.script.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// From now on, every answer that is not an error reports a plan's usage as Anthropic's
+    /// limiter does to a subscription's login (`anthropic-ratelimit-unified-*`): the five-hour
+    /// window `five_hour` used (0 to 1), the seven-day one at 40%, both resetting at `resets_at`
+    /// (Unix seconds) and a day after. Claude Code turns them into `rate_limit_event` lines when
+    /// it logs in with `CLAUDE_CODE_OAUTH_TOKEN` (not with an API key).
+    pub fn plan_usage(&self, five_hour: f64, resets_at: u64) {
+        let status = if five_hour >= 1.0 {
+            "rejected"
+        } else if five_hour >= 0.8 {
+            "allowed_warning"
+        } else {
+            "allowed"
+        };
+        let headers = [
+            ("status", status.to_string()),
+            ("reset", resets_at.to_string()),
+            ("representative-claim", "five_hour".to_string()),
+            ("5h-utilization", five_hour.to_string()),
+            ("5h-reset", resets_at.to_string()),
+            ("5h-status", status.to_string()),
+            ("7d-utilization", "0.4".to_string()),
+            ("7d-reset", (resets_at + 86_400).to_string()),
+            ("7d-status", "allowed".to_string()),
+        ];
+        *self.ctx.headers.lock().unwrap_or_else(|p| p.into_inner()) =
+            headers.into_iter().map(|(k, v)| (format!("anthropic-ratelimit-unified-{k}"), v)).collect();
     }
 }
 
@@ -335,7 +369,15 @@ async fn answer(req: Request<Incoming>, ctx: Arc<Ctx>) -> Response<Body> {
             let (step, id) = take();
             let model = body["model"].as_str().unwrap_or("claude-stand-in").to_string();
             let stream = body["stream"].as_bool().unwrap_or(false);
-            message(step, id, &model, stream)
+            let mut answer = message(step, id, &model, stream);
+            if answer.status().is_success() {
+                for (k, v) in ctx.headers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    if let (Ok(k), Ok(v)) = (hyper::header::HeaderName::try_from(k.as_str()), v.parse()) {
+                        answer.headers_mut().insert(k, v);
+                    }
+                }
+            }
+            answer
         }
         ("POST", "/v1/responses") => {
             let (step, id) = take();

@@ -801,3 +801,60 @@ async fn a_turn_of_two_thousand_events_is_recorded_whole() {
     ended.sort();
     assert_eq!(ended, unique, "every call ended, once");
 }
+
+/// A subscription's login (`CLAUDE_CODE_OAUTH_TOKEN`) whose five-hour window the model's limiter
+/// reports 97% used: the real CLI writes `rate_limit_event`, hangar records a `rate_limit` event
+/// and keeps the window for the credential, and the plan gate (`HANGAR_USAGE_GATE_PCT`, 95) holds
+/// the next turn on that credential `queued/plan_limit`; one that sets `ignore_limits` runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plans_usage_from_the_model_gates_the_next_turn() {
+    let Some(claude) = claude_as_root() else { return };
+    let state = StateDir::new();
+    let relay = relay_for(&claude, &state);
+    let cwd = exec(&relay, "mkdir -p repo && cd repo && pwd").await.trim().to_string();
+    let model = Model::start(vec![Step::text("Used."), Step::text("Past the gate.")]);
+    let resets_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() + 3600)
+        .unwrap_or_default();
+    model.plan_usage(0.97, resets_at);
+    put_secret(&relay, "CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-stand-in-token").await;
+    put_secret(&relay, "ANTHROPIC_BASE_URL", &model.url()).await;
+    put_secret(&relay, "CLAUDE_CODE_MAX_RETRIES", "00000001").await;
+    let secrets = json!(["CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CODE_MAX_RETRIES"]);
+    let body = |name: &str, ignore: bool| {
+        json!({"name": name, "sandbox": "default", "harness": "claude-code", "prompt": "Go.", "cwd": cwd,
+            "secrets": secrets, "ignore_limits": ignore})
+    };
+
+    start(&relay, ADMIN, body("used", false)).await;
+    let s = until_ended(&relay, ADMIN, "used", LIMIT).await;
+    let ev = agent_events(&all_events(&relay, ADMIN, "used").await);
+    assert_eq!(s["state"], json!("succeeded"), "{s}\nevents: {ev:#?}");
+    assert!(!kinds(&ev).contains(&"harness.unknown"), "every line known: {ev:#?}");
+    let limits: Vec<&Value> = ev.iter().filter(|(k, _)| k == "rate_limit").map(|(_, d)| d).collect();
+    let five = limits.iter().find(|d| d["window"] == json!("five_hour")).unwrap_or_else(|| panic!("{ev:#?}"));
+    assert_eq!((&five["used_pct"], &five["resets_at"]), (&json!(97.0), &json!(resets_at)), "{five}");
+    let usage = relay.call("GET", "/api/usage", Some(ADMIN), None).await.json();
+    assert!(usage.to_string().contains("five_hour"), "the window is kept: {usage}");
+
+    let gated = start(&relay, ADMIN, body("gated", false)).await;
+    let warned = gated["warnings"].to_string();
+    assert!(warned.contains("five_hour at 97%"), "the start warns: {gated}");
+    // The turn is accepted `queued`; its driver then finds the gate closed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let g = relay.call("GET", "/api/sessions/gated", Some(ADMIN), None).await.json();
+        if g["turns"][0]["reason"] == json!("plan_limit") {
+            assert_eq!(g["turns"][0]["state"], json!("queued"), "{g}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not held by the plan gate: {g}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    start(&relay, ADMIN, body("anyway", true)).await;
+    let s = until_ended(&relay, ADMIN, "anyway", LIMIT).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    let still = relay.call("GET", "/api/sessions/gated", Some(ADMIN), None).await.json();
+    assert_eq!(still["turns"][0]["reason"], json!("plan_limit"), "still held until the window resets: {still}");
+}
