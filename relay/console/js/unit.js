@@ -242,7 +242,7 @@ function commandPanel(sandbox, processes) {
 function watchPanel(sandbox) {
   const box = el('section', { class: 'panel watch', 'aria-label': 'files' });
   const list = el('ul', { class: 'changes', role: 'log', 'aria-live': 'polite' });
-  fill(box, el('h2', {}, 'Files changing'), el('p', { class: 'muted small' }, `in ${sandbox.workdir ?? 'the working directory'}`), list);
+  fill(box, el('h2', {}, 'Files changing'), el('p', { class: 'muted small path' }, `in ${sandbox.workdir ?? 'the working directory'}`), list);
   const stream = follow(`/api/sandboxes/${encodeURIComponent(sandbox.id)}/watch`, {
     query: { path: '.', recursive: 'true' },
     reconnect: false,
