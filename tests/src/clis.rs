@@ -28,3 +28,17 @@ pub fn or_skip(found: Option<PathBuf>, what: &str) -> Option<PathBuf> {
     }
     found
 }
+
+/// A shell command that writes the sandbox user's `~/.codex/config.toml` for Codex 0.147.0 to
+/// talk to the model stand-in at `base_url` (its `/v1`), as docs/sessions.md tells a user to: a
+/// model provider of one's own (Codex does not read `OPENAI_BASE_URL`), a model whose tools it
+/// runs itself, no sandbox of Codex's own (it needs bubblewrap; hangar's sandbox is the
+/// boundary), and `approval_policy` `approval`.
+pub fn codex_config_command(base_url: &str, approval: &str) -> String {
+    let config = format!(
+        "model = \"gpt-5.2-codex\"\nmodel_provider = \"standin\"\nsandbox_mode = \"danger-full-access\"\n\
+         approval_policy = \"{approval}\"\n[model_providers.standin]\nname = \"standin\"\n\
+         base_url = \"{base_url}\"\nenv_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\n"
+    );
+    format!("mkdir -p ~/.codex && printf '%s' '{config}' > ~/.codex/config.toml")
+}

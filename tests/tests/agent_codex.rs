@@ -45,15 +45,9 @@ async fn setup(relay: &Relay, model: &Model) -> String {
 
 /// As [`setup`], with Codex's `approval_policy` `approval`.
 async fn setup_with(relay: &Relay, model: &Model, approval: &str) -> String {
-    let config = format!(
-        "model = \"gpt-5.2-codex\"\nmodel_provider = \"standin\"\nsandbox_mode = \"danger-full-access\"\n\
-         approval_policy = \"{approval}\"\n[model_providers.standin]\nname = \"standin\"\n\
-         base_url = \"{}\"\nenv_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\n",
-        model.openai_url()
-    );
     let command = format!(
-        "mkdir -p ~/.codex && printf '%s' '{config}' > ~/.codex/config.toml && mkdir -p repo && cd repo && \
-         git init -q && echo 'ship it' > notes.txt && pwd"
+        "{} && mkdir -p repo && cd repo && git init -q && echo 'ship it' > notes.txt && pwd",
+        clis::codex_config_command(&model.openai_url(), approval)
     );
     let cwd = exec(relay, &command).await.trim().to_string();
     put_secret(relay, "OPENAI_API_KEY", "sk-stand-in-key").await;

@@ -168,13 +168,7 @@ async fn a_real_codex_turn_in_a_docker_sandbox() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
     let name = agent_sandbox(&relay, &mut containers, &net, &model).await;
-    // As docs/sessions.md says for Codex 0.147.0: a provider of one's own, no sandbox of Codex's.
-    let config = format!(
-        "model = \"gpt-5.2-codex\"\nmodel_provider = \"standin\"\nsandbox_mode = \"danger-full-access\"\n\
-         approval_policy = \"never\"\n[model_providers.standin]\nname = \"standin\"\n\
-         base_url = \"http://{model}:8080/v1\"\nenv_key = \"OPENAI_API_KEY\"\nwire_api = \"responses\"\n"
-    );
-    exec(&relay, &name, &format!("mkdir -p ~/.codex && printf '%s' '{config}' > ~/.codex/config.toml")).await;
+    exec(&relay, &name, &clis::codex_config_command(&format!("http://{model}:8080/v1"), "never")).await;
     put_secret(&relay, "OPENAI_API_KEY", "sk-stand-in-key").await;
     let body = json!({"name": "cx", "sandbox": name, "harness": "codex", "prompt": "What do the notes say?",
         "secrets": ["OPENAI_API_KEY"]});
@@ -214,7 +208,9 @@ async fn the_sandbox_reaches_the_model_and_not_the_relay() {
     assert_eq!(inspect(&c, "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}").trim(), net.name);
 
     let port = relay.addr.port();
-    let mut targets = vec![format!("{model}/8080"), format!("{}/{port}", net.gateway())];
+    let gateway = net.gateway();
+    assert!(gateway.parse::<std::net::Ipv4Addr>().is_ok(), "the network's gateway: {gateway:?}");
+    let mut targets = vec![format!("{model}/8080"), format!("{gateway}/{port}")];
     targets.extend(host_addresses().into_iter().map(|a| format!("{a}/{port}")));
     targets.push(format!("127.0.0.1/{port}"));
     let probe = format!(

@@ -1,6 +1,6 @@
-//! A local sandbox's own filesystem: its work directory is the mount point of an ext4 image
-//! (`work.img` beside it) of the sandbox's `disk_mib`, loop-mounted on the host. A full work
-//! directory then fails the sandbox's own writes (ENOSPC), never the state directory's
+//! A local sandbox's own filesystem: its files (work directory and home, `layout.rs`) are on an
+//! ext4 image (`work.img` beside their mount point) of the sandbox's `disk_mib`, loop-mounted on
+//! the host. A full disk then fails the sandbox's own writes (ENOSPC), never the state directory's
 //! filesystem, which holds the relay's database. It is mounted on the host, not only in the
 //! sandbox's namespace, because the relay resolves and checks the sandbox's paths there.
 //!

@@ -163,8 +163,9 @@ fi
 mount -t tmpfs -o mode=0711,nosuid,nodev,size=1m hangar-sandbox "$stage"
 inside=$stage${dir#"$cover"}
 umask 066
-mkdir -p "$stage${top#"$cover"}"
-mount --bind "$top" "$stage${top#"$cover"}"
+files=$stage${top#"$cover"}
+mkdir -p "$files"
+mount --bind "$top" "$files"
 umask 077
 cat "$dir/envd.token" > "$inside/envd.token"
 case $envd in

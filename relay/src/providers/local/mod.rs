@@ -2,13 +2,13 @@
 //! hangar-envd on a loopback port and its own access token.
 //!
 //! Where the relay is root and can make namespaces, each sandbox is isolated (`isolation.rs`):
-//! its daemon is PID 1 of its own PID namespace, sees only its work directory of the state
-//! directory, and runs commands as the sandbox's own unprivileged user. Elsewhere it isolates
+//! its daemon is PID 1 of its own PID namespace, sees only its own files of the state
+//! directory (its work directory and home, `layout.rs`), and runs commands as the sandbox's own unprivileged user. Elsewhere it isolates
 //! nothing (`Isolation::None`): commands run as the relay's user on the host, and the domain
 //! lets only admin tokens use such a sandbox unless the operator allows it. Either way the
 //! daemon gets only an allow-listed environment, and a pid is signalled only while it is still
-//! the daemon it was recorded for (`pids.rs`). Where it isolates, each sandbox's work directory is
-//! a filesystem of its own of a bounded size (`disk.rs`), so a sandbox filling it costs no one
+//! the daemon it was recorded for (`pids.rs`). Where it isolates, each sandbox's files are on a
+//! filesystem of their own of a bounded size (`disk.rs`), so a sandbox filling it costs no one
 //! else.
 mod disk;
 mod isolation;
