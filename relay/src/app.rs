@@ -5,8 +5,8 @@ use std::{net::SocketAddr, sync::Arc};
 use crate::{
     api, auth,
     config::{self, Config},
-    events, exec, fleet, inbox, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions, store,
-    streams,
+    events, exec, feed, fleet, inbox, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions,
+    store, streams,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +47,9 @@ pub struct Relay {
     pub inbox: inbox::Inbox,
     /// The fleet view's memory (sandboxes, sessions, jobs, live pictures) and its change log.
     pub fleet: Arc<fleet::Fleet>,
-    pub secrets: secrets::Secrets,
+    pub secrets: Arc<secrets::Secrets>,
+    /// The change feed the writers publish to; the fleet and the inbox subscribe in `bind`.
+    pub feed: Arc<feed::Feed>,
     /// Browsers' one-use tickets into SSE streams (in memory only).
     pub tickets: auth::tickets::Tickets,
 }
@@ -129,10 +131,11 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     let e2b = providers::e2b::E2bProvider::new(&config.e2b).map_err(StartError::E2b)?;
     let streams = streams::Streams::new(config.limits.clone());
     let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential));
+    let feed = feed::Feed::new();
     let sandboxes = sandboxes::Sandboxes::new(
         store.clone(),
         streams.clone(),
-        fleet.clone(),
+        feed.clone(),
         vec![Box::new(local), Box::new(docker), Box::new(kubernetes), Box::new(e2b)],
         config.allow_unisolated_sandboxes,
     );
@@ -158,8 +161,9 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         max_events: s.event_max.max(1),
         turn_event_max: s.turn_event_max.max(1),
         log_max_bytes: s.turn_log_max_bytes.max(64 * 1024),
+        ask_expiry: s.inbox_expiry(),
     };
-    let secrets = secrets::Secrets::new(store.clone()).await.map_err(StartError::Secrets)?;
+    let secrets = Arc::new(secrets::Secrets::new(store.clone()).await.map_err(StartError::Secrets)?);
     let open_items = store.open_items().await?;
     fleet.load(&store, &secrets.redactor()).await?;
     let relay = Arc::new(Relay {
@@ -168,16 +172,19 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         sandboxes,
         processes: processes::Processes::default(),
         unstreamed: Arc::default(),
-        run: auth::random_hex(4),
+        run: crate::random::hex(4),
         limits: config.limits.clone(),
         streams,
         sessions: sessions::Sessions::new(harnesses, settings),
         jobs: jobs::Jobs::default(),
         inbox: inbox::Inbox::new(open_items, config.sessions.inbox_expiry()),
-        fleet,
-        secrets,
+        fleet: fleet.clone(),
+        secrets: secrets.clone(),
+        feed: feed.clone(),
         tickets: auth::tickets::Tickets::new(config.ticket_lifetime()),
     });
+    feed.subscribe(Arc::new(fleet::Keeper { fleet, secrets }));
+    feed.subscribe(Arc::new(inbox::Subscriber { relay: Arc::downgrade(&relay) }));
     relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
     tokio::spawn(sandboxes::gone::follow(relay.clone(), vanished));
 

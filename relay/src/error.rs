@@ -1,6 +1,8 @@
 //! The relay's domain errors. They say what went wrong in the domain's terms (not found, a named
 //! limit, a paused sandbox, a daemon that failed) and know nothing of HTTP: `api/` maps each to
 //! a status and code in one place, and MCP renders the same enum as its tool errors.
+use tonic::{Code, Status};
+
 use crate::{providers::ProviderError, store::StoreError};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -85,14 +87,15 @@ impl Error {
     }
 }
 
-/// An error with its causes, for a message (hyper's top level says only "client error").
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
+/// A daemon's refusal as the relay's error; `what` says what was being done. The daemon's
+/// codes say whose fault it was: the request's (invalid, not found), or the daemon's.
+pub fn daemon_error(what: &str, s: Status) -> Error {
+    let m = format!("{what}: {}", s.message());
+    match s.code() {
+        Code::NotFound => Error::NotFound(m),
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => Error::Invalid(m),
+        Code::PermissionDenied => Error::Forbidden(m),
+        Code::ResourceExhausted => Error::DaemonLimit(m),
+        _ => Error::Daemon(format!("{what}: the sandbox's daemon answered {}", s.message())),
     }
-    text
 }

@@ -14,9 +14,9 @@ use hangar_proto::process::{process_event, ProcessConfig, StartRequest, StartRes
 
 use crate::{
     app::Relay,
-    auth::{self, Caller, MacKey},
-    envd::{daemon_error, Envd},
-    error::{Error, Limit, Result},
+    auth::{Caller, MacKey},
+    envd::Envd,
+    error::{daemon_error, Error, Limit, Result},
     events,
     processes::OutputStream,
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
@@ -98,7 +98,7 @@ const TAG_PREFIX: &str = "hangar-exec:";
 /// id starts with the run of the relay that made it (`x_<run>_...`), so a relay never takes its
 /// own commands for an earlier run's.
 pub fn tag(key: &MacKey, run: &str, token_id: &str, sandbox: &SandboxRow, mode: Mode) -> String {
-    let id = format!("x_{run}_{}", auth::random_hex(6));
+    let id = format!("x_{run}_{}", crate::random::hex(6));
     let mac = key.mac(&[token_id, &sandbox.id, &id, mode.as_str()]);
     format!("{TAG_PREFIX}{}:{token_id}:{id}:{mac}", mode.as_str())
 }
@@ -626,7 +626,7 @@ mod tests {
 
     #[test]
     fn exec_tags_say_whose_how_and_which_run_and_cannot_be_forged() {
-        let dir = std::env::temp_dir().join(format!("hangar-exec-tag-{}", auth::random_hex(4)));
+        let dir = std::env::temp_dir().join(format!("hangar-exec-tag-{}", crate::random::hex(4)));
         std::fs::create_dir_all(&dir).unwrap();
         let key = MacKey::load_or_create(&dir.join("key")).unwrap();
         let s = sandbox("sbx_1");

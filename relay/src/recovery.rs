@@ -93,10 +93,10 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
             continue;
         }
         if revoked.contains(&token) {
-            kill(&envd, *pid).await.map_err(|s| crate::envd::daemon_error("killing a command", s))?;
+            kill(&envd, *pid).await.map_err(|s| crate::error::daemon_error("killing a command", s))?;
             done.revoked_killed += 1;
         } else if mode == Mode::Streamed && !spared.iter().any(|t| t == tag) {
-            kill(&envd, *pid).await.map_err(|s| crate::envd::daemon_error("killing a command", s))?;
+            kill(&envd, *pid).await.map_err(|s| crate::error::daemon_error("killing a command", s))?;
             done.orphans_killed += 1;
         } else {
             // Counts against its token until it ends: its end is read from the daemon.
@@ -131,7 +131,7 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
 
 /// The running processes with their tags, from hangar's `List` or E2B's.
 async fn running(envd: &Envd) -> crate::error::Result<Vec<(u32, Option<String>)>> {
-    let failed = |s| crate::envd::daemon_error("listing processes", s);
+    let failed = |s| crate::error::daemon_error("listing processes", s);
     Ok(if envd.is_e2b() {
         let list = envd.process().list(hangar_proto::process::ListRequest {}).await.map_err(failed)?;
         list.into_inner().processes.into_iter().map(|p| (p.pid, p.tag)).collect()

@@ -239,7 +239,7 @@ mod tests {
     }
 
     async fn secrets() -> (std::path::PathBuf, Secrets) {
-        let dir = std::env::temp_dir().join(format!("hangar-secrets-test-{}", crate::auth::random_hex(4)));
+        let dir = std::env::temp_dir().join(format!("hangar-secrets-test-{}", crate::random::hex(4)));
         std::fs::create_dir_all(&dir).unwrap();
         let store = Arc::new(Store::open(&dir.join("db.sqlite"), || {}).await.unwrap());
         (dir, Secrets::new(store).await.unwrap())

@@ -15,8 +15,8 @@ use hangar_proto::{
 use crate::{
     app::Relay,
     auth::Caller,
-    envd::{daemon_error, Envd},
-    error::Result,
+    envd::Envd,
+    error::{daemon_error, Result},
     streams::{
         self,
         buffer::{Buffer, Full, Shed},

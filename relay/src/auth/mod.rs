@@ -55,18 +55,6 @@ pub struct Person {
 
 const SECRET_PREFIX: &str = "hgr_";
 
-pub fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut b = [0u8; N];
-    // The OS's generator failing is unrecoverable for a process that mints secrets.
-    getrandom::fill(&mut b).expect("the operating system's random number generator failed");
-    b
-}
-
-pub fn random_hex(bytes: usize) -> String {
-    let b = random_bytes::<32>();
-    b[..bytes.min(32)].iter().map(|x| format!("{x:02x}")).collect()
-}
-
 fn hash(secret: &str) -> Vec<u8> {
     Sha256::digest(secret.as_bytes()).to_vec()
 }
@@ -78,8 +66,8 @@ pub fn mint(name: &str, scope: Scope) -> (TokenRow, String) {
 }
 
 fn mint_for(name: &str, scope: Scope, person: Option<&Person>) -> (TokenRow, String) {
-    let suffix = random_hex(8);
-    let secret = format!("{SECRET_PREFIX}{suffix}_{}", B64.encode(random_bytes::<32>()));
+    let suffix = crate::random::hex(8);
+    let secret = format!("{SECRET_PREFIX}{suffix}_{}", B64.encode(crate::random::bytes::<32>()));
     let row = TokenRow {
         id: format!("tok_{suffix}"),
         name: name.to_string(),
@@ -137,7 +125,7 @@ pub fn shared_with(mut persons: Vec<String>) -> Result<Vec<String>> {
 /// A row for a secret chosen by the operator (`HANGAR_ADMIN_TOKEN`).
 pub fn adopt(name: &str, scope: Scope, secret: &str) -> TokenRow {
     TokenRow {
-        id: format!("tok_{}", random_hex(8)),
+        id: format!("tok_{}", crate::random::hex(8)),
         name: name.to_string(),
         scope,
         hash: hash(secret),
@@ -191,7 +179,7 @@ impl MacKey {
             }
             Ok(_) => Err(std::io::Error::other(format!("{} is not a 32-byte key", path.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let k = random_bytes::<32>();
+                let k = crate::random::bytes::<32>();
                 use std::io::Write as _;
                 use std::os::unix::fs::OpenOptionsExt as _;
                 let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
@@ -224,7 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn minted_tokens_verify_and_revoke() {
-        let dir = std::env::temp_dir().join(format!("hangar-auth-test-{}", random_hex(4)));
+        let dir = std::env::temp_dir().join(format!("hangar-auth-test-{}", crate::random::hex(4)));
         std::fs::create_dir_all(&dir).unwrap();
         let store = Store::open(&dir.join("db.sqlite"), || {}).await.unwrap();
         let (row, secret) = mint("ci", Scope::User);
@@ -243,7 +231,7 @@ mod tests {
 
     #[test]
     fn macs_bind_every_part() {
-        let dir = std::env::temp_dir().join(format!("hangar-mac-test-{}", random_hex(4)));
+        let dir = std::env::temp_dir().join(format!("hangar-mac-test-{}", crate::random::hex(4)));
         std::fs::create_dir_all(&dir).unwrap();
         let key = MacKey::load_or_create(&dir.join("key")).unwrap();
         let m = key.mac(&["tok_1", "sbx_1", "p1"]);

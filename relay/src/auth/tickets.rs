@@ -16,7 +16,7 @@ use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64, Engine as _};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::{random_bytes, random_hex};
+use crate::random;
 
 /// Unexpired tickets one token may hold at once (used ones count until they expire), so that a
 /// token cannot fill the relay's memory.
@@ -92,8 +92,8 @@ impl Tickets {
         if held >= MAX_TICKETS_PER_TOKEN {
             return Err(TicketError::TooMany(MAX_TICKETS_PER_TOKEN));
         }
-        let id = random_hex(8);
-        let ticket = format!("{TICKET_PREFIX}{id}_{}", B64.encode(random_bytes::<32>()));
+        let id = random::hex(8);
+        let ticket = format!("{TICKET_PREFIX}{id}_{}", B64.encode(random::bytes::<32>()));
         map.insert(
             id,
             Ticket {

@@ -39,7 +39,7 @@ use serde_json::Value;
 use tonic::{body::Body, Code, Status};
 
 use super::EnvdError;
-use crate::error::chain;
+use crate::text::chain;
 
 /// The largest unary answer read: tonic's own limit on a decoded message (4 MiB), which would
 /// refuse anything larger anyway.

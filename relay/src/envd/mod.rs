@@ -18,7 +18,6 @@ use std::{
     time::Duration,
 };
 
-use crate::error::Error;
 pub use crate::store::DaemonKind;
 pub use connect::Connect;
 use hangar_proto::{
@@ -317,19 +316,6 @@ fn endpoint(url: &str) -> Result<Endpoint, EnvdError> {
         .initial_stream_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
         .max_frame_size(MAX_FRAME))
-}
-
-/// A daemon's refusal as the relay's error; `what` says what was being done. The daemon's
-/// codes say whose fault it was: the request's (invalid, not found), or the daemon's.
-pub fn daemon_error(what: &str, s: Status) -> Error {
-    let m = format!("{what}: {}", s.message());
-    match s.code() {
-        Code::NotFound => Error::NotFound(m),
-        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => Error::Invalid(m),
-        Code::PermissionDenied => Error::Forbidden(m),
-        Code::ResourceExhausted => Error::DaemonLimit(m),
-        _ => Error::Daemon(format!("{what}: the sandbox's daemon answered {}", s.message())),
-    }
 }
 
 #[cfg(test)]

@@ -34,11 +34,15 @@ pub use changes::RING;
 pub use follow::{Follower, Out, COALESCE};
 pub use view::{Counts, FleetView, Owner, Role, Slots, Summary, Unit};
 
+use futures::future::BoxFuture;
+
 use crate::{
     app::Relay,
     auth::Caller,
     error::{Error, Result},
     events,
+    feed::{Change, Subscriber},
+    secrets::Secrets,
     store::{
         JobRow, JobState, JobsOf, NewEvent, SandboxRow, SandboxState, Scope, SessionRow, Store, StoreError, TurnRow,
         TurnState,
@@ -245,7 +249,7 @@ impl Fleet {
     pub fn new(max_runs_per_credential: usize) -> Fleet {
         Fleet {
             state: Mutex::default(),
-            changes: Changes::new(crate::auth::random_hex(4)),
+            changes: Changes::new(crate::random::hex(4)),
             max_runs_per_credential: max_runs_per_credential.max(1),
         }
     }
@@ -452,22 +456,26 @@ pub fn check_ticket(caller: &Caller) -> Result<()> {
     }
 }
 
-/// Refreshes a turn's row after `sessions::transition` moved it. A store that cannot be read
-/// leaves the fleet as it was (the next move brings it up to date) and says so in the log.
-pub(crate) async fn turn_changed(relay: &Relay, turn_id: &str) {
-    match relay.store.turn(turn_id).await {
-        Ok(Some(t)) => relay.fleet.turn(&t),
-        Ok(None) => {}
-        Err(e) => events::FleetTrouble { what: turn_id, error: &e.to_string() }.emit(),
-    }
+/// The fleet's subscription to the change feed: each writer's change kept in memory as it
+/// happens (see the invariants above).
+pub struct Keeper {
+    pub fleet: Arc<Fleet>,
+    pub secrets: Arc<Secrets>,
 }
 
-/// Refreshes a job's row after its driver changed it (state, sandbox, session, result).
-pub(crate) async fn job_changed(relay: &Relay, job_id: &str) {
-    match relay.store.job(job_id, JobsOf::Everyone).await {
-        Ok(Some(j)) => relay.fleet.job(&j, &relay.secrets.redactor()),
-        Ok(None) => {}
-        Err(e) => events::FleetTrouble { what: job_id, error: &e.to_string() }.emit(),
+impl Subscriber for Keeper {
+    fn changed<'a>(&'a self, change: Change<'a>) -> BoxFuture<'a, ()> {
+        match change {
+            Change::Sandbox(row) => self.fleet.sandbox(row),
+            Change::SandboxGone(row) => self.fleet.sandbox_gone(&row.id),
+            Change::TurnQueued { session, turn } => self.fleet.session(session, turn),
+            Change::TurnMoved(turn) => self.fleet.turn(turn),
+            Change::SessionDeleted(session) => self.fleet.session_gone(&session.id),
+            Change::Events { session_id, turn_id, events, ts } => self.fleet.ingested(session_id, turn_id, events, ts),
+            Change::Job(job) => self.fleet.job(job, &self.secrets.redactor()),
+            Change::TurnEnded { .. } | Change::TurnLive { .. } | Change::JobMoved { .. } => {}
+        }
+        Box::pin(std::future::ready(()))
     }
 }
 

@@ -24,23 +24,22 @@ pub mod watcher;
 use std::{
     collections::BTreeMap,
     collections::HashSet,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard, Weak},
     time::Duration,
 };
 
-use hangar_agents::inbox::Policy;
+use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::{
     app::Relay,
-    auth::{random_hex, Caller},
+    auth::Caller,
     error::{Error, Result},
     events,
-    sessions::supervisor::Place,
-    store::{ItemKind, ItemRow, ItemState, SessionRow, TurnRow},
-    text::sh_quote,
+    feed::{self, Change},
+    store::{ItemKind, ItemRow, ItemState, JobState, SessionRow, TurnRow},
     time,
 };
 
@@ -205,51 +204,6 @@ async fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
     Ok(true)
 }
 
-/// The Claude Code settings of a turn whose session has an approval policy: one `PreToolUse`
-/// hook, `hangar-envd approve`, for the tools the policy names, failing closed. The file is hangar's, outside
-/// the worktree where the agent cannot change it; `disableAllHooks: false` because command-line
-/// settings outrank the project's, where the agent could write `true`.
-pub fn hook_settings(relay: &Relay, place: &Place, session: &SessionRow, turn_id: &str) -> Result<String> {
-    let policy = Policy::parse(&session.approvals).map_err(|e| Error::invalid(format!("approvals: {e}")))?;
-    let bin = match (&place.agent_bin, place.split) {
-        (Some(bin), true) => bin,
-        _ => return Err(Error::invalid(
-            "approvals need the uid split and a hangar-envd owned by root in the sandbox; this sandbox has lost them",
-        )),
-    };
-    // The hook waits a little longer than the item lives, so that the relay's expiry answer
-    // (a denial) is what ends its wait.
-    let wait = relay.inbox.expiry.as_secs() + 30;
-    let mut words = vec![
-        bin.clone(),
-        "approve".into(),
-        "--answers".into(),
-        place.answers(turn_id),
-        "--inbox".into(),
-        place.inbox(turn_id),
-        "--session".into(),
-        session.name.clone(),
-        "--turn".into(),
-        turn_id.to_string(),
-        "--timeout".into(),
-        wait.to_string(),
-    ];
-    for p in policy.patterns() {
-        words.extend(["--policy".to_string(), p]);
-    }
-    // Claude Code takes a hook's exit other than 0 and 2 as "no decision" and lets the call go on
-    // as it would without the hook (with `bypassPermissions`, it runs): a hook that crashed, or
-    // that a process of the agent's killed, would let the held call through. The command runs
-    // under a shell, so any such exit becomes 2: the call is refused, its stderr given as why.
-    let command = format!("{} || exit 2", words.iter().map(|w| sh_quote(w)).collect::<Vec<_>>().join(" "));
-    let hook = json!({ "type": "command", "command": command, "timeout": wait + 30 });
-    let settings = json!({
-        "disableAllHooks": false,
-        "hooks": { "PreToolUse": [{ "matcher": policy.hook_matcher(), "hooks": [hook] }] },
-    });
-    Ok(settings.to_string())
-}
-
 /// Records an ask's change among its session's events, where the session's readers see it.
 async fn tell_session(relay: &Relay, item: &ItemRow, kind: &'static str, data: serde_json::Value) -> Result<()> {
     if let (Some(session), Some(turn)) = (&item.session_id, &item.turn_id) {
@@ -262,13 +216,13 @@ async fn tell_session(relay: &Relay, item: &ItemRow, kind: &'static str, data: s
 
 fn new_item(kind: ItemKind, person: &str, title: String, text: String) -> ItemRow {
     ItemRow {
-        id: format!("inb_{}", random_hex(6)),
+        id: format!("inb_{}", crate::random::hex(6)),
         kind,
         state: ItemState::Open,
         person: person.to_string(),
         ask_id: match kind {
-            ItemKind::Approval => Some(format!("apr_{}", random_hex(6))),
-            ItemKind::Question => Some(format!("qst_{}", random_hex(6))),
+            ItemKind::Approval => Some(format!("apr_{}", crate::random::hex(6))),
+            ItemKind::Question => Some(format!("qst_{}", crate::random::hex(6))),
             _ => None,
         },
         request: None,
@@ -336,6 +290,38 @@ pub async fn session_deleted(relay: &Relay, session_id: &str) -> Result<()> {
         end(relay, &item, ItemState::Withdrawn, "hangar", Some("the session was deleted")).await?;
     }
     Ok(())
+}
+
+/// The inbox's subscription to the change feed: a turn or job that failed opens an item for
+/// its person, an ended turn or a deleted session withdraws its asks, and a live turn's sandbox
+/// is watched for asks. A failure here is logged: the writer's change stands.
+pub struct Subscriber {
+    pub relay: Weak<Relay>,
+}
+
+impl feed::Subscriber for Subscriber {
+    fn changed<'a>(&'a self, change: Change<'a>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let Some(relay) = self.relay.upgrade() else { return };
+            let (what, result) = match change {
+                Change::TurnEnded { session, turn, failed } => {
+                    (turn.id.as_str(), turn_ended(&relay, session, turn, failed).await)
+                }
+                Change::JobMoved { job, .. } if job.state == JobState::Failed => {
+                    (job.id.as_str(), job_failed(&relay, job).await)
+                }
+                Change::SessionDeleted(session) => (session.id.as_str(), session_deleted(&relay, &session.id).await),
+                Change::TurnLive { session } => {
+                    watcher::ensure(&relay, &session.sandbox_id);
+                    return;
+                }
+                _ => return,
+            };
+            if let Err(e) = result {
+                events::InboxTrouble { item: what, error: &e.to_string() }.emit();
+            }
+        })
+    }
 }
 
 /// Keeps the inbox's clock: open asks past their expiry end by themselves (the call denied, the

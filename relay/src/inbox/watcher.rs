@@ -21,8 +21,7 @@ use serde_json::json;
 use super::{new_item, of_session, open, tell_session};
 use crate::{
     app::Relay,
-    envd::daemon_error,
-    error::{Error, Result},
+    error::{daemon_error, Error, Result},
     events,
     sessions::{
         self,

@@ -13,6 +13,7 @@ use crate::{
     auth::Caller,
     error::{Error, Result},
     events,
+    feed::Change,
     providers::ExecOutput,
     sessions::{
         self,
@@ -81,10 +82,10 @@ pub(super) async fn to(
     };
     events::JobState { job: &job.id, person: &job.person, from: job.state.as_str(), to: to.as_str(), reason }.emit();
     publish(relay, job.session_id.as_deref(), seq);
-    crate::fleet::job_changed(relay, &job.id).await;
+    super::changed(relay, &job.id).await;
     if to == JobState::Failed {
         let ended = JobRow { state: to, reason: reason.map(str::to_string), detail, ..job.clone() };
-        crate::inbox::job_failed(relay, &ended).await?;
+        relay.feed.publish(Change::JobMoved { job: &ended, from: job.state }).await;
     }
     Ok(())
 }
@@ -119,7 +120,7 @@ async fn sandbox(relay: &Relay, job: &JobRow) -> Result<SandboxRow> {
     let name = own_name(job);
     if let Some(row) = relay.store.sandbox(&name).await? {
         relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true).await?;
-        crate::fleet::job_changed(relay, &job.id).await;
+        super::changed(relay, &job.id).await;
         return Ok(row);
     }
     let spec = job.sandbox_spec.as_ref().ok_or_else(|| Error::invalid("the job names no sandbox"))?;
@@ -128,7 +129,7 @@ async fn sandbox(relay: &Relay, job: &JobRow) -> Result<SandboxRow> {
     // The job's sandbox is its person's.
     let row = relay.sandboxes.create(&name, provider, options, Some(&job.person), Vec::new()).await?;
     relay.store.set_job_sandbox(&job.id, &row.id, &row.name, true).await?;
-    crate::fleet::job_changed(relay, &job.id).await;
+    super::changed(relay, &job.id).await;
     Ok(row)
 }
 
@@ -184,7 +185,7 @@ async fn start(relay: &Arc<Relay>, job: &JobRow) -> Result<()> {
         Err(e) => return fail(relay, job, "session_refused", &e).await,
     };
     relay.store.set_job_session(&job.id, &session.id, &session.cwd).await?;
-    crate::fleet::job_changed(relay, &job.id).await;
+    super::changed(relay, &job.id).await;
     relay.jobs.prompts().remove(&job.id);
     let job = relay.store.job(&job.id, JobsOf::Everyone).await?.ok_or_else(|| Error::not_found("job gone"))?;
     to(relay, &job, JobState::Running, None, None).await?;
@@ -412,7 +413,7 @@ async fn finish(relay: &Relay, job: &JobRow, verification: Option<Verification>)
     if let Some(seq) = relay.store.set_job_result(&job.id, &result, time::now(), event).await? {
         publish(relay, job.session_id.as_deref(), seq);
     }
-    crate::fleet::job_changed(relay, &job.id).await;
+    super::changed(relay, &job.id).await;
     Ok(())
 }
 

@@ -27,9 +27,10 @@ use tokio::sync::Notify;
 
 use crate::{
     app::Relay,
-    auth::{random_hex, Caller},
+    auth::Caller,
     error::{Error, Result},
     events,
+    feed::Change,
     sessions::{self, follow::Mark, EventsPage, MAX_PROMPT_BYTES},
     store::{EventRow, JobRow, JobState, JobsOf, NewJob, Scope},
     time,
@@ -188,7 +189,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         _ => format!("person:{}", caller.person),
     };
     let job = JobRow {
-        id: format!("job_{}", random_hex(6)),
+        id: format!("job_{}", crate::random::hex(6)),
         person: caller.person.clone(),
         token_id: caller.token_id.clone(),
         scope: caller.scope,
@@ -221,7 +222,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
     match relay.store.create_job(&job).await? {
         NewJob::New(job) => {
             events::JobState { job: &job.id, person: &job.person, from: "", to: "queued", reason: None }.emit();
-            relay.fleet.job(&job, &relay.secrets.redactor());
+            relay.feed.publish(Change::Job(&job)).await;
             relay.jobs.prompts().insert(job.id.clone(), req.prompt);
             spawn_driver(relay, &job.id);
             view(relay, job, false).await
@@ -311,5 +312,16 @@ pub async fn resume(relay: &Arc<Relay>) {
     match relay.store.live_jobs().await {
         Ok(jobs) => jobs.iter().for_each(|j| spawn_driver(relay, &j.id)),
         Err(e) => events::JobFailed { job: "*", error: &e.to_string() }.emit(),
+    }
+}
+
+/// Tells the feed of a job's row as stored after its driver changed it (state, sandbox,
+/// session, result). A store that cannot be read leaves the views as they were (the next change
+/// brings them up to date) and says so in the log.
+pub(crate) async fn changed(relay: &Relay, job_id: &str) {
+    match relay.store.job(job_id, JobsOf::Everyone).await {
+        Ok(Some(j)) => relay.feed.publish(Change::Job(&j)).await,
+        Ok(None) => {}
+        Err(e) => events::FleetTrouble { what: job_id, error: &e.to_string() }.emit(),
     }
 }

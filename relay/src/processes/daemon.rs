@@ -23,8 +23,8 @@ use super::{
 };
 use crate::{
     auth::{Caller, MacKey},
-    envd::{daemon_error, Envd},
-    error::{Error, Result},
+    envd::Envd,
+    error::{daemon_error, Error, Result},
     store::SandboxRow,
     streams::Reason,
     text::{Encoding, OffsetText},

@@ -32,8 +32,8 @@ use super::{
 };
 use crate::{
     auth::{Caller, MacKey},
-    envd::{daemon_error, Envd},
-    error::{Error, Result},
+    envd::Envd,
+    error::{daemon_error, Error, Result},
     events,
     store::SandboxRow,
     streams::Reason,

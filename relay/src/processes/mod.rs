@@ -29,7 +29,7 @@ pub use polled::watch_unattached;
 
 use crate::{
     app::Relay,
-    auth::{self, Caller},
+    auth::Caller,
     envd::Envd,
     error::{Error, Limit, Result},
     events,
@@ -235,7 +235,7 @@ pub async fn start(
             format!("this token already has {running} running background processes in this sandbox (limit {limit})");
         return Err(Error::Limit { limit: Limit::BackgroundPerToken, message });
     }
-    let id = format!("p_{}", auth::random_hex(6));
+    let id = format!("p_{}", crate::random::hex(6));
     let view = match &b {
         Backend::Daemon { row, envd, started } => at(relay, caller, row, envd, started).start(id, command, cwd).await?,
         Backend::Followed { row, envd, started } => {

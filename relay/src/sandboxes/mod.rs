@@ -11,7 +11,7 @@ use crate::{
     envd::Envd,
     error::{Error, Result},
     events,
-    fleet::Fleet,
+    feed::{Change, Feed},
     providers::{ExecOutput, Provider},
     store::{Isolation, SandboxRow, SandboxState, Scope, Store},
     streams::{Reason, Streams},
@@ -31,7 +31,7 @@ pub struct Sandboxes {
     store: Arc<Store>,
     streams: Arc<Streams>,
     /// Told of every sandbox created, paused, resumed or destroyed.
-    fleet: Arc<Fleet>,
+    feed: Arc<Feed>,
     providers: Vec<Box<dyn Provider>>,
     /// Serializes daemon (re)starts so two requests never start two daemons for one sandbox.
     starting: tokio::sync::Mutex<()>,
@@ -61,14 +61,14 @@ impl Sandboxes {
     pub fn new(
         store: Arc<Store>,
         streams: Arc<Streams>,
-        fleet: Arc<Fleet>,
+        feed: Arc<Feed>,
         providers: Vec<Box<dyn Provider>>,
         allow_unisolated: bool,
     ) -> Self {
         Self {
             store,
             streams,
-            fleet,
+            feed,
             providers,
             starting: tokio::sync::Mutex::new(()),
             found: Mutex::new(HashMap::new()),
@@ -112,7 +112,7 @@ impl Sandboxes {
         let mut row = SandboxRow {
             owner: owner.map(str::to_string),
             shared_with,
-            ..SandboxRow::new(format!("sbx_{}", auth::random_hex(8)), name, provider, options)
+            ..SandboxRow::new(format!("sbx_{}", crate::random::hex(8)), name, provider, options)
         };
         {
             let _g = self.starting.lock().await;
@@ -134,7 +134,7 @@ impl Sandboxes {
             let _ = self.daemon(&mut row).await;
         }
         events::SandboxChanged { name, provider, change: "created" }.emit();
-        self.fleet.sandbox(&row);
+        self.feed.publish(Change::Sandbox(&row)).await;
         Ok(row)
     }
 
@@ -289,7 +289,7 @@ impl Sandboxes {
         }
         row.state = if paused { SandboxState::Paused } else { SandboxState::Running };
         self.store.update_sandbox(row).await?;
-        self.fleet.sandbox(row);
+        self.feed.publish(Change::Sandbox(row)).await;
         events::SandboxChanged { name: &row.name, provider: &row.provider, change: row.state.as_str() }.emit();
         Ok(())
     }
@@ -301,7 +301,7 @@ impl Sandboxes {
         let _settling = self.settling(&row.id);
         self.provider(&row.provider)?.destroy(row).await?;
         self.store.delete_sandbox(&row.id).await?;
-        self.fleet.sandbox_gone(&row.id);
+        self.feed.publish(Change::SandboxGone(row)).await;
         events::SandboxChanged { name: &row.name, provider: &row.provider, change: "destroyed" }.emit();
         Ok(())
     }
@@ -453,7 +453,7 @@ impl Sandboxes {
         self.store.update_sandbox(&row).await?;
         self.streams.close_sandbox(&row.id, Reason::Gone);
         self.forget(&row.id);
-        self.fleet.sandbox(&row);
+        self.feed.publish(Change::Sandbox(&row)).await;
         Ok(Some(row))
     }
 }

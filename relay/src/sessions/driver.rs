@@ -3,8 +3,9 @@
 //! so a restarted relay starts a driver again and it carries on from the saved position.
 use std::{sync::Arc, time::Duration};
 
-use hangar_agents::{harness::SessionIds, harness::Vars, Parser};
+use hangar_agents::{harness::SessionIds, harness::Vars, inbox::Policy, Parser};
 use hangar_proto::ext::{follow_event, FollowRequest};
+use serde_json::json;
 use tokio::{sync::Notify, time::Instant};
 use tracing::Instrument;
 
@@ -19,9 +20,11 @@ use crate::{
     envd::Envd,
     error::{Error, Result},
     events,
+    feed::Change,
     providers::ProviderError,
     store::{SessionRow, TurnRow, TurnState},
     streams::{Kind, Reason, Stream},
+    text::sh_quote,
     time,
 };
 
@@ -107,7 +110,7 @@ async fn step(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) -> Result<bool> 
         return Ok(true);
     }
     if turn.state != TurnState::Queued {
-        crate::inbox::watcher::ensure(relay, &session.sandbox_id);
+        relay.feed.publish(Change::TurnLive { session: &session }).await;
     }
     match turn.state {
         TurnState::Queued => queued(relay, &turn, poke).await?,
@@ -218,7 +221,7 @@ async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &Tu
     let settings = match session.approvals.is_empty() {
         true => None,
         false => {
-            let settings = crate::inbox::hook_settings(relay, &place, session, &turn.id)?;
+            let settings = hook_settings(relay.sessions.settings.ask_expiry, &place, session, &turn.id)?;
             match harness.approval_argv(&vars, &place.settings(&turn.id)) {
                 Some(extra) => argv.extend(extra.map_err(|e| Error::invalid(e.to_string()))?),
                 None => return Err(Error::invalid(format!("harness {:?} has no approval hook", harness.name))),
@@ -622,4 +625,49 @@ impl Watch<'_> {
         transition(relay, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail)).await?;
         Ok(())
     }
+}
+
+/// The Claude Code settings of a turn whose session has an approval policy: one `PreToolUse`
+/// hook, `hangar-envd approve`, for the tools the policy names, failing closed. The file is hangar's, outside
+/// the worktree where the agent cannot change it; `disableAllHooks: false` because command-line
+/// settings outrank the project's, where the agent could write `true`.
+fn hook_settings(ask_expiry: Duration, place: &Place, session: &SessionRow, turn_id: &str) -> Result<String> {
+    let policy = Policy::parse(&session.approvals).map_err(|e| Error::invalid(format!("approvals: {e}")))?;
+    let bin = match (&place.agent_bin, place.split) {
+        (Some(bin), true) => bin,
+        _ => return Err(Error::invalid(
+            "approvals need the uid split and a hangar-envd owned by root in the sandbox; this sandbox has lost them",
+        )),
+    };
+    // The hook waits a little longer than the item lives, so that the relay's expiry answer
+    // (a denial) is what ends its wait.
+    let wait = ask_expiry.as_secs() + 30;
+    let mut words = vec![
+        bin.clone(),
+        "approve".into(),
+        "--answers".into(),
+        place.answers(turn_id),
+        "--inbox".into(),
+        place.inbox(turn_id),
+        "--session".into(),
+        session.name.clone(),
+        "--turn".into(),
+        turn_id.to_string(),
+        "--timeout".into(),
+        wait.to_string(),
+    ];
+    for p in policy.patterns() {
+        words.extend(["--policy".to_string(), p]);
+    }
+    // Claude Code takes a hook's exit other than 0 and 2 as "no decision" and lets the call go on
+    // as it would without the hook (with `bypassPermissions`, it runs): a hook that crashed, or
+    // that a process of the agent's killed, would let the held call through. The command runs
+    // under a shell, so any such exit becomes 2: the call is refused, its stderr given as why.
+    let command = format!("{} || exit 2", words.iter().map(|w| sh_quote(w)).collect::<Vec<_>>().join(" "));
+    let hook = json!({ "type": "command", "command": command, "timeout": wait + 30 });
+    let settings = json!({
+        "disableAllHooks": false,
+        "hooks": { "PreToolUse": [{ "matcher": policy.hook_matcher(), "hooks": [hook] }] },
+    });
+    Ok(settings.to_string())
 }

@@ -8,6 +8,7 @@ use super::transition;
 use crate::{
     app::Relay,
     error::Result,
+    feed::Change,
     store::{NewEvent, SessionRow, TurnRow, TurnState, UsageRow, CURRENT_OFFSET},
     time,
 };
@@ -226,7 +227,8 @@ impl Ingest {
             .record_events(&self.session_id, &self.turn_id, new.clone(), ts, Some(position), Some(&summary))
             .await?;
         relay.sessions.live.publish_events(&self.session_id, &self.turn_id, ts, &new, &recorded, seq);
-        relay.fleet.ingested(&self.session_id, &self.turn_id, &new, ts);
+        let change = Change::Events { session_id: &self.session_id, turn_id: &self.turn_id, events: &new, ts };
+        relay.feed.publish(change).await;
         // Waiting for input starts with the harness's request and ends with its next event.
         let to = match (self.state, asked_input, other_agent_event) {
             (TurnState::Running, true, _) => Some(TurnState::WaitingInput),

@@ -37,9 +37,10 @@ use tokio::sync::Notify;
 
 use crate::{
     app::Relay,
-    auth::{random_hex, Caller},
+    auth::Caller,
     error::{Error, Result},
     events,
+    feed::Change,
     secrets::Chosen,
     store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, TurnRow, TurnState},
     time,
@@ -79,6 +80,9 @@ pub struct Settings {
     pub turn_event_max: u64,
     /// The most a turn's log holds (the supervisor's writer keeps it).
     pub log_max_bytes: u64,
+    /// How long an ask waits for a person (the inbox item's life): a turn's approval hook waits
+    /// a little longer, so that the relay's expiry answer is what ends its wait.
+    pub ask_expiry: Duration,
 }
 
 /// The sessions' shared state: harness profiles, live readers, and the drivers' cancel signals.
@@ -250,7 +254,7 @@ pub fn valid_name(name: &str) -> bool {
 
 fn new_turn(session_id: &str, prompt: &str, req: &TurnRequest, credential: Option<String>, timeout: i64) -> TurnRow {
     TurnRow {
-        id: format!("turn_{}", random_hex(6)),
+        id: format!("turn_{}", crate::random::hex(6)),
         session_id: session_id.to_string(),
         n: 1,
         prompt: String::new(),
@@ -349,7 +353,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
     check_credential(harness, credential.as_deref(), req.sandbox_login)?;
     let redactor = relay.secrets.redactor();
     let session = SessionRow {
-        id: format!("ses_{}", random_hex(6)),
+        id: format!("ses_{}", crate::random::hex(6)),
         name: req.name.clone(),
         person: caller.person.clone(),
         sandbox_id: row.id.clone(),
@@ -386,7 +390,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
                 sandbox: &session.sandbox_name,
             }
             .emit();
-            relay.fleet.session(&session, &turn);
+            relay.feed.publish(Change::TurnQueued { session: &session, turn: &turn }).await;
             relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
             let warnings = queue::warnings(relay, turn.credential.as_deref()).await?;
             spawn_driver(relay, &turn.id);
@@ -465,7 +469,7 @@ pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req
     turn.prompt = relay.secrets.redactor().text(&req.prompt).into_owned();
     match relay.store.create_turn(&turn).await? {
         Created::New(turn) => {
-            relay.fleet.session(&session, &turn);
+            relay.feed.publish(Change::TurnQueued { session: &session, turn: &turn }).await;
             relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
             let warnings = queue::warnings(relay, turn.credential.as_deref()).await?;
             spawn_driver(relay, &turn.id);
@@ -518,8 +522,7 @@ pub async fn delete(relay: &Relay, caller: &Caller, reference: &str) -> Result<(
         cancel_turn(relay, &session, &turn).await?;
     }
     relay.store.delete_session(&session.id).await?;
-    relay.fleet.session_gone(&session.id);
-    crate::inbox::session_deleted(relay, &session.id).await?;
+    relay.feed.publish(Change::SessionDeleted(&session)).await;
     events::SessionDeleted { session: &session.name, person: &session.person }.emit();
     Ok(())
 }
@@ -656,16 +659,17 @@ pub(crate) async fn transition(
     let moved = relay.store.move_turn(session_id, turn_id, to, reason, detail.as_deref(), ts, event.clone());
     let Some(seq) = moved.await? else { return Ok(false) };
     relay.sessions.live.publish_events(session_id, turn_id, ts, &[event], &[(0, seq)], seq);
-    crate::fleet::turn_changed(relay, turn_id).await;
+    let turn = relay.store.turn(turn_id).await?;
+    if let Some(turn) = &turn {
+        relay.feed.publish(Change::TurnMoved(turn)).await;
+    }
     events::TurnState { turn: turn_id, from: from.as_str(), to: to.as_str(), reason }.emit();
     if to.is_terminal() {
         relay.sessions.prompts().remove(turn_id);
         relay.sessions.slots.notify_waiters();
-        if let (Some(session), Some(turn)) =
-            (relay.store.session_by_id(session_id).await?, relay.store.turn(turn_id).await?)
-        {
+        if let (Some(session), Some(turn)) = (relay.store.session_by_id(session_id).await?, &turn) {
             let failed = matches!(to, TurnState::Failed | TurnState::Crashed | TurnState::TimedOut);
-            crate::inbox::turn_ended(relay, &session, &turn, failed).await?;
+            relay.feed.publish(Change::TurnEnded { session: &session, turn, failed }).await;
         }
     }
     Ok(true)
@@ -685,7 +689,7 @@ pub(crate) async fn record_event(
     let events = vec![event];
     let (seq, recorded) = relay.store.record_events(session_id, turn_id, events.clone(), ts, None, None).await?;
     relay.sessions.live.publish_events(session_id, turn_id, ts, &events, &recorded, seq);
-    relay.fleet.ingested(session_id, turn_id, &events, ts);
+    relay.feed.publish(Change::Events { session_id, turn_id, events: &events, ts }).await;
     Ok(seq)
 }
 
@@ -735,7 +739,7 @@ pub async fn resume(relay: Arc<Relay>) {
 
 /// A random (version 4) UUID: the conversation id hangar assigns where the CLI takes one.
 pub fn uuid_v4() -> String {
-    let mut b = crate::auth::random_bytes::<16>();
+    let mut b = crate::random::bytes::<16>();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();

@@ -25,8 +25,8 @@ use tonic::{metadata::MetadataValue, Code, Request};
 
 use crate::{
     app::Relay,
-    envd::{daemon_error, Envd},
-    error::{Error, Result},
+    envd::Envd,
+    error::{daemon_error, Error, Result},
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
     store::SandboxRow,
     text::sh_quote,

@@ -19,7 +19,7 @@ use super::{
     DockerProvider,
 };
 use crate::{
-    auth, events,
+    events,
     providers::{options::ENV_EXEC_MARK, ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
     store::SandboxRow,
     text::Tail,
@@ -41,7 +41,7 @@ impl DockerProvider {
     ) -> Result<ExecOutput, ProviderError> {
         let docker = self.docker().await?;
         let name = container_name(sandbox);
-        let mark = auth::random_hex(12);
+        let mark = crate::random::hex(12);
         let config = ExecConfig {
             attach_stdin: Some(false),
             attach_stdout: Some(true),

@@ -42,7 +42,6 @@ use self::scripts::{EXEC_SCRIPT, WORKDIR_SCRIPT};
 use super::options::{bad, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
 use super::{ExecOutput, Provider, ProviderError};
 use crate::{
-    auth,
     envd::Envd,
     events,
     store::{Isolation, SandboxRow},
@@ -308,7 +307,7 @@ impl Provider for DockerProvider {
             .or_else(|| image_config.working_dir.clone())
             .filter(|w| !w.is_empty());
 
-        let token = auth::random_hex(32);
+        let token = crate::random::hex(32);
         let mut env = vec![format!("{ENV_TOKEN}={token}")];
         if let Some(u) = &opts.user {
             env.push(format!("{ENV_USER}={u}"));
@@ -511,7 +510,7 @@ impl Provider for DockerProvider {
             .and_then(|env| env_of(env, ENV_USER))
             .map(str::to_string);
         // What the script says when it cannot enter the directory.
-        let no_dir = format!("hangar-no-such-directory:{}", auth::random_hex(8));
+        let no_dir = format!("hangar-no-such-directory:{}", crate::random::hex(8));
         let cmd = vec![
             "bash".to_string(),
             "-c".into(),

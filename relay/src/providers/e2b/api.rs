@@ -28,7 +28,8 @@ use hyper_util::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::{config::ApiKey, error::chain};
+use super::ApiKey;
+use crate::text::chain;
 
 /// How long one call may take (creating a sandbox takes seconds; E2B's own SDKs allow 60 s).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);

@@ -19,7 +19,9 @@
 //! checked to be a plain id or domain.
 mod api;
 mod options;
+mod settings;
 
+pub use self::settings::{ApiKey, Settings};
 use crate::providers::options::bad;
 use std::time::Duration;
 
@@ -29,7 +31,6 @@ use self::{
 };
 use super::{ExecOutput, Provider, ProviderError};
 use crate::{
-    config::E2bSettings,
     envd::Envd,
     events,
     store::{Isolation, SandboxRow},
@@ -119,7 +120,7 @@ async fn wait_envd(envd: &Envd, limit: Duration) -> Result<(), String> {
 
 impl E2bProvider {
     /// The provider as the operator configured it; a setting it cannot use is an error at start.
-    pub fn new(settings: &E2bSettings) -> Result<E2bProvider, String> {
+    pub fn new(settings: &Settings) -> Result<E2bProvider, String> {
         let domain = settings.domain.trim().to_string();
         if !valid_domain(&domain) {
             return Err(format!("HANGAR_E2B_DOMAIN {domain:?}: a domain name such as e2b.app"));
@@ -336,8 +337,8 @@ impl Provider for E2bProvider {
 mod tests {
     use super::*;
 
-    fn settings(envd_url: &str) -> E2bSettings {
-        E2bSettings { api_key: None, domain: "e2b.app".into(), api_url: None, envd_url: envd_url.into() }
+    fn settings(envd_url: &str) -> Settings {
+        Settings { api_key: None, domain: "e2b.app".into(), api_url: None, envd_url: envd_url.into() }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::{
     status, KubernetesProvider,
 };
 use crate::{
-    auth, events,
+    events,
     providers::{docker::scripts::KILL_SCRIPT, read_tail, ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
     store::SandboxRow,
     text::Tail,
@@ -65,7 +65,7 @@ impl KubernetesProvider {
     ) -> Result<ExecOutput, ProviderError> {
         let pods = self.cluster().await?.pods();
         let name = pod_name(&sandbox.id);
-        let mark = auth::random_hex(12);
+        let mark = crate::random::hex(12);
         let mut argv = vec!["env".to_string(), format!("{ENV_EXEC_MARK}={mark}")];
         for (k, v) in env {
             if !valid_env_key(k) || k == ENV_EXEC_MARK {

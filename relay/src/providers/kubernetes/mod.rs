@@ -45,7 +45,6 @@ use super::{
     ExecOutput, Provider, ProviderError,
 };
 use crate::{
-    auth,
     envd::Envd,
     events,
     providers::gone::GoneSender,
@@ -378,7 +377,7 @@ impl Provider for KubernetesProvider {
             )));
         }
         let cluster = self.cluster().await?.clone();
-        let token = auth::random_hex(32);
+        let token = crate::random::hex(32);
         let spec = pod::spec(sandbox, &opts, &token);
         let name = pod_name(&sandbox.id);
         match cluster.pods().create(&PostParams::default(), &spec).await {
@@ -448,7 +447,7 @@ impl Provider for KubernetesProvider {
         timeout: Duration,
     ) -> Result<ExecOutput, ProviderError> {
         // What the script says when it cannot enter the directory.
-        let no_dir = format!("hangar-no-such-directory:{}", auth::random_hex(8));
+        let no_dir = format!("hangar-no-such-directory:{}", crate::random::hex(8));
         let cmd = vec![
             "bash".to_string(),
             "-c".into(),

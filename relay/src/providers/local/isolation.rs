@@ -241,7 +241,7 @@ pub fn allocate_uid(root: &Path) -> io::Result<u32> {
             .any(|e| std::fs::metadata(super::Layout::of(&e.path()).top).is_ok_and(|m| m.uid() == uid))
     };
     for _ in 0..64 {
-        let r = crate::auth::random_bytes::<4>();
+        let r = crate::random::bytes::<4>();
         let uid = UID_BASE + u32::from_le_bytes(r) % UID_SPAN;
         if !taken_by_host(uid) && !taken_by_sandbox(uid) {
             return Ok(uid);

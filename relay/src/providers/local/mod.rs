@@ -38,7 +38,6 @@ use pids::Proc;
 
 use super::{ExecOutput, Provider, ProviderError};
 use crate::{
-    auth,
     envd::Envd,
     events,
     store::{Isolation, SandboxRow},
@@ -112,7 +111,7 @@ impl LocalProvider {
         let dir = self.dir(sandbox);
         let layout = Layout::of(&dir);
         self.remount(sandbox, &dir, &layout.top).await?;
-        let token = sandbox.envd_token.clone().unwrap_or_else(|| auth::random_hex(32));
+        let token = sandbox.envd_token.clone().unwrap_or_else(|| crate::random::hex(32));
         let token_file = dir.join("envd.token");
         write_secret(&token_file, &token).map_err(Self::io("writing the daemon's token"))?;
         let log = std::fs::OpenOptions::new()
