@@ -3,10 +3,11 @@
 //! `tonic::Request`s. Either way a `CallContext` in the request's extensions says who calls.
 //!
 //! Invariant: nothing here parses HTTP; the transport hands over a `CallContext`.
-mod ext;
+mod daemon;
 mod files;
 mod filesystem;
 mod process;
+mod processes;
 mod watch;
 
 use std::{
@@ -19,10 +20,11 @@ use std::{
 use futures::Stream;
 use tokio_stream::StreamExt as _;
 
-pub use ext::{DaemonService, ProcessesService};
+pub use daemon::DaemonService;
 pub(crate) use files::user_path;
 pub use filesystem::FilesystemService;
 pub use process::ProcessService;
+pub use processes::ProcessesService;
 pub use watch::FilesService;
 
 use crate::{
