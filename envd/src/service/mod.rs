@@ -4,7 +4,7 @@
 //!
 //! Invariant: nothing here parses HTTP; the transport hands over a `CallContext`.
 mod daemon;
-mod files;
+mod file_ops;
 mod filesystem;
 mod process;
 mod processes;
@@ -21,7 +21,7 @@ use futures::Stream;
 use tokio_stream::StreamExt as _;
 
 pub use daemon::DaemonService;
-pub(crate) use files::user_path;
+pub(crate) use file_ops::user_path;
 pub use filesystem::FilesystemService;
 pub use process::ProcessService;
 pub use processes::ProcessesService;
