@@ -144,7 +144,7 @@ pub async fn run(ctx: &Ctx, a: FleetArgs) -> Result<i32, Error> {
     ctx.client.follow(&p, None, |ev| on_event(&mut fleet, ev, json, tty)).await.map_err(no_fleet)
 }
 
-/// A relay from before the Fleet API answers its routes `404 no such route`: say so.
+/// A relay from before the fleet's routes (`/api/fleet`, docs/fleet.md) answers them `404 no such route`: say so.
 fn no_fleet(e: Error) -> Error {
     match e {
         Error::Api { status: 404, code, message } if message == "no such route" => Error::Api {

@@ -537,8 +537,8 @@ async fn completions_print_for_each_shell() {
     assert_eq!(r.code, Some(2), "{r:?}");
 }
 
-// The Fleet API (GET /api/fleet, /api/fleet/stream) is built on the fleet branch: enable this
-// once it is merged.
+// `hangar fleet` over the fleet's routes (GET /api/fleet, /api/fleet/stream; docs/fleet.md): one
+// table with `--once`, a table appended for each change otherwise.
 #[tokio::test]
 async fn fleet_prints_once_and_redraws_as_the_stream_changes() {
     let state = StateDir::new();

@@ -1,9 +1,9 @@
 //! Agent sessions on the local provider, end to end through the real relay: a harness profile
 //! that replays a capture a line every 100 ms stands in for the agent CLI. Every event arrives
-//! once and in order, follow-ups continue the seq, cancel and crashes end the turn as the run
-//! design record's table says, a relay killed mid-turn loses and repeats nothing, a truncated log
-//! falls back to polling without losing what is written after, secrets are redacted from
-//! everything stored, streamed or logged, and bad input gets a clear error.
+//! once and in order, follow-ups continue the seq, cancel and crashes end the turn as the table
+//! of states and reasons says (docs/sessions.md), a relay killed mid-turn loses and repeats
+//! nothing, a truncated log falls back to polling without losing what is written after, secrets
+//! are redacted from everything stored, streamed or logged, and bad input gets a clear error.
 use std::time::Duration;
 
 use hangar_e2e::{

@@ -1,4 +1,4 @@
-//! E2B's `filesystem.Filesystem` service: the unary file operations live in `files.rs`, the
+//! E2B's `filesystem.Filesystem` service: the unary file operations live in `file_ops.rs`, the
 //! watches in `watch.rs`; this impl only routes to them.
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use hangar_proto::filesystem::{
 };
 use tonic::{Request, Response, Status};
 
-use super::{files::FileOps, watch::WatchOps, Core, RpcStream};
+use super::{file_ops::FileOps, watch::WatchOps, Core, RpcStream};
 
 pub struct FilesystemService {
     files: FileOps,

@@ -3,10 +3,20 @@
 //! `tonic::Request`s. Either way a `CallContext` in the request's extensions says who calls.
 //!
 //! Invariant: nothing here parses HTTP; the transport hands over a `CallContext`.
-mod ext;
+//!
+//! One file per service, named after it:
+//! - `process.rs`: E2B's `process.Process`.
+//! - `filesystem.rs`: E2B's `filesystem.Filesystem`, routing to `file_ops.rs` (its unary file
+//!   operations) and `watch.rs` (its watches, and what hangar's `Files/WatchDir` shares with them).
+//! - `processes.rs`: hangar's `hangar.envd.v1.Processes` (attach, signal, list).
+//! - `files.rs`: hangar's `hangar.envd.v1.Files` (follow, watch).
+//! - `daemon.rs`: hangar's `hangar.envd.v1.Daemon` (info).
+mod daemon;
+mod file_ops;
 mod files;
 mod filesystem;
 mod process;
+mod processes;
 mod watch;
 
 use std::{
@@ -19,11 +29,12 @@ use std::{
 use futures::Stream;
 use tokio_stream::StreamExt as _;
 
-pub use ext::{DaemonService, ProcessesService};
-pub(crate) use files::user_path;
+pub use daemon::DaemonService;
+pub(crate) use file_ops::user_path;
+pub use files::FilesService;
 pub use filesystem::FilesystemService;
 pub use process::ProcessService;
-pub use watch::FilesService;
+pub use processes::ProcessesService;
 
 use crate::{
     error::RpcError,

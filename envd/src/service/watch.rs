@@ -1,6 +1,6 @@
-//! Directory watches (E2B's streaming `WatchDir` and polling trio, hangar's `Files/WatchDir`) and
-//! log following (hangar's `Files/Follow`): the RPC shapes over `crate::watch` and
-//! `crate::follow`.
+//! Directory watches as RPCs over `crate::watch`: E2B's streaming `WatchDir` and polling trio
+//! (`WatchOps`, which `filesystem.rs` routes to), and what hangar's `Files/WatchDir` (`files.rs`)
+//! shares with them: the request's spec, the stream of batches and keepalives, the event's shape.
 //!
 //! Lost events: hangar's `WatchDir` says so with an `overflow` event and goes on. E2B's messages
 //! have no way to say it, so rather than pretend nothing was lost, its `WatchDir` stream sends the
@@ -14,16 +14,10 @@ use std::{
 };
 
 use futures::Stream;
-use hangar_proto::{
-    ext::{
-        files_server::Files, follow_event as fe, watch_event as we, FollowEvent, FollowRequest, FollowResponse,
-        WatchEvent, WatchResponse,
-    },
-    filesystem::{
-        watch_dir_response as wdr, CreateWatcherRequest, CreateWatcherResponse, EventType, FilesystemEvent,
-        GetWatcherEventsRequest, GetWatcherEventsResponse, RemoveWatcherRequest, RemoveWatcherResponse,
-        WatchDirRequest, WatchDirResponse,
-    },
+use hangar_proto::filesystem::{
+    watch_dir_response as wdr, CreateWatcherRequest, CreateWatcherResponse, EventType, FilesystemEvent,
+    GetWatcherEventsRequest, GetWatcherEventsResponse, RemoveWatcherRequest, RemoveWatcherResponse, WatchDirRequest,
+    WatchDirResponse,
 };
 use tokio_stream::StreamExt as _;
 use tonic::{Request, Response, Status};
@@ -32,7 +26,6 @@ use super::{context, fail, resolve_path, until_deadline, CallContext, Core, RpcS
 use crate::{
     error::RpcError,
     events,
-    follow::{self, FollowError, FollowSpec},
     fs::creds,
     watch::{Batch, Change, Ended, Item, Kind, Watch, WatchError, WatchSpec},
 };
@@ -52,28 +45,14 @@ impl From<WatchError> for RpcError {
     }
 }
 
-impl From<FollowError> for RpcError {
-    fn from(e: FollowError) -> Self {
-        let msg = e.to_string();
-        match e {
-            FollowError::IsADirectory(_) | FollowError::NotRegular(_) | FollowError::NetworkMount { .. } => {
-                RpcError::invalid_argument(msg)
-            }
-            FollowError::Full(_) | FollowError::KernelLimit { .. } => RpcError::resource_exhausted(msg),
-            FollowError::PermissionDenied { .. } => RpcError::permission_denied(msg),
-            FollowError::Io { .. } => RpcError::internal(msg),
-        }
-    }
-}
-
-fn absolute(core: &Core, ctx: &CallContext, path: &str) -> Result<std::path::PathBuf, RpcError> {
+pub(super) fn absolute(core: &Core, ctx: &CallContext, path: &str) -> Result<std::path::PathBuf, RpcError> {
     if path.is_empty() {
         return Err(RpcError::invalid_argument("path is required"));
     }
     Ok(resolve_path(path, &ctx.user, core.settings.get().workdir.as_deref()))
 }
 
-fn watch_spec(core: &Core, ctx: &CallContext, r: WatchDirRequest) -> Result<WatchSpec, RpcError> {
+pub(super) fn watch_spec(core: &Core, ctx: &CallContext, r: WatchDirRequest) -> Result<WatchSpec, RpcError> {
     let root = absolute(core, ctx, &r.path)?;
     // A caller watches only a directory it may list. (The kernel's watches themselves are the
     // daemon's: inotify checks permission once, when a watch is added.)
@@ -93,7 +72,7 @@ fn watch_spec(core: &Core, ctx: &CallContext, r: WatchDirRequest) -> Result<Watc
     })
 }
 
-fn fs_event(c: Change) -> FilesystemEvent {
+pub(super) fn fs_event(c: Change) -> FilesystemEvent {
     let kind = match c.kind {
         Kind::Create => EventType::Create,
         Kind::Write => EventType::Write,
@@ -105,7 +84,7 @@ fn fs_event(c: Change) -> FilesystemEvent {
 }
 
 /// What a watch stream sees between its messages.
-enum Tick {
+pub(super) enum Tick {
     Batch(Batch),
     KeepAlive,
     Deadline,
@@ -113,7 +92,11 @@ enum Tick {
 
 /// Drives a watch: its batches, keepalives after `keepalive` of silence, and `Deadline` (then
 /// nothing) at `deadline`. Ends after a batch that ends the watch. Dropping it drops the watch.
-fn ticks(watch: Watch, keepalive: Duration, deadline: Option<Instant>) -> Pin<Box<dyn Stream<Item = Tick> + Send>> {
+pub(super) fn ticks(
+    watch: Watch,
+    keepalive: Duration,
+    deadline: Option<Instant>,
+) -> Pin<Box<dyn Stream<Item = Tick> + Send>> {
     Box::pin(async_stream::stream! {
         let until = until_deadline(deadline);
         tokio::pin!(until);
@@ -133,7 +116,7 @@ fn ticks(watch: Watch, keepalive: Duration, deadline: Option<Instant>) -> Pin<Bo
     })
 }
 
-fn deadline_passed() -> Status {
+pub(super) fn deadline_passed() -> Status {
     Status::deadline_exceeded("the call's deadline passed")
 }
 
@@ -231,133 +214,5 @@ impl WatchOps {
         let id = req.into_inner().watcher_id;
         self.core.watches.remove_watcher(&id).map_err(|e| fail(M, e))?;
         Ok(Response::new(RemoveWatcherResponse {}))
-    }
-}
-
-/// hangar's `Files` service.
-pub struct FilesService {
-    core: Arc<Core>,
-}
-
-impl FilesService {
-    pub fn new(core: Arc<Core>) -> Self {
-        Self { core }
-    }
-}
-
-fn watch_msg(seq: u64, e: we::Event) -> WatchResponse {
-    WatchResponse { event: Some(WatchEvent { seq, event: Some(e) }) }
-}
-
-fn follow_msg(e: fe::Event) -> FollowResponse {
-    FollowResponse { event: Some(FollowEvent { event: Some(e) }) }
-}
-
-fn follow_event(e: follow::Event) -> fe::Event {
-    match e {
-        follow::Event::Data { offset, data } => fe::Event::Data(fe::Data { offset, data: data.into() }),
-        follow::Event::Truncated { previous_offset, size } => {
-            fe::Event::Truncated(fe::Truncated { previous_offset, size })
-        }
-        follow::Event::Replaced { previous_offset } => fe::Event::Replaced(fe::Replaced { previous_offset }),
-        follow::Event::Removed { previous_offset } => fe::Event::Removed(fe::Removed { previous_offset }),
-        follow::Event::Created => fe::Event::Created(fe::Created {}),
-    }
-}
-
-#[tonic::async_trait]
-impl Files for FilesService {
-    type FollowStream = RpcStream<FollowResponse>;
-    type WatchDirStream = RpcStream<WatchResponse>;
-
-    async fn follow(&self, req: Request<FollowRequest>) -> Result<Response<Self::FollowStream>, Status> {
-        const M: &str = "hangar.envd.v1.Files.Follow";
-        let ctx = context(&req).map_err(|e| fail(M, e))?;
-        let r = req.into_inner();
-        let path = absolute(&self.core, &ctx, &r.path).map_err(|e| fail(M, e))?;
-        let spec = FollowSpec {
-            path,
-            offset: r.offset,
-            allow_network_mounts: r.allow_network_mounts,
-            who: creds::Identity::for_user(&ctx.user),
-        };
-        let (mut follower, start) = self.core.follows.start(spec).map_err(|e| fail(M, e))?;
-        let first = follow_msg(fe::Event::Start(fe::Start {
-            path: start.path.to_string_lossy().into_owned(),
-            exists: start.exists,
-            offset: start.offset,
-            size: start.size,
-        }));
-        let (keepalive, deadline) = (ctx.keepalive, ctx.deadline);
-        Ok(Response::new(Box::pin(async_stream::stream! {
-            yield Ok(first);
-            let until = until_deadline(deadline);
-            tokio::pin!(until);
-            let mut silence = Silence::new(keepalive);
-            loop {
-                tokio::select! {
-                    ev = follower.next() => match ev {
-                        Ok(ev) => {
-                            silence.sent();
-                            yield Ok(follow_msg(follow_event(ev)));
-                        }
-                        Err(e) => {
-                            yield Err(fail(M, e));
-                            return;
-                        }
-                    },
-                    () = silence.elapsed() => yield Ok(follow_msg(fe::Event::Keepalive(fe::KeepAlive {}))),
-                    _ = &mut until => {
-                        yield Err(deadline_passed());
-                        return;
-                    }
-                }
-            }
-        })))
-    }
-
-    async fn watch_dir(&self, req: Request<WatchDirRequest>) -> Result<Response<Self::WatchDirStream>, Status> {
-        const M: &str = "hangar.envd.v1.Files.WatchDir";
-        let ctx = context(&req).map_err(|e| fail(M, e))?;
-        let spec = watch_spec(&self.core, &ctx, req.into_inner()).map_err(|e| fail(M, e))?;
-        let watch = self.core.watches.watch(spec).await.map_err(|e| fail(M, e))?;
-        let root = watch.root().to_path_buf();
-        let mut ticks = ticks(watch, ctx.keepalive, ctx.deadline);
-        Ok(Response::new(Box::pin(async_stream::stream! {
-            yield Ok(watch_msg(0, we::Event::Start(we::Start {})));
-            let mut last = 0;
-            while let Some(tick) = ticks.next().await {
-                match tick {
-                    Tick::Batch(b) => {
-                        for item in b.items {
-                            match item {
-                                Item::Change { seq, change } => {
-                                    last = seq;
-                                    yield Ok(watch_msg(seq, we::Event::Filesystem(fs_event(change))));
-                                }
-                                Item::Overflow { seq, dropped } => {
-                                    last = seq;
-                                    events::WatchEventsLost { path: &root, dropped }.emit();
-                                    yield Ok(watch_msg(seq, we::Event::Overflow(we::Overflow { dropped })));
-                                }
-                            }
-                        }
-                        match b.end {
-                            Some(Ended::Failed(e)) => {
-                                yield Err(fail(M, e));
-                                return;
-                            }
-                            Some(Ended::Gone) => return,
-                            None => {}
-                        }
-                    }
-                    Tick::KeepAlive => yield Ok(watch_msg(last, we::Event::Keepalive(we::KeepAlive {}))),
-                    Tick::Deadline => {
-                        yield Err(deadline_passed());
-                        return;
-                    }
-                }
-            }
-        })))
     }
 }

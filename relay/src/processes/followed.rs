@@ -1,6 +1,7 @@
 //! Background processes on a daemon without hangar's extensions (E2B's envd, or hangar-envd
 //! `--e2b-only`): no ring with offsets, no `Attach` with `since`, no exited processes listed. The
-//! relay keeps the streaming document's promises itself: it starts each process with E2B's
+//! relay keeps hangar-envd's promises for them itself (docs/providers.md, "A daemon without
+//! hangar's extensions"): it starts each process with E2B's
 //! `Start` under the same MAC'd tag `daemon.rs` gives (so ownership is decided the same way),
 //! reads that stream for as long as the process runs, and keeps the last `RING_BYTES` of its
 //! output with absolute offsets, so an attach with `since` works as on hangar-envd (a `Gap` when

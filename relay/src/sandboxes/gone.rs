@@ -3,8 +3,8 @@
 //!
 //! A provider holds a `GoneSender` (`providers::gone`) and says what it saw (`vanished`, or after a full listing,
 //! `present`); the relay's task (`follow`) makes each such sandbox `gone`: its state is stored,
-//! its streams end (`gone`), and its live turns end `crashed/sandbox_gone` (the run design
-//! record, section 5.3). A sandbox hangar itself is creating or destroying is left alone.
+//! its streams end (`gone`), and its live turns end `crashed/sandbox_gone` (docs/sessions.md,
+//! "Turns: states and reasons"). A sandbox hangar itself is creating or destroying is left alone.
 use std::{collections::HashSet, sync::Arc};
 
 pub use crate::providers::gone::{channel, GoneReceiver, GoneSender, Seen};

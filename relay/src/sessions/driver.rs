@@ -1,6 +1,7 @@
 //! One task per live turn: it waits for a slot, starts the supervisor, follows the log (or polls
-//! it), and ends the turn by the run design record's table. Everything it knows is in the store,
-//! so a restarted relay starts a driver again and it carries on from the saved position.
+//! it), and ends the turn by docs/sessions.md's table of states and reasons. Everything it knows
+//! is in the store, so a restarted relay starts a driver again and it carries on from the saved
+//! position.
 use std::{sync::Arc, time::Duration};
 
 use hangar_agents::{harness::SessionIds, harness::Vars, inbox::Policy, Parser};

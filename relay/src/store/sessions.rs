@@ -93,7 +93,8 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 ";
 
-/// A turn's state: the run design record's nine. The last five are terminal and final.
+/// A turn's state: the nine of docs/sessions.md ("Turns: states and reasons"). The last five are
+/// terminal and final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnState {

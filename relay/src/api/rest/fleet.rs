@@ -59,7 +59,7 @@ pub async fn read(
     Ok(Json(fleet::read(&relay, &caller, &q.filter()).await?))
 }
 
-/// The fleet document's word for why a stream closed (`code`), beside the relay's (`reason`).
+/// The fleet stream's own word for why it closed (`code`, docs/fleet.md), beside the relay's (`reason`).
 fn code(r: Reason) -> &'static str {
     match r {
         Reason::MaxBytes => "cap",
