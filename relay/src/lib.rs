@@ -1,13 +1,15 @@
 //! hangar-relay: the control plane. It knows the sandboxes, their providers and the tokens of
 //! the people and agents who use them, and serves envd's streams over REST/SSE and MCP.
 //!
-//! Layers, each knowing only those below it (docs/architecture.md has the tree and each part's
-//! invariant):
+//! Layers, each knowing only those below it (`scripts/check-layers` checks it; docs/architecture.md
+//! has the tree and each part's invariant):
 //! - `app`: the application's state, binding and serving (wiring only).
 //! - `api`: HTTP, the only module that knows it (REST/SSE, MCP).
-//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `sessions`, `jobs`, `inbox`, `fleet`, `secrets`,
-//!   `streams`, `revocation`, `recovery`, with its typed `error`s and `events`.
-//! - below it: `providers`, `envd`, `store`, `auth`, and the leaves `text`, `time`, `config`.
+//! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `sessions`, `jobs`, `inbox`, `fleet`,
+//!   `secrets`, `streams`, `revocation`, `recovery`; writers tell the fleet and the inbox through
+//!   the `feed`.
+//! - below it: `error`, `config`, `providers`, `envd`, `auth`, `store`, and the leaves `events`,
+//!   `text`, `time`, `random`.
 pub mod api;
 pub mod app;
 pub mod auth;
