@@ -6,7 +6,7 @@ use crate::{
     api, auth,
     config::{self, Config},
     events, exec, feed, fleet, inbox, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions,
-    store, streams,
+    store, streams, watch,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +33,8 @@ pub enum StartError {
 pub struct Relay {
     pub store: Arc<store::Store>,
     pub key: auth::MacKey,
-    pub sandboxes: sandboxes::Sandboxes,
+    pub sandboxes: Arc<sandboxes::Sandboxes>,
+    pub watches: watch::Watches,
     pub processes: processes::Processes,
     /// Running unstreamed execs, per token.
     pub unstreamed: Arc<exec::Unstreamed>,
@@ -132,13 +133,13 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     let streams = streams::Streams::new(config.limits.clone());
     let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential));
     let feed = feed::Feed::new();
-    let sandboxes = sandboxes::Sandboxes::new(
+    let sandboxes = Arc::new(sandboxes::Sandboxes::new(
         store.clone(),
         streams.clone(),
         feed.clone(),
         vec![Box::new(local), Box::new(docker), Box::new(kubernetes), Box::new(e2b)],
         config.allow_unisolated_sandboxes,
-    );
+    ));
     let harnesses = match &config.sessions.harnesses {
         None => hangar_agents::harness::Harnesses::builtin(),
         Some(path) => {
@@ -166,10 +167,12 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     let secrets = Arc::new(secrets::Secrets::new(store.clone()).await.map_err(StartError::Secrets)?);
     let open_items = store.open_items().await?;
     fleet.load(&store, &secrets.redactor()).await?;
+    let watches = watch::Watches::new(sandboxes.clone(), streams.clone(), config.limits.buffer_bytes);
     let relay = Arc::new(Relay {
         store,
         key,
         sandboxes,
+        watches,
         processes: processes::Processes::default(),
         unstreamed: Arc::default(),
         run: crate::random::hex(4),

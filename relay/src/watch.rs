@@ -4,7 +4,7 @@
 //! E2B's `filesystem.Filesystem/WatchDir`: the relay numbers its events, and a loss (which E2B's
 //! stream says by ending with `data_loss`) becomes an `overflow` after which the relay watches
 //! again, so the client sees the same items either way.
-use std::collections::VecDeque;
+use std::{collections::VecDeque, sync::Arc};
 
 use futures::Stream;
 use hangar_proto::{
@@ -13,17 +13,25 @@ use hangar_proto::{
 };
 
 use crate::{
-    app::Relay,
     auth::Caller,
     envd::Envd,
     error::{daemon_error, Result},
+    sandboxes::Sandboxes,
     streams::{
         self,
         buffer::{Buffer, Full, Shed},
-        Front, Kind, Reason,
+        Front, Kind, Reason, Streams,
     },
     time,
 };
+
+/// Directory watches: what a watch needs and nothing else.
+pub struct Watches {
+    sandboxes: Arc<Sandboxes>,
+    streams: Arc<Streams>,
+    /// What the relay holds of one watch's changes for a client that reads slowly.
+    buffer_bytes: usize,
+}
 
 /// One thing a watch reports.
 #[derive(Debug, Clone)]
@@ -37,20 +45,37 @@ pub enum WatchItem {
     Closed { reason: Reason, message: Option<String> },
 }
 
-/// Watches `path` (absolute, or relative to the sandbox's working directory) in the sandbox
-/// `reference`. Needs the daemon; counts as a watch for `HANGAR_WATCH_MAX_PER_TOKEN`.
-pub async fn watch(
-    relay: &Relay,
+impl Watches {
+    pub fn new(sandboxes: Arc<Sandboxes>, streams: Arc<Streams>, buffer_bytes: usize) -> Watches {
+        Watches { sandboxes, streams, buffer_bytes }
+    }
+
+    /// Watches `path` (absolute, or relative to the sandbox's working directory) in the sandbox
+    /// `reference`. Needs the daemon; counts as a watch for `HANGAR_WATCH_MAX_PER_TOKEN`.
+    pub async fn watch(
+        &self,
+        caller: &Caller,
+        reference: &str,
+        path: &str,
+        recursive: bool,
+        front: Front,
+    ) -> Result<impl Stream<Item = WatchItem> + Send + 'static> {
+        watch(self, caller, reference, path, recursive, front).await
+    }
+}
+
+async fn watch(
+    w: &Watches,
     caller: &Caller,
     reference: &str,
     path: &str,
     recursive: bool,
     front: Front,
 ) -> Result<impl Stream<Item = WatchItem> + Send + 'static> {
-    let mut row = relay.sandboxes.enter(reference, caller).await?;
-    let path = relay.sandboxes.resolve_path(&row, path)?;
-    let envd = relay.sandboxes.require_daemon(&mut row, "watching a directory").await?;
-    let mut admitted = relay.streams.open(caller, &row.id, Kind::Watch, front)?;
+    let mut row = w.sandboxes.enter(reference, caller).await?;
+    let path = w.sandboxes.resolve_path(&row, path)?;
+    let envd = w.sandboxes.require_daemon(&mut row, "watching a directory").await?;
+    let mut admitted = w.streams.open(caller, &row.id, Kind::Watch, front)?;
     let req = WatchDirRequest { path, recursive, include_entry: false, allow_network_mounts: false };
     let changes: std::pin::Pin<Box<dyn Stream<Item = WatchItem> + Send>> = if envd.is_e2b() {
         let watch = envd.filesystem().watch_dir(req.clone()).await.map_err(|s| daemon_error("watching", s))?;
@@ -60,7 +85,7 @@ pub async fn watch(
     };
     // Drained as the daemon sends it, whatever the client's pace: a client that stops reading
     // must not hold the sandbox's shared connection (streams::buffer).
-    let items = Buffer::spawn(changes, ShedNewest, relay.limits.buffer_bytes, Full::Shed);
+    let items = Buffer::spawn(changes, ShedNewest, w.buffer_bytes, Full::Shed);
     Ok(async_stream::stream! {
         loop {
             // A close first: a destroyed sandbox's daemon stream breaks too, and why is the destroy.

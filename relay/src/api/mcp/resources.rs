@@ -433,10 +433,7 @@ impl Hub {
         }
         let mut updates = match &resource {
             Resource::SandboxWatch { sandbox, path, recursive } => {
-                crate::watch::watch(&self.relay, caller, sandbox, path, *recursive, Front::Mcp)
-                    .await?
-                    .map(watch_update)
-                    .boxed()
+                self.relay.watches.watch(caller, sandbox, path, *recursive, Front::Mcp).await?.map(watch_update).boxed()
             }
             Resource::SessionEvents { session } => session_updates(&self.relay, caller, session).await?.boxed(),
             Resource::JobEvents { job } => job_updates(self.relay.clone(), caller, job).await?.boxed(),

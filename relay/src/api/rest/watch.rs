@@ -16,7 +16,7 @@ use crate::{
     app::Relay,
     auth::Caller,
     streams::Front,
-    watch::{self, WatchItem},
+    watch::WatchItem,
 };
 
 #[derive(Deserialize)]
@@ -34,7 +34,7 @@ pub async fn watch(
     Params(q): Params<WatchQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let path = q.path.unwrap_or_default();
-    let items = watch::watch(&relay, &caller, &reference, &path, q.recursive, Front::Rest).await?;
+    let items = relay.watches.watch(&caller, &reference, &path, q.recursive, Front::Rest).await?;
     let events = items.filter_map(|item| async move {
         let ev = match item {
             WatchItem::Change { seq, data } => sse::json(Event::default().event("change").id(seq.to_string()), &data),
