@@ -45,7 +45,7 @@ pub struct Relay {
     pub sessions: sessions::Sessions,
     pub jobs: jobs::Jobs,
     /// The open inbox items, in memory as well as in the store.
-    pub inbox: inbox::Inbox,
+    pub inbox: Arc<inbox::Inbox>,
     /// The fleet view's memory (sandboxes, sessions, jobs, live pictures) and its change log.
     pub fleet: Arc<fleet::Fleet>,
     pub secrets: Arc<secrets::Secrets>,
@@ -131,7 +131,8 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     // E2B is reached only when an e2b sandbox is used: without a key the relay starts all the same.
     let e2b = providers::e2b::E2bProvider::new(&config.e2b).map_err(StartError::E2b)?;
     let streams = streams::Streams::new(config.limits.clone());
-    let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential));
+    let inbox = Arc::new(inbox::Inbox::new(store.open_items().await?, config.sessions.inbox_expiry()));
+    let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential, inbox.clone()));
     let feed = feed::Feed::new();
     let sandboxes = Arc::new(sandboxes::Sandboxes::new(
         store.clone(),
@@ -165,7 +166,6 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         ask_expiry: s.inbox_expiry(),
     };
     let secrets = Arc::new(secrets::Secrets::new(store.clone()).await.map_err(StartError::Secrets)?);
-    let open_items = store.open_items().await?;
     fleet.load(&store, &secrets.redactor()).await?;
     let watches = watch::Watches::new(sandboxes.clone(), streams.clone(), config.limits.buffer_bytes);
     let relay = Arc::new(Relay {
@@ -180,7 +180,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         streams,
         sessions: sessions::Sessions::new(harnesses, settings),
         jobs: jobs::Jobs::default(),
-        inbox: inbox::Inbox::new(open_items, config.sessions.inbox_expiry()),
+        inbox,
         fleet: fleet.clone(),
         secrets: secrets.clone(),
         feed: feed.clone(),
@@ -219,7 +219,7 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     // Open approvals and questions expire on time.
     let inbox_clock = tokio::spawn(inbox::run(relay.clone()));
     // The fleet hears of inbox items as they open and end.
-    let inbox = tokio::spawn(fleet::watch_inbox(relay.clone()));
+    let inbox = tokio::spawn(fleet::watch_inbox(relay.fleet.clone()));
     let signalled = async move {
         tokio::select! {
             _ = term.recv() => {}

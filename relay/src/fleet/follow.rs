@@ -14,8 +14,8 @@ use std::{
 
 use tokio::{sync::watch, time::Instant};
 
-use super::{changes::Key, view::Summary, Filter};
-use crate::{app::Relay, auth::Caller, error::Result, time};
+use super::{changes::Key, view::Summary, Filter, Fleet};
+use crate::{auth::Caller, error::Result, time};
 
 /// At most one `agent` event per unit in this long.
 pub const COALESCE: Duration = Duration::from_secs(2);
@@ -61,8 +61,8 @@ pub struct Follower {
 
 impl Follower {
     /// A stream for `caller` through `filter`; `last_event_id` is what a reconnecting client sent.
-    pub fn new(relay: &Relay, caller: Caller, filter: Filter, last_event_id: Option<&str>) -> Follower {
-        let changes = &relay.fleet.changes;
+    pub fn new(fleet: &Fleet, caller: Caller, filter: Filter, last_event_id: Option<&str>) -> Follower {
+        let changes = &fleet.changes;
         let rx = changes.subscribe();
         let start = match last_event_id.and_then(|id| changes.parse(id)).filter(|n| changes.since(*n).is_some()) {
             Some(n) => Start::Resume(n),
@@ -84,12 +84,12 @@ impl Follower {
         }
     }
 
-    async fn snapshot(&mut self, relay: &Relay) -> Result<Vec<Out>> {
+    async fn snapshot(&mut self, fleet: &Fleet) -> Result<Vec<Out>> {
         // Mark the wake-ups seen, then read the log's head, then the view: a change after the
         // head is sent later (again, perhaps), never missed.
         self.rx.borrow_and_update();
-        let head = relay.fleet.changes.head();
-        let view = super::read(relay, &self.caller, &self.filter).await?;
+        let head = fleet.changes.head();
+        let view = fleet.read(&self.caller, &self.filter);
         self.cursor = head;
         self.pending.clear();
         self.shown = view.units.iter().map(|u| u.id.clone()).collect();
@@ -97,14 +97,14 @@ impl Follower {
             Some(Summary { counts: view.counts.clone(), owners: view.owners.clone(), slots: view.slots.clone() });
         self.inbox = Some(json(&view.inbox));
         self.inbox_dirty = false;
-        Ok(vec![Out { event: "snapshot", id: relay.fleet.changes.id(head), data: json(&view) }])
+        Ok(vec![Out { event: "snapshot", id: fleet.changes.id(head), data: json(&view) }])
     }
 
     /// The next events, waiting until there are some.
-    pub async fn next(&mut self, relay: &Relay) -> Result<Vec<Out>> {
+    pub async fn next(&mut self, fleet: &Fleet) -> Result<Vec<Out>> {
         loop {
             match self.start.take() {
-                Some(Start::Snapshot) => return self.snapshot(relay).await,
+                Some(Start::Snapshot) => return self.snapshot(fleet).await,
                 Some(Start::Resume(n)) => {
                     self.cursor = n;
                     self.inbox_dirty = true;
@@ -113,7 +113,7 @@ impl Follower {
                 None => {}
             }
             self.rx.borrow_and_update();
-            let Some(since) = relay.fleet.changes.since(self.cursor) else {
+            let Some(since) = fleet.changes.since(self.cursor) else {
                 // Behind the ring: what changed is no longer known, so the whole view again.
                 self.start = Some(Start::Snapshot);
                 continue;
@@ -142,9 +142,9 @@ impl Follower {
             // that left (said at once), the inbox, a resume. A change to a unit sent less than
             // 2 s ago waits for its due time, and the summary with it: at a thousand events a
             // second, building the picture for every change was a fifth of the relay's CPU.
-            let left = self.pending.keys().any(|id| !relay.fleet.has_unit(id));
+            let left = self.pending.keys().any(|id| !fleet.has_unit(id));
             if !due.is_empty() || left || resuming || self.inbox_dirty {
-                let out = self.changes_out(relay, &due, at).await?;
+                let out = self.changes_out(fleet, &due, at).await?;
                 if !out.is_empty() {
                     return Ok(out);
                 }
@@ -160,9 +160,9 @@ impl Follower {
     }
 
     /// The events for the units due and whatever else differs from what was sent.
-    async fn changes_out(&mut self, relay: &Relay, due: &[String], at: Instant) -> Result<Vec<Out>> {
-        let items = relay.inbox.open_items(None);
-        let p = relay.fleet.picture(&items, &self.caller, &self.filter, time::now());
+    async fn changes_out(&mut self, fleet: &Fleet, due: &[String], at: Instant) -> Result<Vec<Out>> {
+        let items = fleet.inbox.open_items(None);
+        let p = fleet.picture(&items, &self.caller, &self.filter, time::now());
         let mut out: Vec<(&'static str, String)> = Vec::new();
         let units: HashMap<&str, &super::Unit> = p.units.iter().map(|u| (u.id.as_str(), u)).collect();
         for id in due {
@@ -193,7 +193,7 @@ impl Follower {
         self.unknown.clear();
         if self.inbox_dirty {
             self.inbox_dirty = false;
-            let inbox = json(&crate::inbox::list(relay, &self.caller, false).await?);
+            let inbox = json(&fleet.inbox.open_view(&self.caller));
             if self.inbox.as_ref() != Some(&inbox) {
                 out.push(("inbox", inbox.clone()));
                 self.inbox = Some(inbox);
@@ -205,7 +205,7 @@ impl Follower {
         }
         // Everything up to the first change still held back has been sent.
         let sent_to = self.pending.values().min().map_or(self.cursor, |first| first - 1);
-        let id = relay.fleet.changes.id(sent_to);
+        let id = fleet.changes.id(sent_to);
         Ok(out.into_iter().map(|(event, data)| Out { event, id: id.clone(), data }).collect())
     }
 }

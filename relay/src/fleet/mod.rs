@@ -37,11 +37,11 @@ pub use view::{Counts, FleetView, Owner, Role, Slots, Summary, Unit};
 use futures::future::BoxFuture;
 
 use crate::{
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
     events,
     feed::{Change, Subscriber},
+    inbox::Inbox,
     secrets::Secrets,
     store::{
         JobRow, JobState, JobsOf, NewEvent, SandboxRow, SandboxState, Scope, SessionRow, Store, StoreError, TurnRow,
@@ -242,15 +242,18 @@ pub struct Fleet {
     state: Mutex<State>,
     changes: Changes,
     max_runs_per_credential: usize,
+    /// The open inbox items: each unit's role and ask, and every view's inbox.
+    inbox: Arc<Inbox>,
 }
 
 impl Fleet {
     /// An empty fleet; `load` fills it at start.
-    pub fn new(max_runs_per_credential: usize) -> Fleet {
+    pub fn new(max_runs_per_credential: usize, inbox: Arc<Inbox>) -> Fleet {
         Fleet {
             state: Mutex::default(),
             changes: Changes::new(crate::random::hex(4)),
             max_runs_per_credential: max_runs_per_credential.max(1),
+            inbox,
         }
     }
 
@@ -436,13 +439,15 @@ impl Fleet {
     }
 }
 
-/// `GET /api/fleet`: the caller's fleet, from memory.
-pub async fn read(relay: &Relay, caller: &Caller, filter: &Filter) -> Result<FleetView> {
-    let items = relay.inbox.open_items(None);
-    let inbox = crate::inbox::list(relay, caller, false).await?;
-    let at = time::now();
-    let p = relay.fleet.picture(&items, caller, filter, at);
-    Ok(FleetView::new(at, caller, p, inbox))
+impl Fleet {
+    /// `GET /api/fleet`: the caller's fleet, from memory.
+    pub fn read(&self, caller: &Caller, filter: &Filter) -> FleetView {
+        let items = self.inbox.open_items(None);
+        let inbox = self.inbox.open_view(caller);
+        let at = time::now();
+        let p = self.picture(&items, caller, filter, at);
+        FleetView::new(at, caller, p, inbox)
+    }
 }
 
 /// Who may have a ticket into the fleet's stream: a person's user token or an admin's (an MCP
@@ -481,21 +486,21 @@ impl Subscriber for Keeper {
 
 /// Follows the inbox for the relay's life: an item opened or ended changes its unit (its role,
 /// its ask) and every stream's inbox.
-pub async fn watch_inbox(relay: Arc<Relay>) {
-    let mut rx = relay.inbox.subscribe();
+pub async fn watch_inbox(fleet: Arc<Fleet>) {
+    let mut rx = fleet.inbox.subscribe();
     // Open items, by id, with their unit's sandbox (if the fleet knows it).
     let mut open: HashMap<String, Option<String>> = HashMap::new();
     loop {
-        let items = relay.inbox.open_items(None);
+        let items = fleet.inbox.open_items(None);
         let now: HashMap<String, Option<String>> = {
-            let st = relay.fleet.lock();
+            let st = fleet.lock();
             items.iter().map(|i| (i.id.clone(), view::sandbox_of(&st, i))).collect()
         };
         let opened = now.iter().filter(|(id, _)| !open.contains_key(*id));
         let ended = open.iter().filter(|(id, _)| !now.contains_key(*id));
         let units: std::collections::BTreeSet<String> =
             opened.chain(ended).filter_map(|(_, sandbox)| sandbox.clone()).collect();
-        relay.fleet.changes.record_all(units.into_iter().map(Key::Unit).chain([Key::Inbox]));
+        fleet.changes.record_all(units.into_iter().map(Key::Unit).chain([Key::Inbox]));
         open = now;
         if rx.changed().await.is_err() {
             return;

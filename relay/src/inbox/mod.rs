@@ -61,6 +61,12 @@ pub struct Inbox {
 }
 
 impl Inbox {
+    /// The caller's open items with their counts, from memory.
+    pub fn open_view(&self, caller: &Caller) -> InboxView {
+        let items = self.open_items(caller.sees());
+        InboxView { counts: counts(&items), items, agent_text: AGENT_TEXT }
+    }
+
     pub fn new(open: Vec<ItemRow>, expiry: Duration) -> Inbox {
         Inbox {
             open: Mutex::new(open.into_iter().map(|i| (i.id.clone(), i)).collect()),
@@ -128,10 +134,11 @@ pub struct InboxView {
 
 /// The caller's open items, or (`ended`) its latest ended ones.
 pub async fn list(relay: &Relay, caller: &Caller, ended: bool) -> Result<InboxView> {
-    let open = relay.inbox.open_items(caller.sees());
-    let counts = counts(&open);
-    let items = if ended { relay.store.ended_items(caller.sees(), MAX_ENDED).await? } else { open };
-    Ok(InboxView { counts, items, agent_text: AGENT_TEXT })
+    let mut view = relay.inbox.open_view(caller);
+    if ended {
+        view.items = relay.store.ended_items(caller.sees(), MAX_ENDED).await?;
+    }
+    Ok(view)
 }
 
 /// The item `reference` (its id, or its approval's or question's) among the caller's.

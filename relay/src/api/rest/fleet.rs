@@ -56,7 +56,7 @@ pub async fn read(
     Extension(caller): Extension<Caller>,
     Params(q): Params<FleetQuery>,
 ) -> Result<Json<FleetView>, ApiError> {
-    Ok(Json(fleet::read(&relay, &caller, &q.filter()).await?))
+    Ok(Json(relay.fleet.read(&caller, &q.filter())))
 }
 
 /// The fleet stream's own word for why it closed (`code`, docs/fleet.md), beside the relay's (`reason`).
@@ -74,7 +74,7 @@ struct FleetEvents {
 
 impl Source for FleetEvents {
     async fn next(&mut self) -> Next {
-        match self.follower.next(&self.relay).await {
+        match self.follower.next(&self.relay.fleet).await {
             Ok(events) => Next::Send(
                 events.into_iter().map(|e| Out { event: Some(e.event), id: Some(e.id), data: e.data }).collect(),
             ),
@@ -103,7 +103,7 @@ pub async fn stream(
     let q = FleetQuery { owner: q.owner, include_stopped: q.include_stopped };
     // The fleet is no one sandbox's: a pause or destroy does not close this stream.
     let admitted = relay.streams.open(&caller, "", Kind::Fleet, Front::Rest)?;
-    let follower = Follower::new(&relay, caller, q.filter(), last.as_deref());
+    let follower = Follower::new(&relay.fleet, caller, q.filter(), last.as_deref());
     let events = sse::serve(admitted, FleetEvents { relay, follower });
     Ok(Sse::new(events).keep_alive(sse::keep_alive()))
 }
