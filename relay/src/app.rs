@@ -124,8 +124,8 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     // Docker is reached lazily: the relay starts without it, and says in its log whether it is there.
     let docker = providers::docker::DockerProvider::new();
     docker.connect_in_background();
-    // So is the cluster; its watch on sandbox pods reports vanished pods to `sandboxes::gone`.
-    let (gone, vanished) = sandboxes::gone::channel();
+    // So is the cluster; its watch on sandbox pods reports vanished pods to `sessions::gone`.
+    let (gone, vanished) = sessions::gone::channel();
     let kubernetes = providers::kubernetes::KubernetesProvider::new(config.kubernetes.clone(), gone);
     kubernetes.watch_in_background();
     // E2B is reached only when an e2b sandbox is used: without a key the relay starts all the same.
@@ -189,7 +189,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     feed.subscribe(Arc::new(fleet::Keeper { fleet, secrets }));
     feed.subscribe(Arc::new(inbox::Subscriber { relay: Arc::downgrade(&relay) }));
     relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
-    tokio::spawn(sandboxes::gone::follow(relay.clone(), vanished));
+    tokio::spawn(sessions::gone::follow(relay.clone(), vanished));
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -1,5 +1,5 @@
 //! The channel through which a provider reports sandboxes whose backing resource vanished
-//! outside hangar; `sandboxes::gone` receives it and makes them `gone`.
+//! outside hangar; `sessions::gone` receives it and makes them `gone`.
 use std::collections::HashSet;
 
 use tokio::sync::mpsc;

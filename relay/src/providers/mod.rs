@@ -3,7 +3,7 @@
 //! `e2b` (an E2B sandbox made through E2B's REST API, its own envd reached through E2B's edge) and
 //! `kubernetes` (a pod, its hangar-envd reached at the pod's IP or through the API server's
 //! port-forward). A provider that sees a sandbox's resource vanish reports it through `gone`
-//! (to `sandboxes::gone`).
+//! (to `sessions::gone`).
 //!
 //! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
 //! what runs inside.

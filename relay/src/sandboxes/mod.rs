@@ -1,7 +1,6 @@
 //! Sandboxes: lookups by id or name, lifecycle through their provider (closing their streams on
 //! pause and destroy), their daemons, and the paths clients name in them. `gone`: the one entry
 //! point for a sandbox whose backing resource vanished outside hangar.
-pub mod gone;
 mod paths;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc, sync::Mutex, time::Duration};
@@ -439,7 +438,7 @@ impl Sandboxes {
     /// Marks a sandbox `gone` (its resource vanished outside hangar): its streams end (`gone`)
     /// and the relay forgets its daemon. Returns the row when this changed it; `None` for a
     /// sandbox unknown, being created or destroyed by hangar, or already gone.
-    async fn mark_gone(&self, id: &str) -> Result<Option<SandboxRow>> {
+    pub(crate) async fn mark_gone(&self, id: &str) -> Result<Option<SandboxRow>> {
         if self.lock_settling().contains(id) {
             return Ok(None);
         }

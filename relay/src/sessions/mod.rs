@@ -15,6 +15,7 @@
 //! - Sessions belong to a person; a caller sees its person's (an admin everyone's).
 mod driver;
 pub mod follow;
+pub mod gone;
 mod ingest;
 pub mod live;
 mod queue;

@@ -13,7 +13,7 @@
 //! - Without a daemon (`daemon: false`), exec goes through the pod's `exec` subresource (`exec`).
 //! - Kubernetes cannot pause a pod: pause and resume are `Unsupported`.
 //! - A watch on the namespace's sandbox pods (`watch`) reports pods that vanish to
-//!   `sandboxes::gone`.
+//!   `sessions::gone`.
 //!
 //! Invariant: the API server is reached lazily. The relay starts without a cluster; a
 //! kubernetes sandbox then fails with `ProviderError::Unreachable`, and the next call tries again.

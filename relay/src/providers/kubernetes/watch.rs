@@ -1,6 +1,6 @@
 //! The watch on sandbox pods: one kube-rs `watcher` on the namespace, selecting the
 //! `hangar.sandbox` label, for the relay's life. A pod deleted outside hangar, evicted, or ended
-//! (its node lost, its main process gone) is reported to `sandboxes::gone` (through `providers::gone`); so, after each full
+//! (its node lost, its main process gone) is reported to `sessions::gone` (through `providers::gone`); so, after each full
 //! listing, is every sandbox whose pod is missing from it (it vanished while the watch was down).
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
