@@ -364,6 +364,27 @@ mod tests {
         assert_eq!(of("inbox"), [false, true, false, true]);
     }
 
+    /// What `tools/list` answers (every tool's name, description, annotations and schemas), as
+    /// committed in `schemas.golden.json`: a change to any tool's shape shows in review as a
+    /// change to that file. After a change meant to be seen by clients, re-bless it with
+    /// `HANGAR_BLESS=1 cargo test -p hangar-relay --lib tools_list_is_the_golden_file`.
+    #[test]
+    fn tools_list_is_the_golden_file() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api/mcp/tools/schemas.golden.json");
+        let listed = rmcp::model::ListToolsResult::with_all_items(list());
+        let got = serde_json::to_string_pretty(&listed).expect("a tools/list result serializes") + "\n";
+        if std::env::var_os("HANGAR_BLESS").is_some_and(|v| v == "1") {
+            std::fs::write(&path, &got).expect("the golden file is writable");
+            return;
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            got == want,
+            "tools/list differs from {} (HANGAR_BLESS=1 rewrites it once the change is meant):\n{got}",
+            path.display()
+        );
+    }
+
     #[test]
     fn every_tool_is_listed_once() {
         let names: Vec<String> = hints().into_iter().map(|(n, _)| n).collect();
