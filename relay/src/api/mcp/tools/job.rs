@@ -20,7 +20,8 @@ use crate::{
 #[derive(Deserialize, JsonSchema)]
 #[serde(tag = "action", rename_all = "lowercase")]
 pub(super) enum Args {
-    Start(StartRequest),
+    // Boxed: a request is far larger than the other actions' arguments.
+    Start(Box<StartRequest>),
     Status(Job),
     Cancel(Job),
     List,
@@ -37,7 +38,7 @@ pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("jo
 
 pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) -> Result<CallToolResult> {
     match SHAPE.read(raw)? {
-        Args::Start(req) => Ok(view(jobs::start(relay, caller, req).await?)),
+        Args::Start(req) => Ok(view(jobs::start(relay, caller, *req).await?)),
         Args::Status(j) => Ok(view(jobs::get(relay, caller, &j.job).await?)),
         Args::Cancel(j) => Ok(view(jobs::cancel(relay, caller, &j.job).await?)),
         Args::List => {
