@@ -43,7 +43,7 @@ impl Utf8Decoder {
 
 /// How output bytes are handed to a client: as text (lossy: invalid UTF-8 becomes U+FFFD), or
 /// as base64 of the exact bytes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     #[default]

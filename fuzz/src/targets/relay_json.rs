@@ -1,14 +1,21 @@
 //! The relay's REST JSON bodies, read as its handlers read them (`extract::Body`): starting a
 //! process (`StartBody`), its input (`InputBody`), exec (`ExecBody`, then the checks of
 //! `exec_request`), creating a sandbox (`CreateSandbox`), a token (`CreateToken`), a session
-//! (`CreateSession`, its approval patterns too), a follow-up turn (`CreateTurn`), a secret
-//! (`CreateSecret`), a ticket (`CreateTicket`), the inbox's decision on an approval (`Decide`)
-//! and answer to a question (`AnswerBody`), and a sandbox's sharing (`ShareSandbox`).
+//! (`sessions::StartRequest`, its approval patterns too), a follow-up turn
+//! (`sessions::TurnRequest`), a secret (`CreateSecret`), a ticket (`CreateTicket`), the inbox's
+//! decision on an approval (`Decide`) and answer to a question (`AnswerBody`), and a sandbox's
+//! sharing (`ShareSandbox`). Each body's fields are derived from its type (`inputs::fields`),
+//! as the relay's MCP schemas are: a field added to a request is fuzzed without an edit here.
 //!
 //! Input: a selector byte (which body), then the body.
-use hangar_relay::api::rest::inputs::{
-    exec_request, AnswerBody, CreateSandbox, CreateSecret, CreateSession, CreateTicket, CreateToken, CreateTurn,
-    Decide, ExecBody, InputBody, ShareSandbox, StartBody,
+use std::sync::LazyLock;
+
+use hangar_relay::{
+    api::rest::inputs::{
+        exec_request, fields, AnswerBody, CreateSandbox, CreateSecret, CreateTicket, CreateToken, Decide, ExecBody,
+        InputBody, ShareSandbox, StartBody,
+    },
+    sessions::{StartRequest, TurnRequest},
 };
 use proptest::prelude::*;
 use serde_json::Value;
@@ -27,35 +34,23 @@ pub const TARGET: Target = Target {
     props,
 };
 
-/// Each body's fields, in selector order.
-const BODIES: &[(&str, &[&str])] = &[
-    ("StartBody", &["command", "cwd"]),
-    ("InputBody", &["input", "base64", "eof"]),
-    ("ExecBody", &["command", "cwd", "timeout"]),
-    ("CreateSandbox", &["name", "provider", "options", "shared_with"]),
-    ("CreateToken", &["name", "scope", "person"]),
-    (
-        "CreateSession",
-        &[
-            "name",
-            "sandbox",
-            "harness",
-            "prompt",
-            "cwd",
-            "timeout_minutes",
-            "secrets",
-            "approvals",
-            "idempotency_key",
-            "ignore_limits",
-        ],
-    ),
-    ("CreateTurn", &["prompt", "timeout_minutes", "idempotency_key", "ignore_limits"]),
-    ("CreateSecret", &["name", "value"]),
-    ("CreateTicket", &["path"]),
-    ("Decide", &["decision", "reason"]),
-    ("AnswerBody", &["answer"]),
-    ("ShareSandbox", &["shared_with"]),
-];
+/// Each body's name and fields, in selector order (the committed corpus's first bytes).
+static BODIES: LazyLock<Vec<(&str, Vec<String>)>> = LazyLock::new(|| {
+    vec![
+        ("StartBody", fields::<StartBody>()),
+        ("InputBody", fields::<InputBody>()),
+        ("ExecBody", fields::<ExecBody>()),
+        ("CreateSandbox", fields::<CreateSandbox>()),
+        ("CreateToken", fields::<CreateToken>()),
+        ("StartRequest", fields::<StartRequest>()),
+        ("TurnRequest", fields::<TurnRequest>()),
+        ("CreateSecret", fields::<CreateSecret>()),
+        ("CreateTicket", fields::<CreateTicket>()),
+        ("Decide", fields::<Decide>()),
+        ("AnswerBody", fields::<AnswerBody>()),
+        ("ShareSandbox", fields::<ShareSandbox>()),
+    ]
+});
 
 pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
@@ -74,8 +69,8 @@ pub fn run(data: &[u8]) {
         }),
         3 => json::<CreateSandbox>(body).map(drop),
         4 => json::<CreateToken>(body).map(drop),
-        5 => json::<CreateSession>(body).map(drop),
-        6 => json::<CreateTurn>(body).map(drop),
+        5 => json::<StartRequest>(body).map(drop),
+        6 => json::<TurnRequest>(body).map(drop),
         7 => json::<CreateSecret>(body).map(drop),
         8 => json::<CreateTicket>(body).map(drop),
         9 => json::<Decide>(body).map(drop),
@@ -89,8 +84,8 @@ pub fn run(data: &[u8]) {
                 Err(e) => panic!("an accepted body is JSON: {e}"),
             };
             let Value::Object(fields) = v else { panic!("an accepted body is an object: {v}") };
-            let known = BODIES[selector].1;
-            assert!(fields.keys().all(|k| known.contains(&k.as_str())), "unknown fields accepted: {fields:?}");
+            let known = &BODIES[selector].1;
+            assert!(fields.keys().all(|k| known.contains(k)), "unknown fields accepted: {fields:?}");
             match BODIES[selector].0 {
                 "Decide" => {
                     let decision = fields.get("decision").and_then(Value::as_str);
@@ -131,7 +126,8 @@ fn value() -> impl Strategy<Value = Value> {
 /// An object whose keys are mostly the body's own fields, with values of any type.
 fn shaped() -> impl Strategy<Value = (u8, Vec<(String, Value)>)> {
     (0..BODIES.len() as u8).prop_flat_map(|s| {
-        let key = prop_oneof![4 => proptest::sample::select(BODIES[usize::from(s)].1).prop_map(str::to_string), 1 => "[a-z]{1,6}"];
+        let known = BODIES[usize::from(s)].1.clone();
+        let key = prop_oneof![4 => proptest::sample::select(known), 1 => "[a-z]{1,6}"];
         (Just(s), proptest::collection::vec((key, value()), 0..5))
     })
 }

@@ -45,7 +45,7 @@ impl Caller {
 }
 
 /// The person a new token belongs to: an id and a display name.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Person {
     pub id: String,

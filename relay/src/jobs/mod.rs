@@ -20,7 +20,8 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
 };
 
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -68,26 +69,48 @@ impl Jobs {
 }
 
 /// A sandbox the job creates.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct SandboxSpec {
     pub provider: String,
+    // An object (`start` refuses anything else); absent is `{}`.
+    #[serde(default = "empty_object")]
+    #[schemars(with = "serde_json::Map<String, Value>")]
     pub options: Value,
 }
 
-/// What `POST /api/jobs` and the `job` tool's `start` take.
-#[derive(Debug, Clone, Default)]
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// What `POST /api/jobs` and the `job` tool's `start` take, read as they are by both (their JSON
+/// shape and the tool's schema are derived from this). A doc comment here is the field's
+/// description in the tool's schema.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StartRequest {
+    /// An existing sandbox's name or id (or sandbox_spec)
     pub sandbox: Option<String>,
+    /// A sandbox the job creates (named job-<id>) and keeps (or sandbox)
     pub sandbox_spec: Option<SandboxSpec>,
+    /// Harness profile (default claude-code)
     pub harness: Option<String>,
+    /// What to ask the agent
     pub prompt: String,
+    /// The agent's directory (default: the sandbox's working directory)
     pub cwd: Option<String>,
+    /// A shell command run in cwd once the agent ended cleanly; exit 0 passes
     pub verify: Option<String>,
+    /// The turn's deadline (default 120)
+    #[schemars(range(min = 1, max = sessions::MAX_TIMEOUT_MINUTES))]
     pub timeout_minutes: Option<i64>,
+    /// A retry with the same key and prompt answers the first call's job
     pub idempotency_key: Option<String>,
-    /// Relay secrets its session passes, as a session's `secrets`.
+    /// Names of relay secrets passed to the harness, as for a session
+    #[serde(default)]
     pub secrets: Vec<String>,
-    /// The CLI is logged in inside the sandbox by itself, as a session's `sandbox_login`.
+    /// The CLI is logged in inside the sandbox by itself, so no credential secret is needed
+    #[serde(default)]
     pub sandbox_login: bool,
 }
 
@@ -147,8 +170,10 @@ fn check(req: &StartRequest) -> Result<i64> {
     }
     match req.timeout_minutes {
         None => Ok(sessions::DEFAULT_TIMEOUT_MINUTES),
-        Some(m) if (1..=7 * 24 * 60).contains(&m) => Ok(m),
-        Some(m) => Err(Error::invalid(format!("timeout_minutes: {m}: 1 to 10080 (a week)"))),
+        Some(m) if (1..=sessions::MAX_TIMEOUT_MINUTES).contains(&m) => Ok(m),
+        Some(m) => {
+            Err(Error::invalid(format!("timeout_minutes: {m}: 1 to {} (a week)", sessions::MAX_TIMEOUT_MINUTES)))
+        }
     }
 }
 

@@ -31,7 +31,8 @@ use hangar_agents::{
     harness::{Harness, Harnesses, SessionIds},
     inbox::Policy,
 };
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -63,6 +64,8 @@ pub const DEFAULT_EVENTS_PER_READ: usize = 200;
 pub const CANCEL_GRACE: Duration = Duration::from_secs(10);
 /// A turn's deadline when its request names none.
 pub const DEFAULT_TIMEOUT_MINUTES: i64 = 120;
+/// The longest a turn may be given: a week.
+pub const MAX_TIMEOUT_MINUTES: i64 = 7 * 24 * 60;
 
 /// The settings sessions run by (docs/operations.md lists them).
 #[derive(Debug, Clone)]
@@ -139,30 +142,55 @@ impl Sessions {
     }
 }
 
-/// What `POST /api/sessions` and the `session` tool's `start` take.
-#[derive(Debug, Clone, Default)]
+/// What `POST /api/sessions` and the `session` tool's `start` take, read as they are by both
+/// (their JSON shape and the tool's schema are derived from this). A doc comment here is the
+/// field's description in the tool's schema.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct StartRequest {
+    /// The new session's name (letters, digits, '.', '_', '-')
     pub name: String,
+    /// Sandbox name or id
     pub sandbox: String,
+    /// Harness profile (default claude-code)
     pub harness: Option<String>,
+    /// What to ask the agent
     pub prompt: String,
+    /// The agent's directory (default: the sandbox's working directory)
     pub cwd: Option<String>,
+    /// The turn's deadline (default 120)
+    #[schemars(range(min = 1, max = MAX_TIMEOUT_MINUTES))]
     pub timeout_minutes: Option<i64>,
+    /// Names of relay secrets passed to the harness
+    #[serde(default)]
     pub secrets: Vec<String>,
-    /// Tool calls that wait for a person's approval (Claude Code permission patterns).
+    /// Tool calls that wait for a person's approval in the inbox, as Claude Code permission
+    /// patterns (Bash(git push*), Write, *)
+    #[serde(default)]
     pub approvals: Vec<String>,
+    /// A retry with the same key and prompt answers the first call's result
     pub idempotency_key: Option<String>,
+    /// Start even over the credential's usage limits
+    #[serde(default)]
     pub ignore_limits: bool,
-    /// The CLI is logged in inside the sandbox by itself: no credential needs passing.
+    /// The CLI is logged in inside the sandbox by itself, so no credential secret is needed
+    #[serde(default)]
     pub sandbox_login: bool,
 }
 
-/// What a follow-up takes.
-#[derive(Debug, Clone, Default)]
+/// What a follow-up takes (`POST /api/sessions/{ref}/turns`, the `session` tool's `prompt`).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct TurnRequest {
+    /// What to ask the agent
     pub prompt: String,
+    /// The turn's deadline (default 120)
+    #[schemars(range(min = 1, max = MAX_TIMEOUT_MINUTES))]
     pub timeout_minutes: Option<i64>,
+    /// A retry with the same key and prompt answers the first call's result
     pub idempotency_key: Option<String>,
+    /// Start even over the credential's usage limits
+    #[serde(default)]
     pub ignore_limits: bool,
 }
 
@@ -241,8 +269,8 @@ fn check_key(key: &Option<String>) -> Result<()> {
 fn check_timeout(minutes: Option<i64>) -> Result<i64> {
     match minutes {
         None => Ok(DEFAULT_TIMEOUT_MINUTES),
-        Some(m) if (1..=7 * 24 * 60).contains(&m) => Ok(m),
-        Some(m) => Err(Error::invalid(format!("timeout_minutes: {m}: 1 to 10080 (a week)"))),
+        Some(m) if (1..=MAX_TIMEOUT_MINUTES).contains(&m) => Ok(m),
+        Some(m) => Err(Error::invalid(format!("timeout_minutes: {m}: 1 to {MAX_TIMEOUT_MINUTES} (a week)"))),
     }
 }
 

@@ -9,6 +9,7 @@ use axum::{
     Extension, Json,
 };
 use futures::{Stream, StreamExt};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::sse;
@@ -20,18 +21,30 @@ use crate::{
     streams::Front,
 };
 
-#[derive(Deserialize)]
+/// A command to run, as REST's body and (with `sandbox` and `stream`) the `exec` tool's
+/// arguments. A doc comment here is the field's description in the tool's schema.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecBody {
+    /// Run with bash -lc
     command: String,
+    /// Absolute, or relative to the sandbox's working directory
     cwd: Option<String>,
-    /// Seconds.
+    /// Seconds (default 600)
+    #[schemars(range(min = 1, max = exec::MAX_TIMEOUT_SECONDS))]
     timeout: Option<u64>,
+}
+
+impl ExecBody {
+    /// The command asked for, checked.
+    pub fn checked(self) -> crate::error::Result<ExecRequest> {
+        ExecRequest::new(self.command, self.cwd, self.timeout)
+    }
 }
 
 /// The command an exec body asks for, checked.
 pub fn request(b: ExecBody) -> Result<ExecRequest, ApiError> {
-    Ok(ExecRequest::new(b.command, b.cwd, b.timeout)?)
+    Ok(b.checked()?)
 }
 
 pub async fn exec(

@@ -8,6 +8,7 @@ use axum::{
     extract::{Path, State},
     Extension, Json,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::{
@@ -32,14 +33,14 @@ pub struct InboxQuery {
     pub ended: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DecisionBody {
     Allow,
     Deny,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Decide {
     pub decision: DecisionBody,
@@ -47,7 +48,7 @@ pub struct Decide {
     pub reason: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AnswerBody {
     pub answer: String,

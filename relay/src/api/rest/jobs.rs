@@ -20,65 +20,17 @@ use crate::{
     },
     app::Relay,
     auth::Caller,
-    jobs::{self, JobView, SandboxSpec, StartRequest},
+    jobs::{self, JobView, StartRequest},
     sessions::follow::{Follower, Mark, Next, Until},
     store::{JobState, JobsOf},
     streams::{Front, Kind, Reason},
 };
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SandboxSpecBody {
-    provider: String,
-    #[serde(default = "empty_object")]
-    options: serde_json::Value,
-}
-
-fn empty_object() -> serde_json::Value {
-    serde_json::json!({})
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateJob {
-    #[serde(default)]
-    sandbox: Option<String>,
-    #[serde(default)]
-    sandbox_spec: Option<SandboxSpecBody>,
-    #[serde(default)]
-    harness: Option<String>,
-    prompt: String,
-    #[serde(default)]
-    cwd: Option<String>,
-    #[serde(default)]
-    verify: Option<String>,
-    #[serde(default)]
-    timeout_minutes: Option<i64>,
-    #[serde(default)]
-    idempotency_key: Option<String>,
-    #[serde(default)]
-    secrets: Vec<String>,
-    #[serde(default)]
-    sandbox_login: bool,
-}
-
 pub async fn create(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
-    Body(b): Body<CreateJob>,
+    Body(req): Body<StartRequest>,
 ) -> Result<(StatusCode, Json<JobView>), ApiError> {
-    let req = StartRequest {
-        sandbox: b.sandbox,
-        sandbox_spec: b.sandbox_spec.map(|s| SandboxSpec { provider: s.provider, options: s.options }),
-        harness: b.harness,
-        prompt: b.prompt,
-        cwd: b.cwd,
-        verify: b.verify,
-        timeout_minutes: b.timeout_minutes,
-        idempotency_key: b.idempotency_key,
-        secrets: b.secrets,
-        sandbox_login: b.sandbox_login,
-    };
     let view = jobs::start(&relay, &caller, req).await?;
     let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)))

@@ -30,20 +30,30 @@ use super::{auth, extract::MAX_BODY_BYTES, ApiError};
 use crate::app::Relay;
 
 /// Every query string and JSON body the routes read, with the steps that parse them beyond
-/// deserializing: named so they can be exercised apart from the handlers (hangar-fuzz).
+/// deserializing: named so they can be exercised apart from the handlers (hangar-fuzz). The
+/// domain's requests are read as they are and are not repeated here: `sessions::StartRequest`
+/// and `TurnRequest`, `jobs::StartRequest`.
 pub mod inputs {
     pub use super::{
         exec::{request as exec_request, ExecBody},
         fleet::{FleetQuery, FleetStreamQuery},
         inbox::{AnswerBody, Decide, InboxQuery},
-        jobs::{CreateJob, JobStreamQuery},
+        jobs::JobStreamQuery,
         processes::{resume_from, InputBody, SinceQuery, StartBody},
         sandboxes::{CreateSandbox, ShareSandbox},
-        sessions::{CreateSecret, CreateSession, CreateTurn, EventsQuery, SecretQuery, StreamQuery},
+        sessions::{CreateSecret, EventsQuery, SecretQuery, StreamQuery},
         tickets::CreateTicket,
         tokens::CreateToken,
         watch::WatchQuery,
     };
+
+    /// The top-level fields a body or query string takes, as derived from its type: hangar-fuzz
+    /// checks that nothing else is accepted.
+    pub fn fields<T: schemars::JsonSchema>() -> Vec<String> {
+        let schema = schemars::schema_for!(T);
+        let properties = schema.get("properties").and_then(serde_json::Value::as_object);
+        properties.map(|p| p.keys().cloned().collect()).unwrap_or_default()
+    }
 }
 
 pub fn router(relay: Arc<Relay>) -> Router {

@@ -12,6 +12,7 @@ use axum::{
 };
 use base64::Engine as _;
 use futures::{Stream, StreamExt};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::sse;
@@ -27,11 +28,15 @@ use crate::{
     text::Encoding,
 };
 
-#[derive(Deserialize)]
+/// A background process to start, as REST's body and (with `sandbox`) the `process` tool's
+/// `start`. A doc comment here is the field's description in the tool's schema.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
-    command: String,
-    cwd: Option<String>,
+    /// Run with bash -lc
+    pub command: String,
+    /// Absolute, or relative to the sandbox's working directory
+    pub cwd: Option<String>,
 }
 
 pub async fn start(
@@ -136,7 +141,7 @@ pub async fn stream(
     Ok(Sse::new(events).keep_alive(sse::keep_alive()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputBody {
     #[serde(default)]

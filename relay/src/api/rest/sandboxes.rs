@@ -8,6 +8,7 @@ use axum::{
     http::StatusCode,
     Extension, Json,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::{
@@ -17,7 +18,7 @@ use crate::{
     store::SandboxRow,
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     name: String,
@@ -29,7 +30,7 @@ pub struct CreateSandbox {
     shared_with: Vec<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShareSandbox {
     shared_with: Vec<String>,

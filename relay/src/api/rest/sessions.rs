@@ -12,6 +12,7 @@ use axum::{
     Extension, Json,
 };
 use futures::Stream;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::sse;
@@ -32,48 +33,11 @@ use crate::{
     streams::{Front, Kind, Reason},
 };
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateSession {
-    name: String,
-    sandbox: String,
-    #[serde(default)]
-    harness: Option<String>,
-    prompt: String,
-    #[serde(default)]
-    cwd: Option<String>,
-    #[serde(default)]
-    timeout_minutes: Option<i64>,
-    #[serde(default)]
-    secrets: Vec<String>,
-    #[serde(default)]
-    approvals: Vec<String>,
-    #[serde(default)]
-    idempotency_key: Option<String>,
-    #[serde(default)]
-    ignore_limits: bool,
-    #[serde(default)]
-    sandbox_login: bool,
-}
-
 pub async fn create(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
-    Body(b): Body<CreateSession>,
+    Body(req): Body<StartRequest>,
 ) -> Result<(StatusCode, Json<SessionView>), ApiError> {
-    let req = StartRequest {
-        name: b.name,
-        sandbox: b.sandbox,
-        harness: b.harness,
-        prompt: b.prompt,
-        cwd: b.cwd,
-        timeout_minutes: b.timeout_minutes,
-        secrets: b.secrets,
-        approvals: b.approvals,
-        idempotency_key: b.idempotency_key,
-        ignore_limits: b.ignore_limits,
-        sandbox_login: b.sandbox_login,
-    };
     let view = sessions::start(&relay, &caller, req).await?;
     let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)))
@@ -103,30 +67,12 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTurn {
-    prompt: String,
-    #[serde(default)]
-    timeout_minutes: Option<i64>,
-    #[serde(default)]
-    idempotency_key: Option<String>,
-    #[serde(default)]
-    ignore_limits: bool,
-}
-
 pub async fn turn(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
-    Body(b): Body<CreateTurn>,
+    Body(req): Body<TurnRequest>,
 ) -> Result<(StatusCode, Json<SessionView>), ApiError> {
-    let req = TurnRequest {
-        prompt: b.prompt,
-        timeout_minutes: b.timeout_minutes,
-        idempotency_key: b.idempotency_key,
-        ignore_limits: b.ignore_limits,
-    };
     let view = sessions::follow_up(&relay, &caller, &reference, req).await?;
     let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)))
@@ -216,13 +162,14 @@ pub async fn usage(State(relay): State<Arc<Relay>>) -> Result<Json<sessions::Usa
     Ok(Json(sessions::usage(&relay).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSecret {
     name: String,
     value: String,
     /// Whose it is (an admin's choice): a person's id, or `null` for the admins'.
     #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Option<String>")]
     person: Option<Option<String>>,
     #[serde(default)]
     shared_with: Vec<String>,

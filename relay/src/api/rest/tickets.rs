@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use axum::{extract::State, http::StatusCode, Extension, Json};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::{
@@ -19,7 +20,7 @@ use crate::{
     store::Scope,
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTicket {
     path: String,

@@ -6,6 +6,7 @@ use axum::{
     http::StatusCode,
     Json,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::{
@@ -16,7 +17,7 @@ use crate::{
     revocation,
 };
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     name: String,

@@ -1,6 +1,6 @@
 //! The `exec` tool: a command run to its end, its output streamed as progress notifications
 //! when the call asks for it.
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use futures::StreamExt;
 use rmcp::{
@@ -8,28 +8,33 @@ use rmcp::{
     service::RequestContext,
     RoleServer,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{args, done};
+use super::{done, process::In, shape::Shape};
 use crate::{
+    api::rest::inputs::ExecBody,
     app::Relay,
     auth::Caller,
     error::{Error, Result},
-    exec::{self, ExecEvent, ExecRequest, ExecResult},
+    exec::{self, ExecEvent, ExecResult},
     streams::Front,
 };
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecArgs {
-    sandbox: String,
-    command: String,
-    cwd: Option<String>,
-    timeout: Option<u64>,
+/// The `exec` tool's arguments: a sandbox and REST's exec body; its schema is derived (`Shape`).
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct Args {
+    #[serde(flatten)]
+    at: In,
+    #[serde(flatten)]
+    run: ExecBody,
+    /// Send output as progress notifications as it prints
     #[serde(default)]
     stream: bool,
 }
+
+pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("exec", true));
 
 fn result(r: &ExecResult) -> Value {
     serde_json::to_value(r).unwrap_or_else(|_| json!({ "exit_code": r.exit_code }))
@@ -41,16 +46,16 @@ pub async fn call(
     a: Option<JsonObject>,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
-    let a: ExecArgs = args("exec", a)?;
-    let req = ExecRequest::new(a.command, a.cwd, a.timeout)?;
+    let a = SHAPE.read(a)?;
+    let req = a.run.checked()?;
     let progress = ctx.meta.get_progress_token();
     let Some(token) = progress.filter(|_| a.stream) else {
-        let r = exec::run(relay, caller, &a.sandbox, req).await?;
+        let r = exec::run(relay, caller, &a.at.sandbox, req).await?;
         return Ok(done(result(&r), &["stdout", "stderr"]));
     };
     // Dropping this stream (the call cancelled: the SDK drops the handler's future) kills the
     // command; the relay's closes (revocation, shutdown, ...) end it with a result.
-    let events = exec::stream(relay.clone(), caller, &a.sandbox, req, Front::Mcp).await?;
+    let events = exec::stream(relay.clone(), caller, &a.at.sandbox, req, Front::Mcp).await?;
     futures::pin_mut!(events);
     let mut sent: u64 = 0;
     loop {

@@ -2,17 +2,18 @@
 //! answer, ack) through the same `inbox` calls as `/api/inbox`, `/api/approvals` and
 //! `/api/questions`. An item's title, text, options and tool call are the agent's words, named in
 //! `_meta["hangar/agent_text"]`.
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use rmcp::model::{CallToolResult, JsonObject};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{args, session::result};
+use super::{session::result, shape::Shape};
 use crate::{
     app::Relay,
     auth::Caller,
-    error::{Error, Result},
+    error::Result,
     inbox::{
         self,
         answers::{self, Decision},
@@ -20,80 +21,59 @@ use crate::{
     store::ItemRow,
 };
 
-#[derive(Deserialize, Clone, Copy, PartialEq, Debug)]
-#[serde(rename_all = "lowercase")]
-enum Action {
-    List,
-    Allow,
-    Deny,
-    Answer,
-    Ack,
+/// The `inbox` tool's arguments, one shape per action; its schema is derived (`Shape`).
+#[derive(Deserialize, JsonSchema)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub(super) enum Args {
+    List {
+        /// The latest ended items instead of the open ones
+        #[serde(default)]
+        ended: bool,
+    },
+    Allow(Decide),
+    Deny(Decide),
+    Answer {
+        #[serde(flatten)]
+        of: Item,
+        /// The answer (one of the options, or any text; at most 2000 characters)
+        answer: String,
+    },
+    Ack(Item),
 }
 
-impl Action {
-    fn as_str(self) -> &'static str {
-        match self {
-            Action::List => "list",
-            Action::Allow => "allow",
-            Action::Deny => "deny",
-            Action::Answer => "answer",
-            Action::Ack => "ack",
-        }
-    }
-
-    /// The arguments the action takes besides `action` (any other is refused).
-    fn takes(self) -> &'static [&'static str] {
-        match self {
-            Action::List => &["ended"],
-            Action::Allow | Action::Deny => &["item", "reason"],
-            Action::Answer => &["item", "answer"],
-            Action::Ack => &["item"],
-        }
-    }
+/// The item an action is about.
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct Item {
+    /// The item's id (inb_...), or its approval's (apr_...) or question's (qst_...)
+    item: String,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InboxArgs {
-    action: Action,
-    item: Option<String>,
+/// A decision on a held call.
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct Decide {
+    #[serde(flatten)]
+    of: Item,
+    /// Why (optional; at most 2000 characters)
     reason: Option<String>,
-    answer: Option<String>,
-    #[serde(default)]
-    ended: bool,
 }
 
-fn need<T>(v: Option<T>, what: &str, action: Action) -> Result<T> {
-    v.ok_or_else(|| Error::invalid(format!("inbox: {what} is required for action {:?}", action.as_str())))
-}
+pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("inbox", true));
 
 /// Where an item's agent text is, for `_meta`.
 const ITEM_TEXT: &[&str] = &["title", "text", "options", "tool"];
 const LIST_TEXT: &[&str] = &["items[].title", "items[].text", "items[].options", "items[].tool"];
 
 pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) -> Result<CallToolResult> {
-    let keys: Vec<String> = raw.iter().flat_map(|m| m.keys().cloned()).collect();
-    let a: InboxArgs = args("inbox", raw)?;
-    let action = a.action;
-    if let Some(k) = keys.iter().find(|k| *k != "action" && !action.takes().contains(&k.as_str())) {
-        return Err(Error::invalid(format!(
-            "inbox: {k} does not apply to action {:?} (it takes {})",
-            action.as_str(),
-            action.takes().join(", ")
-        )));
-    }
     let item = |i: ItemRow| result(serde_json::to_value(i).unwrap_or(Value::Null), ITEM_TEXT);
-    match action {
-        Action::List => Ok(result(json!(inbox::list(relay, caller, a.ended).await?), LIST_TEXT)),
-        Action::Allow | Action::Deny => {
-            let decision = if action == Action::Allow { Decision::Allow } else { Decision::Deny };
-            let id = need(a.item, "item", action)?;
-            Ok(item(answers::decide(relay, caller, &id, decision, a.reason.as_deref()).await?))
+    match SHAPE.read(raw)? {
+        Args::List { ended } => Ok(result(json!(inbox::list(relay, caller, ended).await?), LIST_TEXT)),
+        Args::Allow(d) => {
+            Ok(item(answers::decide(relay, caller, &d.of.item, Decision::Allow, d.reason.as_deref()).await?))
         }
-        Action::Answer => {
-            let id = need(a.item, "item", action)?;
-            Ok(item(answers::answer(relay, caller, &id, &need(a.answer, "answer", action)?).await?))
+        Args::Deny(d) => {
+            Ok(item(answers::decide(relay, caller, &d.of.item, Decision::Deny, d.reason.as_deref()).await?))
         }
-        Action::Ack => Ok(item(inbox::ack(relay, caller, &need(a.item, "item", action)?).await?)),
+        Args::Answer { of, answer } => Ok(item(answers::answer(relay, caller, &of.item, &answer).await?)),
+        Args::Ack(of) => Ok(item(inbox::ack(relay, caller, &of.item).await?)),
     }
 }

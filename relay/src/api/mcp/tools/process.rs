@@ -1,17 +1,22 @@
 //! The `process` tool: background processes (start, attach, input, kill, list), owned by the
 //! token that started them, through the same domain calls as the REST routes.
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, LazyLock},
+    time::Duration,
+};
 
 use rmcp::{
     model::{CallToolResult, JsonObject, ProgressNotificationParam},
     service::RequestContext,
     RoleServer,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{args, done};
+use super::{done, shape::Shape};
 use crate::{
+    api::rest::inputs::StartBody,
     app::Relay,
     auth::Caller,
     error::{Error, Result},
@@ -25,77 +30,101 @@ pub const MAX_WAIT_SECONDS: u64 = 600;
 /// How much output an attach's result keeps (the progress notifications had all of it).
 pub const ATTACH_TAIL_BYTES: usize = 64 * 1024;
 
-#[derive(Deserialize, Clone, Copy, PartialEq)]
-#[serde(rename_all = "lowercase")]
-enum Action {
-    Start,
-    Attach,
-    Input,
-    Kill,
-    List,
+/// The `process` tool's arguments, one shape per action; its schema is derived (`Shape`).
+#[derive(Deserialize, JsonSchema)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub(super) enum Args {
+    Start {
+        #[serde(flatten)]
+        at: In,
+        #[serde(flatten)]
+        body: StartBody,
+    },
+    Attach {
+        #[serde(flatten)]
+        of: Process,
+        /// Output offset (a previous attach's next)
+        since: Option<u64>,
+        /// Seconds to wait for more output (default 0)
+        #[schemars(range(max = MAX_WAIT_SECONDS))]
+        wait_seconds: Option<u64>,
+        /// Text (default; bytes that are not UTF-8 become U+FFFD) or base64 of the exact bytes
+        #[serde(default)]
+        encoding: Encoding,
+    },
+    Input {
+        #[serde(flatten)]
+        of: Process,
+        /// Written to its stdin
+        input: Option<String>,
+        /// Close its stdin after the input
+        #[serde(default)]
+        eof: bool,
+    },
+    Kill(Process),
+    List(In),
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProcessArgs {
-    action: Action,
-    sandbox: String,
-    command: Option<String>,
-    cwd: Option<String>,
-    process_id: Option<String>,
-    since: Option<u64>,
-    wait_seconds: Option<u64>,
-    input: Option<String>,
-    #[serde(default)]
-    eof: bool,
-    #[serde(default)]
-    encoding: Encoding,
+/// The process an action is about.
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct Process {
+    #[serde(flatten)]
+    at: In,
+    /// The process's id (start's process_id)
+    process_id: String,
 }
 
-fn need<T>(v: Option<T>, what: &str, action: &str) -> Result<T> {
-    v.ok_or_else(|| Error::invalid(format!("process: {what} is required for action {action:?}")))
+/// The sandbox a call works in (here and in `exec`).
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct In {
+    /// Sandbox name or id
+    pub sandbox: String,
 }
+
+// An argument of another action is ignored, as it always was here (the other tools refuse it).
+pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("process", false));
 
 pub async fn call(
     relay: &Arc<Relay>,
     caller: &Caller,
-    a: Option<JsonObject>,
+    raw: Option<JsonObject>,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
-    let a: ProcessArgs = args("process", a)?;
-    let sandbox = a.sandbox.as_str();
-    match a.action {
-        Action::Start => {
-            let command = need(a.command, "command", "start")?;
-            let view = processes::start(relay, caller, sandbox, &command, a.cwd).await?;
+    match SHAPE.read(raw)? {
+        Args::Start { at, body } => {
+            let view = processes::start(relay, caller, &at.sandbox, &body.command, body.cwd).await?;
             Ok(done(json!({ "process_id": view.process_id, "process": view }), &[]))
         }
-        Action::List => Ok(done(json!({ "processes": processes::list(relay, caller, sandbox).await? }), &[])),
-        Action::Kill => {
-            let id = need(a.process_id, "process_id", "kill")?;
-            processes::kill(relay, caller, sandbox, &id).await?;
-            Ok(done(json!({ "process_id": id, "killed": true }), &[]))
+        Args::List(at) => Ok(done(json!({ "processes": processes::list(relay, caller, &at.sandbox).await? }), &[])),
+        Args::Kill(of) => {
+            processes::kill(relay, caller, &of.at.sandbox, &of.process_id).await?;
+            Ok(done(json!({ "process_id": of.process_id, "killed": true }), &[]))
         }
-        Action::Input => {
-            let id = need(a.process_id, "process_id", "input")?;
-            let data = a.input.unwrap_or_default().into_bytes();
-            processes::input(relay, caller, sandbox, &id, data, a.eof).await?;
-            Ok(done(json!({ "process_id": id, "eof": a.eof }), &[]))
+        Args::Input { of, input, eof } => {
+            processes::input(
+                relay,
+                caller,
+                &of.at.sandbox,
+                &of.process_id,
+                input.unwrap_or_default().into_bytes(),
+                eof,
+            )
+            .await?;
+            Ok(done(json!({ "process_id": of.process_id, "eof": eof }), &[]))
         }
-        Action::Attach => {
-            let id = need(a.process_id, "process_id", "attach")?;
-            let wait = a.wait_seconds.unwrap_or(0);
+        Args::Attach { of, since, wait_seconds, encoding } => {
+            let wait = wait_seconds.unwrap_or(0);
             if wait > MAX_WAIT_SECONDS {
                 return Err(Error::invalid(format!("wait_seconds: 0 to {MAX_WAIT_SECONDS}")));
             }
             let how = Read {
-                since: a.since,
-                encoding: a.encoding,
+                since,
+                encoding,
                 wait: Duration::from_secs(wait),
                 tail: ATTACH_TAIL_BYTES,
                 admit: Some(Front::Mcp),
             };
-            attach(relay, caller, sandbox, &id, how, ctx).await
+            attach(relay, caller, &of.at.sandbox, &of.process_id, how, ctx).await
         }
     }
 }

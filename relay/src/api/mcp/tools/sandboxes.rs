@@ -1,17 +1,22 @@
 //! The `sandboxes` tool: the sandboxes a caller may use (`Sandboxes::may_use`).
+use std::sync::LazyLock;
+
 use rmcp::model::{CallToolResult, JsonObject};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{args, done};
+use super::{done, shape::Shape};
 use crate::{app::Relay, auth::Caller, error::Result, sandboxes::may_use};
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoArgs {}
+/// The `sandboxes` tool takes no arguments.
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct NoArgs {}
+
+pub(super) static SHAPE: LazyLock<Shape<NoArgs>> = LazyLock::new(|| Shape::new("sandboxes", true));
 
 pub async fn call(relay: &Relay, caller: &Caller, a: Option<JsonObject>) -> Result<CallToolResult> {
-    let NoArgs {} = args("sandboxes", a)?;
+    let NoArgs {} = SHAPE.read(a)?;
     let list: Vec<Value> = relay
         .sandboxes
         .list()

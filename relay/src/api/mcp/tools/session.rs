@@ -1,17 +1,18 @@
 //! The `session` tool: agent sessions (start, prompt, cancel, status, list, events) through the
 //! same `sessions` calls as `/api/sessions`. The agent's own text in a result is named in
 //! `_meta["hangar/agent_text"]`: it is untrusted, never instructions.
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use rmcp::{
     model::{CallToolResult, JsonObject, ProgressNotificationParam},
     service::RequestContext,
     RoleServer,
 };
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{args, AGENT_TEXT_META};
+use super::{shape::Shape, AGENT_TEXT_META};
 use crate::{
     app::Relay,
     auth::Caller,
@@ -29,82 +30,43 @@ use crate::{
 /// `data.source` is not `"hangar"` (hangar's own events say `"hangar"`).
 const EVENTS_AGENT_TEXT: &[&str] = &["events[].data"];
 
-#[derive(Deserialize, Clone, Copy, PartialEq, Debug)]
-#[serde(rename_all = "lowercase")]
-enum Action {
-    Start,
-    Prompt,
-    Cancel,
-    Status,
+/// The `session` tool's arguments, one shape per action; its schema is derived (`Shape`).
+#[derive(Deserialize, JsonSchema)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub(super) enum Args {
+    Start(StartRequest),
+    Prompt {
+        #[serde(flatten)]
+        of: Session,
+        #[serde(flatten)]
+        turn: TurnRequest,
+    },
+    Cancel(Session),
+    Status(Session),
     List,
-    Events,
+    Events {
+        #[serde(flatten)]
+        of: Session,
+        /// Only events after this seq (a previous read's next)
+        #[schemars(range(min = 0))]
+        since: Option<i64>,
+        /// At most this many (default 200)
+        #[schemars(range(min = 1, max = sessions::MAX_EVENTS_PER_READ))]
+        limit: Option<usize>,
+        /// Wait this long for new events
+        #[schemars(range(min = 0, max = sessions::MAX_WAIT.as_secs()))]
+        wait_seconds: Option<f64>,
+    },
 }
 
-impl Action {
-    fn as_str(self) -> &'static str {
-        match self {
-            Action::Start => "start",
-            Action::Prompt => "prompt",
-            Action::Cancel => "cancel",
-            Action::Status => "status",
-            Action::List => "list",
-            Action::Events => "events",
-        }
-    }
-
-    /// The arguments the action takes besides `action`: any other is refused, so that a
-    /// misplaced one (a `prompt` on `status`) is an error rather than silently ignored.
-    fn takes(self) -> &'static [&'static str] {
-        match self {
-            Action::Start => &[
-                "name",
-                "sandbox",
-                "harness",
-                "prompt",
-                "cwd",
-                "timeout_minutes",
-                "secrets",
-                "approvals",
-                "idempotency_key",
-                "ignore_limits",
-                "sandbox_login",
-            ],
-            Action::Prompt => &["session", "prompt", "timeout_minutes", "idempotency_key", "ignore_limits"],
-            Action::Cancel | Action::Status => &["session"],
-            Action::List => &[],
-            Action::Events => &["session", "since", "limit", "wait_seconds"],
-        }
-    }
+/// The session an action is about.
+#[derive(Deserialize, JsonSchema)]
+pub(super) struct Session {
+    /// Session name or id
+    pub session: String,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SessionArgs {
-    action: Action,
-    session: Option<String>,
-    name: Option<String>,
-    sandbox: Option<String>,
-    harness: Option<String>,
-    prompt: Option<String>,
-    cwd: Option<String>,
-    timeout_minutes: Option<i64>,
-    #[serde(default)]
-    secrets: Vec<String>,
-    #[serde(default)]
-    approvals: Vec<String>,
-    idempotency_key: Option<String>,
-    #[serde(default)]
-    ignore_limits: bool,
-    #[serde(default)]
-    sandbox_login: bool,
-    since: Option<i64>,
-    limit: Option<usize>,
-    wait_seconds: Option<f64>,
-}
-
-fn need<T>(v: Option<T>, what: &str, action: Action) -> Result<T> {
-    v.ok_or_else(|| Error::invalid(format!("session: {what} is required for action {:?}", action.as_str())))
-}
+pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("session", true));
 
 pub async fn call(
     relay: &Arc<Relay>,
@@ -112,47 +74,12 @@ pub async fn call(
     raw: Option<JsonObject>,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
-    let keys: Vec<String> = raw.iter().flat_map(|m| m.keys().cloned()).collect();
-    let a: SessionArgs = args("session", raw)?;
-    let action = a.action;
-    if let Some(k) = keys.iter().find(|k| *k != "action" && !action.takes().contains(&k.as_str())) {
-        let takes = action.takes();
-        let takes = if takes.is_empty() { "no other arguments".to_string() } else { takes.join(", ") };
-        return Err(Error::invalid(format!(
-            "session: {k} does not apply to action {:?} (it takes {takes})",
-            action.as_str()
-        )));
-    }
-    match action {
-        Action::Start => {
-            let req = StartRequest {
-                name: need(a.name, "name", action)?,
-                sandbox: need(a.sandbox, "sandbox", action)?,
-                harness: a.harness,
-                prompt: need(a.prompt, "prompt", action)?,
-                cwd: a.cwd,
-                timeout_minutes: a.timeout_minutes,
-                secrets: a.secrets,
-                approvals: a.approvals,
-                idempotency_key: a.idempotency_key,
-                ignore_limits: a.ignore_limits,
-                sandbox_login: a.sandbox_login,
-            };
-            Ok(view(sessions::start(relay, caller, req).await?))
-        }
-        Action::Prompt => {
-            let reference = need(a.session, "session", action)?;
-            let req = TurnRequest {
-                prompt: need(a.prompt, "prompt", action)?,
-                timeout_minutes: a.timeout_minutes,
-                idempotency_key: a.idempotency_key,
-                ignore_limits: a.ignore_limits,
-            };
-            Ok(view(sessions::follow_up(relay, caller, &reference, req).await?))
-        }
-        Action::Cancel => Ok(view(sessions::cancel(relay, caller, &need(a.session, "session", action)?).await?)),
-        Action::Status => Ok(view(sessions::get(relay, caller, &need(a.session, "session", action)?).await?)),
-        Action::List => {
+    match SHAPE.read(raw)? {
+        Args::Start(req) => Ok(view(sessions::start(relay, caller, req).await?)),
+        Args::Prompt { of, turn } => Ok(view(sessions::follow_up(relay, caller, &of.session, turn).await?)),
+        Args::Cancel(of) => Ok(view(sessions::cancel(relay, caller, &of.session).await?)),
+        Args::Status(of) => Ok(view(sessions::get(relay, caller, &of.session).await?)),
+        Args::List => {
             let list = sessions::list(relay, caller).await?;
             let marked: Vec<String> = list
                 .first()
@@ -161,10 +88,9 @@ pub async fn call(
             let marked: Vec<&str> = marked.iter().map(String::as_str).collect();
             Ok(result(json!({ "sessions": list }), &marked))
         }
-        Action::Events => {
-            let reference = need(a.session, "session", action)?;
-            let read = EventsRead::new(a.since, a.limit, a.wait_seconds, "wait_seconds")?;
-            events(relay, caller, &reference, read, ctx).await
+        Args::Events { of, since, limit, wait_seconds } => {
+            let read = EventsRead::new(since, limit, wait_seconds, "wait_seconds")?;
+            events(relay, caller, &of.session, read, ctx).await
         }
     }
 }
