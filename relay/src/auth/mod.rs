@@ -16,10 +16,13 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::{
+    app::Relay,
     error::{Error, Result},
     events,
-    store::{self, Scope, Store, StoreError, TokenRow},
+    store::{self, Store, StoreError, TokenRow},
 };
+
+pub use crate::store::Scope;
 
 /// Who is calling: a live token.
 #[derive(Debug, Clone)]
@@ -93,9 +96,9 @@ fn mint_for(name: &str, scope: Scope, person: Option<&Person>) -> (TokenRow, Str
     (row, secret)
 }
 
-/// Mints and stores a token named `name` with the scope named `scope`; the row and the secret,
-/// which is shown once and never kept.
-pub async fn create(store: &Store, name: &str, scope: &str, person: Option<&Person>) -> Result<(TokenRow, String)> {
+/// Mints and stores a token named `name` with the scope named `scope` (`POST /api/tokens`), and
+/// tells the fleet of its person; the row and the secret, which is shown once and never kept.
+pub async fn create(relay: &Relay, name: &str, scope: &str, person: Option<&Person>) -> Result<(TokenRow, String)> {
     let scope =
         Scope::parse(scope).ok_or_else(|| Error::invalid(format!("scope {scope:?}: one of admin, user, mcp, jobs")))?;
     let name = name.trim();
@@ -108,9 +111,25 @@ pub async fn create(store: &Store, name: &str, scope: &str, person: Option<&Pers
         }
     }
     let (row, secret) = mint_for(name, scope, person);
-    store.insert_token(&row).await?;
+    relay.store.insert_token(&row).await?;
     events::TokenCreated { id: &row.id, name: &row.name, scope: scope.as_str() }.emit();
+    relay.fleet.person(&row.person, &row.person_name);
     Ok((row, secret))
+}
+
+/// Every token, revoked ones too (`GET /api/tokens`).
+pub async fn tokens(relay: &Relay) -> Result<Vec<TokenRow>> {
+    Ok(relay.store.tokens().await?)
+}
+
+/// The caller a request's bearer secret stands for, if it is a live token's.
+pub async fn authenticate(relay: &Relay, presented: &str) -> std::result::Result<Option<Caller>, StoreError> {
+    verify(&relay.store, presented).await
+}
+
+/// The caller a redeemed ticket stands for: its token, while it is live.
+pub async fn ticket_caller(relay: &Relay, token_id: &str) -> std::result::Result<Option<Caller>, StoreError> {
+    caller_of(&relay.store, token_id).await
 }
 
 /// A person's id or name: 1 to 128 characters, not all blank, no control characters.

@@ -39,10 +39,12 @@ use crate::{
     error::{Error, Result},
     events,
     sessions::supervisor::Place,
-    store::{ItemKind, ItemRow, ItemState, SessionRow, TurnRow},
+    store::{ItemKind, ItemState, SessionRow, TurnRow},
     text::sh_quote,
     time,
 };
+
+pub use crate::store::ItemRow;
 
 /// The fields of an item that hold the agent's own text.
 pub const AGENT_TEXT: &[&str] = &["title", "text", "options", "tool"];

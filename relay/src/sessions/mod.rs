@@ -41,10 +41,12 @@ use crate::{
     error::{Error, Result},
     events,
     secrets::Chosen,
-    store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, TurnRow, TurnState},
+    store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, TurnRow},
     time,
 };
 
+pub use crate::store::TurnState;
+pub use follow::follow;
 pub use ingest::valid_session_id;
 pub use queue::{usage, Usage};
 

@@ -20,9 +20,8 @@ use crate::{
     inbox::{
         self,
         answers::{self, Decision},
-        InboxView,
+        InboxView, ItemRow,
     },
-    store::ItemRow,
 };
 
 #[derive(Debug, Deserialize)]

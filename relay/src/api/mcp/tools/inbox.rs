@@ -16,8 +16,8 @@ use crate::{
     inbox::{
         self,
         answers::{self, Decision},
+        ItemRow,
     },
-    store::ItemRow,
 };
 
 #[derive(Deserialize, Clone, Copy, PartialEq, Debug)]
