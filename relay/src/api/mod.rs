@@ -114,14 +114,15 @@ mod tests {
                 b'"' => {
                     // A raw string (`r"…"`, `r#"…"#`) has no escapes; it ends at a quote and its hashes.
                     let hashes = src[..i].bytes().rev().take_while(|&c| c == b'#').count();
-                    let raw = i >= hashes + 1 && b[i - hashes - 1] == b'r';
+                    let raw = i > hashes && b[i - hashes - 1] == b'r';
                     i += 1;
                     while i < b.len() {
                         if !raw && b[i] == b'\\' {
                             i += 2;
                             continue;
                         }
-                        if b[i] == b'"' && (!raw || b[i + 1..].iter().take(hashes).filter(|&&c| c == b'#').count() == hashes)
+                        if b[i] == b'"'
+                            && (!raw || b[i + 1..].iter().take(hashes).filter(|&&c| c == b'#').count() == hashes)
                         {
                             i += 1 + if raw { hashes } else { 0 };
                             break;

@@ -118,7 +118,9 @@ pub fn serve<S: Source + 'static>(
 /// A follow of events numbered by seq (a session's, a job's), which its domain admitted and
 /// ends: each event's JSON with its seq as the id, then a `close` with the end's reason and
 /// message (nothing once the relay stopped telling followers anything).
-pub fn follow<F: Pages + 'static>(mut followed: F) -> impl futures::Stream<Item = Result<Event, std::convert::Infallible>> {
+pub fn follow<F: Pages + 'static>(
+    mut followed: F,
+) -> impl futures::Stream<Item = Result<Event, std::convert::Infallible>> {
     async_stream::stream! {
         loop {
             match followed.next().await {
