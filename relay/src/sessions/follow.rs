@@ -226,8 +226,11 @@ pub struct Gate {
 impl Gate {
     /// Admits a follow under `sandbox` (empty: under none, so no pause or destroy closes it).
     pub fn open(relay: &Relay, caller: &Caller, sandbox: &str, front: Front, charge: Charge) -> Result<Gate> {
-        let admitted = relay.streams.open(caller, sandbox, Kind::Events, front)?;
-        Ok(Gate { admitted, charge, ended: None })
+        Ok(Gate::over(relay.streams.open(caller, sandbox, Kind::Events, front)?, charge))
+    }
+
+    fn over(admitted: streams::Stream, charge: Charge) -> Gate {
+        Gate { admitted, charge, ended: None }
     }
 
     /// The end, once there is one.
@@ -479,6 +482,67 @@ mod tests {
         assert_eq!(seqs(next(&mut behind, 10).await), vec![5, 6]);
         assert!(matches!(next(&mut behind, 10).await, Some(Next::Ended(_))));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn gate(max_bytes: u64, charge: Charge) -> (Arc<streams::Streams>, Gate) {
+        #[derive(clap::Parser)]
+        struct Args {
+            #[command(flatten)]
+            limits: crate::config::Limits,
+        }
+        let mut limits = <Args as clap::Parser>::parse_from(["relay"]).limits;
+        limits.max_bytes = max_bytes;
+        let streams = streams::Streams::new(limits);
+        let admitted = streams.open(&Caller::of_token("tok_1"), "sbx_1", Kind::Events, Front::Rest).unwrap();
+        (streams, Gate::over(admitted, charge))
+    }
+
+    fn recent(seq: i64, bytes: usize) -> Recent {
+        Recent { seq, mark: Mark::Plain, json: Arc::from("x".repeat(bytes)) }
+    }
+
+    fn page(step: Step) -> Vec<i64> {
+        match step {
+            Step::Page(events) => events.into_iter().map(|e| e.seq).collect(),
+            Step::End(end) => panic!("expected a page, got {end:?}"),
+        }
+    }
+
+    /// A page goes out charged to its stream; what the byte cap cuts off ends the follow after
+    /// the rest, and the first end holds.
+    #[tokio::test]
+    async fn a_gate_charges_pages_and_ends_at_the_cap_once() {
+        let (_streams, mut g) = gate(250, Charge::Events);
+        assert_eq!(page(g.pass(vec![recent(1, 100), recent(2, 100)]).await), vec![1, 2]);
+        assert_eq!(page(g.pass(vec![recent(3, 40), recent(4, 40)]).await), vec![3], "4 is past the cap");
+        assert_eq!(g.ended(), Some(End::Closed(Reason::MaxBytes)));
+        assert!(matches!(g.end(End::Limit), Step::End(End::Closed(Reason::MaxBytes))), "the first end holds");
+
+        let (_streams, mut g) = gate(100, Charge::Notice(64));
+        assert_eq!(page(g.pass(vec![recent(1, 1000), recent(2, 1000)]).await), vec![1, 2], "a notice a page");
+        assert!(matches!(g.pass(vec![recent(3, 1)]).await, Step::End(End::Closed(Reason::MaxBytes))));
+    }
+
+    /// A close of the relay's wins over what the follow waits for.
+    #[tokio::test]
+    async fn a_gate_ends_at_the_relays_close() {
+        let (streams, mut g) = gate(1 << 20, Charge::Events);
+        assert_eq!(g.first(async { 7 }).await, Ok(7));
+        streams.close_sandbox("sbx_1", Reason::Paused);
+        assert_eq!(g.first(std::future::pending::<()>()).await, Err(Reason::Paused));
+        assert_eq!(g.first(async { 7 }).await, Err(Reason::Paused), "a close wins a tie");
+    }
+
+    #[test]
+    fn ends_say_their_reason_and_why() {
+        let said = |e: End| (e.reason(), e.message(), e.closed());
+        let done = Reason::Done;
+        assert_eq!(said(End::TurnEnded(TurnState::Succeeded)), (done, Some("the turn ended: succeeded".into()), None));
+        assert_eq!(said(End::JobEnded(JobState::Failed)), (done, Some("the job ended: failed".into()), None));
+        assert_eq!(said(End::Waited), (done, None, None));
+        assert_eq!(said(End::Limit), (done, None, None));
+        assert_eq!(said(End::Closed(Reason::Revoked)), (Reason::Revoked, None, Some(Reason::Revoked)));
+        assert_eq!(said(End::Failed("no job".into())), (Reason::Error, Some("no job".into()), None));
     }
 
     #[test]
