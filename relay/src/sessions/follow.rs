@@ -10,7 +10,8 @@
 //! whether the turn has ended.
 //!
 //! The long poll (`sessions::events`) is not a follower: it answers with the first events and
-//! the turn's state, which is one read of the store either way.
+//! the turn's state, which is one read of the store either way. `wait` admits it as a stream for
+//! the `session` tool, so that the relay's closes cut it short there too.
 use std::{future::Future, sync::Arc, time::Duration};
 
 use serde_json::Value;
