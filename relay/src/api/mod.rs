@@ -188,8 +188,8 @@ mod tests {
     #[test]
     fn the_scan_finds_store_access_and_skips_text() {
         let src = "let a = relay.store.job(x);\nuse crate::{store::Scope};\nfn f(s: &Store) {}\n\
-                   // the store\nlet m = \"the store\";\nlet r = r#\"store \" store\"#;\nmatch e { Error::Store(_) => 1 }\n\
-                   let c = '\"'; let s = stored; let t = relay.store;\n";
+                   // the store\nlet m = \"the store\";\nlet r = r#\"store \" store\"#;\n\
+                   match e { Error::Store(_) => 1 }\nlet c = '\"'; let s = stored; let t = relay.store;\n";
         assert_eq!(store_uses(src), vec![1, 2, 3, 8]);
     }
 }
