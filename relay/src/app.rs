@@ -53,6 +53,7 @@ pub struct Relay {
     pub feed: Arc<feed::Feed>,
     /// Browsers' one-use tickets into SSE streams (in memory only).
     pub tickets: auth::tickets::Tickets,
+    pub tokens: auth::Tokens,
 }
 
 /// A relay bound to its port, with the admin secret to show if one was generated.
@@ -169,7 +170,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     fleet.load(&store, &secrets.redactor()).await?;
     let watches = watch::Watches::new(sandboxes.clone(), streams.clone(), config.limits.buffer_bytes);
     let relay = Arc::new(Relay {
-        store,
+        store: store.clone(),
         key,
         sandboxes,
         watches,
@@ -185,6 +186,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         secrets: secrets.clone(),
         feed: feed.clone(),
         tickets: auth::tickets::Tickets::new(config.ticket_lifetime()),
+        tokens: auth::Tokens::new(store.clone(), feed.clone()),
     });
     feed.subscribe(Arc::new(fleet::Keeper { fleet, secrets }));
     feed.subscribe(Arc::new(inbox::Subscriber { relay: Arc::downgrade(&relay) }));

@@ -39,6 +39,8 @@ pub enum Change<'a> {
     Events { session_id: &'a str, turn_id: &'a str, events: &'a [NewEvent], ts: f64 },
     /// A job made or changed (its state, sandbox, session or result); the row as stored.
     Job(&'a JobRow),
+    /// A token made for a person (its id and name).
+    Person { id: &'a str, name: &'a str },
     /// A job moved between states (after its `Job`): the row with its new state, reason and
     /// detail, and the state it left.
     JobMoved { job: &'a JobRow, from: JobState },

@@ -11,9 +11,8 @@ use axum::{
 use super::ApiError;
 use crate::{
     app::Relay,
-    auth::{self, tickets::TicketError, Caller},
+    auth::{tickets::TicketError, Caller, Scope},
     events,
-    store::Scope,
 };
 
 /// Puts the `Caller` of a valid `Authorization: Bearer <token>` in the request, or answers 401.
@@ -33,7 +32,7 @@ pub async fn authenticate(State(relay): State<Arc<Relay>>, mut req: Request, nex
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim);
         let verified = match presented {
-            Some(p) => Some(auth::verify(&relay.store, p).await),
+            Some(p) => Some(relay.tokens.authenticate(p).await),
             None => None,
         };
         match verified {
@@ -103,7 +102,7 @@ async fn by_ticket(relay: &Relay, req: &mut Request) -> Result<Caller, ApiError>
             return refuse(why, e.to_string());
         }
     };
-    let caller = match auth::caller_of(&relay.store, &token_id).await {
+    let caller = match relay.tokens.ticket_caller(&token_id).await {
         Ok(Some(c)) => c,
         Ok(None) => return refuse("token_revoked", "the ticket's token was revoked".to_string()),
         Err(e) => return Err(ApiError::from(crate::error::Error::from(e))),

@@ -8,7 +8,7 @@
 //! Invariant: no secret, hash or MAC key reaches a log line.
 pub mod tickets;
 
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD as B64, Engine as _};
 use hmac::{Hmac, Mac};
@@ -18,8 +18,18 @@ use subtle::ConstantTimeEq;
 use crate::{
     error::{Error, Result},
     events,
-    store::{self, Scope, Store, StoreError, TokenRow},
+    feed::{Change, Feed},
+    store::{self, Store, StoreError, TokenRow},
 };
+
+/// The tokens: minting, listing and verifying them, with the store they live in and the feed
+/// that hears of a new token's person.
+pub struct Tokens {
+    store: Arc<Store>,
+    feed: Arc<Feed>,
+}
+
+pub use crate::store::Scope;
 
 /// Who is calling: a live token.
 #[derive(Debug, Clone)]
@@ -81,24 +91,46 @@ fn mint_for(name: &str, scope: Scope, person: Option<&Person>) -> (TokenRow, Str
     (row, secret)
 }
 
-/// Mints and stores a token named `name` with the scope named `scope`; the row and the secret,
-/// which is shown once and never kept.
-pub async fn create(store: &Store, name: &str, scope: &str, person: Option<&Person>) -> Result<(TokenRow, String)> {
-    let scope =
-        Scope::parse(scope).ok_or_else(|| Error::invalid(format!("scope {scope:?}: one of admin, user, mcp, jobs")))?;
-    let name = name.trim();
-    if name.is_empty() || name.len() > 128 {
-        return Err(Error::invalid("name: 1 to 128 characters"));
+impl Tokens {
+    pub fn new(store: Arc<Store>, feed: Arc<Feed>) -> Tokens {
+        Tokens { store, feed }
     }
-    if let Some(p) = person {
-        if !valid_person(&p.id) || !p.name.as_deref().is_none_or(valid_person) {
-            return Err(Error::invalid("person: an id (and a name) of 1 to 128 characters, no control characters"));
+
+    /// Mints and stores a token named `name` with the scope named `scope` (`POST /api/tokens`),
+    /// and tells the feed of its person; the row and the secret, which is shown once and never kept.
+    pub async fn create(&self, name: &str, scope: &str, person: Option<&Person>) -> Result<(TokenRow, String)> {
+        let scope = Scope::parse(scope)
+            .ok_or_else(|| Error::invalid(format!("scope {scope:?}: one of admin, user, mcp, jobs")))?;
+        let name = name.trim();
+        if name.is_empty() || name.len() > 128 {
+            return Err(Error::invalid("name: 1 to 128 characters"));
         }
+        if let Some(p) = person {
+            if !valid_person(&p.id) || !p.name.as_deref().is_none_or(valid_person) {
+                return Err(Error::invalid("person: an id (and a name) of 1 to 128 characters, no control characters"));
+            }
+        }
+        let (row, secret) = mint_for(name, scope, person);
+        self.store.insert_token(&row).await?;
+        events::TokenCreated { id: &row.id, name: &row.name, scope: scope.as_str() }.emit();
+        self.feed.publish(Change::Person { id: &row.person, name: &row.person_name }).await;
+        Ok((row, secret))
     }
-    let (row, secret) = mint_for(name, scope, person);
-    store.insert_token(&row).await?;
-    events::TokenCreated { id: &row.id, name: &row.name, scope: scope.as_str() }.emit();
-    Ok((row, secret))
+
+    /// Every token, revoked ones too (`GET /api/tokens`).
+    pub async fn list(&self) -> Result<Vec<TokenRow>> {
+        Ok(self.store.tokens().await?)
+    }
+
+    /// The caller a request's bearer secret stands for, if it is a live token's.
+    pub async fn authenticate(&self, presented: &str) -> std::result::Result<Option<Caller>, StoreError> {
+        verify(&self.store, presented).await
+    }
+
+    /// The caller a redeemed ticket stands for: its token, while it is live.
+    pub async fn ticket_caller(&self, token_id: &str) -> std::result::Result<Option<Caller>, StoreError> {
+        caller_of(&self.store, token_id).await
+    }
 }
 
 /// A person's id or name: 1 to 128 characters, not all blank, no control characters.

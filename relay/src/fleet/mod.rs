@@ -478,6 +478,7 @@ impl Subscriber for Keeper {
             Change::SessionDeleted(session) => self.fleet.session_gone(&session.id),
             Change::Events { session_id, turn_id, events, ts } => self.fleet.ingested(session_id, turn_id, events, ts),
             Change::Job(job) => self.fleet.job(job, &self.secrets.redactor()),
+            Change::Person { id, name } => self.fleet.person(id, name),
             Change::TurnEnded { .. } | Change::TurnLive { .. } | Change::JobMoved { .. } => {}
         }
         Box::pin(std::future::ready(()))

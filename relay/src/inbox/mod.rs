@@ -39,9 +39,11 @@ use crate::{
     error::{Error, Result},
     events,
     feed::{self, Change},
-    store::{ItemKind, ItemRow, ItemState, JobState, SessionRow, TurnRow},
+    store::{ItemKind, ItemState, JobState, SessionRow, TurnRow},
     time,
 };
+
+pub use crate::store::ItemRow;
 
 /// The fields of an item that hold the agent's own text.
 pub const AGENT_TEXT: &[&str] = &["title", "text", "options", "tool"];

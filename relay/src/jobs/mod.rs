@@ -13,6 +13,7 @@
 //!   A job that is not the caller's does not exist for it (404).
 //! - The job's session belongs to the job's person, and its events are the job's events.
 mod driver;
+pub mod follow;
 pub mod measure;
 
 use std::{
@@ -32,10 +33,13 @@ use crate::{
     error::{Error, Result},
     events,
     feed::Change,
-    sessions::{self, follow::Mark, EventsPage, MAX_PROMPT_BYTES},
-    store::{EventRow, JobRow, JobState, JobsOf, NewJob, Scope},
+    sessions::{self, EventsPage, MAX_PROMPT_BYTES},
+    store::{JobRow, JobsOf, NewJob, Scope},
     time,
 };
+
+pub use crate::store::JobState;
+pub use follow::follow;
 
 /// The longest verification command.
 pub const MAX_VERIFY_BYTES: usize = 8 * 1024;
@@ -283,11 +287,6 @@ pub async fn read_events(relay: &Relay, job: &JobRow, since: i64, limit: usize) 
         Some(s) => sessions::read_page(relay, s, since, limit).await.map(Some),
         None => Ok(None),
     }
-}
-
-/// Whether the event is hangar's record of the job ending (the last of its events).
-pub fn ends_job(e: &EventRow) -> bool {
-    Mark::of(&e.kind, &e.data) == Mark::JobEnded
 }
 
 /// Cancels a job: a queued one at once; a running one by cancelling its session's turn (the

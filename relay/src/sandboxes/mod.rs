@@ -12,10 +12,11 @@ use crate::{
     events,
     feed::{Change, Feed},
     providers::{ExecOutput, Provider},
-    store::{Isolation, SandboxRow, SandboxState, Scope, Store},
+    store::{Isolation, SandboxState, Scope, Store},
     streams::{Reason, Streams},
 };
 
+pub use crate::store::SandboxRow;
 pub use paths::check as check_path;
 
 pub const DEFAULT_SANDBOX: &str = "default";

@@ -1,21 +1,36 @@
-//! Following a session's events as they are recorded: the one loop that REST's SSE streams (a
-//! session's and a job's) and the `session` tool's progress stream share. A follower that keeps
-//! up is served from memory (`live`, the events' JSON made once for all followers); one behind
-//! it, or after a gap memory cannot fill, reads the store; a follower reads the store at its
-//! start and after each `run.state`, since only the store says whether the turn has ended.
+//! Following a session's events as they are recorded, the one way every stream of them is
+//! served: REST's SSE (a session's, and a job's through `jobs::follow`), the `session` tool's
+//! progress and its long poll, and MCP's resource subscriptions. `follow` admits the stream
+//! (`streams`' limits, closed by revocation, shutdown, pause, destroy and its lifetime), hands
+//! over pages of events charged to it, and says why it ended (`End`); the APIs only render both.
+//!
+//! Underneath, a `Follower` that keeps up is served from memory (`live`, the events' JSON made
+//! once for all followers); one behind it, or after a gap memory cannot fill, reads the store; a
+//! follower reads the store at its start and after each `run.state`, since only the store says
+//! whether the turn has ended.
 //!
 //! The long poll (`sessions::events`) is not a follower: it answers with the first events and
-//! the turn's state, which is one read of the store either way.
-use std::sync::Arc;
+//! the turn's state, which is one read of the store either way. `wait` admits it as a stream for
+//! the `session` tool, so that the relay's closes cut it short there too.
+use std::{future::Future, sync::Arc, time::Duration};
 
 use serde_json::Value;
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Instant};
 
-use super::live::{Live, Recent};
-use crate::{
-    error::Result,
-    store::{EventRow, JobState, Store, TurnState},
+use super::{
+    live::{Live, Recent},
+    EventsPage, EventsRead,
 };
+use crate::{
+    app::Relay,
+    auth::Caller,
+    error::Result,
+    store::{EventRow, JobState, SessionRow, Store, TurnState},
+    streams::{self, Front, Kind, Reason},
+};
+
+/// The most events a follow hands over at a time.
+pub const PAGE: usize = 200;
 
 /// What an event marks, beyond being one: what a follower's end is decided by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +143,262 @@ impl Follower {
     }
 }
 
+/// Why a follow ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum End {
+    /// The session's latest turn ended, and every event up to its end was handed over.
+    TurnEnded(TurnState),
+    /// The job ended, and its last event was handed over (or it never had a session).
+    JobEnded(JobState),
+    /// The wait the client asked for ran out.
+    Waited,
+    /// As many events as the client asked for were handed over.
+    Limit,
+    /// The relay closed the stream (revoked, shutdown, paused, destroyed, gone, its lifetime) or
+    /// it reached its byte cap (`max_bytes`).
+    Closed(Reason),
+    /// The relay stopped telling followers anything (it is shutting down).
+    Stopped,
+    /// What comes next could not be read (or the job could no longer be found).
+    Failed(String),
+}
+
+impl End {
+    /// The stream's closing reason, as counted and as clients are told.
+    pub fn reason(&self) -> Reason {
+        match self {
+            End::TurnEnded(_) | End::JobEnded(_) | End::Waited | End::Limit => Reason::Done,
+            End::Closed(r) => *r,
+            End::Stopped | End::Failed(_) => Reason::Error,
+        }
+    }
+
+    /// What clients are told beside the reason.
+    pub fn message(&self) -> Option<String> {
+        match self {
+            End::TurnEnded(state) => Some(format!("the turn ended: {}", state.as_str())),
+            End::JobEnded(state) => Some(format!("the job ended: {}", state.as_str())),
+            End::Stopped => Some("the session's events ended".to_string()),
+            End::Failed(why) => Some(why.clone()),
+            End::Waited | End::Limit | End::Closed(_) => None,
+        }
+    }
+
+    /// The close that cut the follow short, if that is why it ended.
+    pub fn closed(&self) -> Option<Reason> {
+        match self {
+            End::Closed(r) => Some(*r),
+            _ => None,
+        }
+    }
+}
+
+/// What a follow has next.
+#[derive(Debug)]
+pub enum Step {
+    /// Events after the previous ones, in order, at least one, charged to the stream.
+    Page(Vec<Recent>),
+    /// The end; every later call says it again.
+    End(End),
+}
+
+/// What a page costs the stream it goes out on, for its pace and byte cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Charge {
+    /// Each event's JSON: what an SSE stream or a progress notification sends.
+    Events,
+    /// This many bytes a page: one notice that there is more to read (an MCP resource's update).
+    Notice(u64),
+}
+
+/// A follow of events, page by page, until its end.
+pub trait Pages: Send {
+    fn next(&mut self) -> impl Future<Output = Step> + Send;
+}
+
+/// A follow's admitted stream (kind `events`): what the relay's closes, the pace and the byte
+/// cap say, and the end, said once and recorded as the stream's closing reason.
+pub struct Gate {
+    admitted: streams::Stream,
+    charge: Charge,
+    ended: Option<End>,
+}
+
+impl Gate {
+    /// Admits a follow under `sandbox` (empty: under none, so no pause or destroy closes it).
+    pub fn open(relay: &Relay, caller: &Caller, sandbox: &str, front: Front, charge: Charge) -> Result<Gate> {
+        Ok(Gate::over(relay.streams.open(caller, sandbox, Kind::Events, front)?, charge))
+    }
+
+    fn over(admitted: streams::Stream, charge: Charge) -> Gate {
+        Gate { admitted, charge, ended: None }
+    }
+
+    /// The end, once there is one.
+    pub fn ended(&self) -> Option<End> {
+        self.ended.clone()
+    }
+
+    /// What `next` answers, unless the relay closes the stream first (a close wins a tie).
+    pub async fn first<T>(&mut self, next: impl Future<Output = T>) -> std::result::Result<T, Reason> {
+        tokio::select! {
+            biased;
+            reason = self.admitted.closed() => Err(reason),
+            t = next => Ok(t),
+        }
+    }
+
+    /// Ends the follow: the first end holds.
+    pub fn end(&mut self, end: End) -> Step {
+        let end = self.ended.get_or_insert(end).clone();
+        self.admitted.end(end.reason());
+        Step::End(end)
+    }
+
+    /// `events` charged to the stream, after the wait its pace asks for; those past the byte
+    /// cap are cut, and the follow ends there (after the rest, if any, is handed over).
+    pub async fn pass(&mut self, mut events: Vec<Recent>) -> Step {
+        let mut wait = Duration::ZERO;
+        let mut capped = None;
+        match self.charge {
+            Charge::Events => {
+                for (i, e) in events.iter().enumerate() {
+                    match self.admitted.charge(e.json.len() as u64) {
+                        Ok(w) => wait = w,
+                        Err(reason) => {
+                            capped = Some((i, reason));
+                            break;
+                        }
+                    }
+                }
+            }
+            Charge::Notice(bytes) => match self.admitted.charge(bytes) {
+                Ok(w) => wait = w,
+                Err(reason) => capped = Some((0, reason)),
+            },
+        }
+        if let Some((kept, reason)) = capped {
+            events.truncate(kept);
+            let end = self.end(End::Closed(reason));
+            if events.is_empty() {
+                return end;
+            }
+        }
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        Step::Page(events)
+    }
+}
+
+/// Where a session's follow starts, and what ends it besides the relay's closes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Start {
+    /// After this seq; `None`: after the latest recorded (only what comes next).
+    pub since: Option<i64>,
+    pub until: Until,
+    /// The longest it runs (a bounded wait); `None`: as long as the stream may.
+    pub wait: Option<Duration>,
+    /// The most events it hands over; `None`: no limit.
+    pub limit: Option<usize>,
+}
+
+/// A session's events followed on an admitted stream.
+pub struct SessionFollow {
+    session: SessionRow,
+    gate: Gate,
+    follower: Follower,
+    deadline: Option<Instant>,
+    left: Option<usize>,
+}
+
+/// Follows the caller's session `reference` (not found unless the caller sees it) as one
+/// admitted stream (refused over the stream limits).
+pub async fn follow(
+    relay: &Relay,
+    caller: &Caller,
+    reference: &str,
+    start: Start,
+    front: Front,
+    charge: Charge,
+) -> Result<SessionFollow> {
+    let session = super::find(relay, caller, reference).await?;
+    let gate = Gate::open(relay, caller, &session.sandbox_id, front, charge)?;
+    let since = start.since.unwrap_or(session.event_seq);
+    let follower =
+        Follower::new(&relay.store, &relay.sessions.live, &session.id, session.event_seq, since, start.until);
+    let deadline = start.wait.map(|w| Instant::now() + w);
+    Ok(SessionFollow { session, gate, follower, deadline, left: start.limit })
+}
+
+/// A follower of the session `session_id`'s events after `since`, for a follow of its own (a
+/// job's).
+pub async fn follower(relay: &Relay, session_id: &str, since: i64, until: Until) -> Result<Follower> {
+    let at = relay.store.session_by_id(session_id).await?.map_or(0, |s| s.event_seq);
+    Ok(Follower::new(&relay.store, &relay.sessions.live, session_id, at, since, until))
+}
+
+impl SessionFollow {
+    /// The session followed, as it was found.
+    pub fn session(&self) -> &SessionRow {
+        &self.session
+    }
+}
+
+impl Pages for SessionFollow {
+    async fn next(&mut self) -> Step {
+        if let Some(end) = self.gate.ended() {
+            return Step::End(end);
+        }
+        let max = self.left.map_or(PAGE, |left| left.min(PAGE));
+        if max == 0 {
+            return self.gate.end(End::Limit);
+        }
+        let deadline = self.deadline;
+        let follower = &mut self.follower;
+        let next = async move {
+            tokio::select! {
+                next = follower.next(max) => Some(next),
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => None,
+            }
+        };
+        match self.gate.first(next).await {
+            Err(reason) => self.gate.end(End::Closed(reason)),
+            Ok(None) => self.gate.end(End::Waited),
+            Ok(Some(Ok(Some(Next::Events(events))))) => {
+                let step = self.gate.pass(events).await;
+                if let (Some(left), Step::Page(events)) = (&mut self.left, &step) {
+                    *left = left.saturating_sub(events.len());
+                }
+                step
+            }
+            Ok(Some(Ok(Some(Next::Ended(state))))) => self.gate.end(End::TurnEnded(state)),
+            Ok(Some(Ok(None))) => self.gate.end(End::Stopped),
+            Ok(Some(Err(e))) => self.gate.end(End::Failed(e.to_string())),
+        }
+    }
+}
+
+/// The long poll as one admitted stream (the `session` tool's `events` without progress):
+/// `sessions::events`' answer, or, when a close of the relay's cuts the wait short, what is
+/// there and that close. The session as found, too.
+pub async fn wait(
+    relay: &Relay,
+    caller: &Caller,
+    reference: &str,
+    read: EventsRead,
+    front: Front,
+) -> Result<(SessionRow, EventsPage, Option<Reason>)> {
+    let session = super::find(relay, caller, reference).await?;
+    let mut gate = Gate::open(relay, caller, &session.sandbox_id, front, Charge::Events)?;
+    let (page, closed) = match gate.first(super::events(relay, caller, &session.id, read)).await {
+        Ok(page) => (page?, None),
+        Err(reason) => (super::read_page(relay, &session.id, read.since(), read.limit()).await?, Some(reason)),
+    };
+    gate.admitted.end(closed.unwrap_or(Reason::Done));
+    Ok((session, page, closed))
+}
+
 /// A recorded event as a follower serves it.
 fn served(e: &EventRow) -> Recent {
     Recent {
@@ -212,6 +483,67 @@ mod tests {
         assert_eq!(seqs(next(&mut behind, 10).await), vec![5, 6]);
         assert!(matches!(next(&mut behind, 10).await, Some(Next::Ended(_))));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn gate(max_bytes: u64, charge: Charge) -> (Arc<streams::Streams>, Gate) {
+        #[derive(clap::Parser)]
+        struct Args {
+            #[command(flatten)]
+            limits: crate::config::Limits,
+        }
+        let mut limits = <Args as clap::Parser>::parse_from(["relay"]).limits;
+        limits.max_bytes = max_bytes;
+        let streams = streams::Streams::new(limits);
+        let admitted = streams.open(&Caller::of_token("tok_1"), "sbx_1", Kind::Events, Front::Rest).unwrap();
+        (streams, Gate::over(admitted, charge))
+    }
+
+    fn recent(seq: i64, bytes: usize) -> Recent {
+        Recent { seq, mark: Mark::Plain, json: Arc::from("x".repeat(bytes)) }
+    }
+
+    fn page(step: Step) -> Vec<i64> {
+        match step {
+            Step::Page(events) => events.into_iter().map(|e| e.seq).collect(),
+            Step::End(end) => panic!("expected a page, got {end:?}"),
+        }
+    }
+
+    /// A page goes out charged to its stream; what the byte cap cuts off ends the follow after
+    /// the rest, and the first end holds.
+    #[tokio::test]
+    async fn a_gate_charges_pages_and_ends_at_the_cap_once() {
+        let (_streams, mut g) = gate(250, Charge::Events);
+        assert_eq!(page(g.pass(vec![recent(1, 100), recent(2, 100)]).await), vec![1, 2]);
+        assert_eq!(page(g.pass(vec![recent(3, 40), recent(4, 40)]).await), vec![3], "4 is past the cap");
+        assert_eq!(g.ended(), Some(End::Closed(Reason::MaxBytes)));
+        assert!(matches!(g.end(End::Limit), Step::End(End::Closed(Reason::MaxBytes))), "the first end holds");
+
+        let (_streams, mut g) = gate(100, Charge::Notice(64));
+        assert_eq!(page(g.pass(vec![recent(1, 1000), recent(2, 1000)]).await), vec![1, 2], "a notice a page");
+        assert!(matches!(g.pass(vec![recent(3, 1)]).await, Step::End(End::Closed(Reason::MaxBytes))));
+    }
+
+    /// A close of the relay's wins over what the follow waits for.
+    #[tokio::test]
+    async fn a_gate_ends_at_the_relays_close() {
+        let (streams, mut g) = gate(1 << 20, Charge::Events);
+        assert_eq!(g.first(async { 7 }).await, Ok(7));
+        streams.close_sandbox("sbx_1", Reason::Paused);
+        assert_eq!(g.first(std::future::pending::<()>()).await, Err(Reason::Paused));
+        assert_eq!(g.first(async { 7 }).await, Err(Reason::Paused), "a close wins a tie");
+    }
+
+    #[test]
+    fn ends_say_their_reason_and_why() {
+        let said = |e: End| (e.reason(), e.message(), e.closed());
+        let done = Reason::Done;
+        assert_eq!(said(End::TurnEnded(TurnState::Succeeded)), (done, Some("the turn ended: succeeded".into()), None));
+        assert_eq!(said(End::JobEnded(JobState::Failed)), (done, Some("the job ended: failed".into()), None));
+        assert_eq!(said(End::Waited), (done, None, None));
+        assert_eq!(said(End::Limit), (done, None, None));
+        assert_eq!(said(End::Closed(Reason::Revoked)), (Reason::Revoked, None, Some(Reason::Revoked)));
+        assert_eq!(said(End::Failed("no job".into())), (Reason::Error, Some("no job".into()), None));
     }
 
     #[test]

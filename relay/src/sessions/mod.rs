@@ -44,10 +44,12 @@ use crate::{
     events,
     feed::Change,
     secrets::Chosen,
-    store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, TurnRow, TurnState},
+    store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, TurnRow},
     time,
 };
 
+pub use crate::store::TurnState;
+pub use follow::follow;
 pub use ingest::valid_session_id;
 pub use queue::{usage, Usage};
 

@@ -6,11 +6,10 @@
 //! among them, read as `GET /api/jobs/{id}/events/stream` reads them).
 //!
 //! While anyone with a token is subscribed to a URI, one follower runs for that token and URI
-//! (a watch, or a session's or job's live seq), as one open stream; each change sends
+//! (a watch, or `sessions::follow` or `jobs::follow`), as one open stream; each change sends
 //! `notifications/resources/updated` to every subscriber, at most every `NOTIFY_EVERY`. A watch's
-//! events (the last `KEPT_EVENTS`) are kept here for reading; a session's and a job's are in the
-//! store. A job's subscription ends once the job has (after its last event) or the caller no
-//! longer sees it.
+//! events (the last `KEPT_EVENTS`) are kept here for reading; a session's and a job's are read
+//! from the domain. A job's subscription ends when its follow does: once the job has ended.
 use std::{
     collections::{HashMap, VecDeque},
     sync::{Arc, Mutex},
@@ -27,8 +26,12 @@ use crate::{
     app::Relay,
     auth::Caller,
     error::{Error, Result},
-    jobs, sessions,
-    streams::{Front, Kind, Reason},
+    jobs,
+    sessions::{
+        self,
+        follow::{Charge, Pages, Start, Step, Until},
+    },
+    streams::Front,
     watch::WatchItem,
 };
 
@@ -42,13 +45,6 @@ const SESSIONS_PREFIX: &str = "hangar://sessions/";
 const JOBS_PREFIX: &str = "hangar://jobs/";
 const EXPECTED: &str = "expected hangar://sandboxes/<sandbox>/watch?path=<dir>[&recursive=true][&since=<next>], \
                         hangar://sessions/<session>/events[?since=<next>] or hangar://jobs/<job>/events[?since=<next>]";
-/// How often a job subscription looks at the job (its state, whether the caller still sees
-/// it) while its session has nothing new; a job without a session yet is looked at this often
-/// for one.
-const JOB_RECHECK: Duration = Duration::from_millis(300);
-/// How long a job subscription waits for the event that records the job's end once its state
-/// says so (the state is set just before the event is recorded).
-const JOB_END_GRACE: Duration = Duration::from_secs(2);
 /// What a session subscription's update is charged, for pacing: the notification it sends.
 const UPDATE_BYTES: u64 = 64;
 
@@ -211,121 +207,28 @@ fn watch_update(item: WatchItem) -> Update {
     }
 }
 
-/// A session's recorded seqs as updates, as one open stream (kind `mcp_events`) that ends with
-/// its close: the token revoked, the relay shutting down, the sandbox paused or destroyed, the
-/// stream's lifetime.
-async fn session_updates(
-    relay: &Relay,
-    caller: &Caller,
-    reference: &str,
-) -> Result<impl futures::Stream<Item = Update> + Send + 'static> {
-    let session = sessions::find(relay, caller, reference).await?;
-    let mut admitted = relay.streams.open(caller, &session.sandbox_id, Kind::Events, Front::Mcp)?;
-    let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
-    Ok(async_stream::stream! {
+/// A domain's follow of events (a session's, a job's) as updates: each page says events up to
+/// its last were recorded; the end closes the resource, with its reason and message.
+fn follow_updates(mut followed: impl Pages + 'static) -> impl futures::Stream<Item = Update> + Send + 'static {
+    async_stream::stream! {
         loop {
-            let recorded = tokio::select! {
-                biased;
-                reason = admitted.closed() => Err(reason),
-                changed = rx.changed() => changed.map(|()| *rx.borrow_and_update()).map_err(|_| Reason::Error),
-            };
-            let reason = match recorded {
-                Ok(seq) => match admitted.send(UPDATE_BYTES).await {
-                    Ok(()) => {
-                        yield Update::Recorded(u64::try_from(seq).unwrap_or(0));
-                        continue;
+            match followed.next().await {
+                Step::Page(events) => {
+                    if let Some(last) = events.last() {
+                        yield Update::Recorded(u64::try_from(last.seq).unwrap_or(0));
                     }
-                    Err(reason) => reason,
-                },
-                Err(reason) => reason,
-            };
-            admitted.end(reason);
-            yield Update::Closed(reason.as_str().to_string());
-            return;
+                }
+                Step::End(end) => {
+                    let reason = end.reason().as_str();
+                    yield Update::Closed(match end.message() {
+                        Some(m) => format!("{reason}: {m}"),
+                        None => reason.to_string(),
+                    });
+                    return;
+                }
+            }
         }
-    })
-}
-
-/// A job's recorded seqs as updates, as one open stream (kind `mcp_events`, closed as a
-/// session's is) that also ends once the job has ended and its last event was recorded, or the
-/// caller no longer sees the job. Before the job has a session it has no events: the job is
-/// looked at until it has one.
-async fn job_updates(
-    relay: Arc<Relay>,
-    caller: &Caller,
-    id: &str,
-) -> Result<impl futures::Stream<Item = Update> + Send + 'static> {
-    let job = jobs::find(&relay, caller, id).await?;
-    // As `GET /api/jobs/{id}/events/stream`: a job whose sandbox is not created yet is under none.
-    let mut admitted =
-        relay.streams.open(caller, job.sandbox_id.as_deref().unwrap_or_default(), Kind::Events, Front::Mcp)?;
-    let caller = caller.clone();
-    let id = job.id.clone();
-    Ok(async_stream::stream! {
-        let mut rx: Option<signal::Receiver<i64>> = None;
-        let mut seq = 0i64;
-        let mut graced = false;
-        let closed = loop {
-            let job = match jobs::find(&relay, &caller, &id).await {
-                Ok(j) => j,
-                Err(e) => break (Reason::Error, e.to_string()),
-            };
-            if let (None, Some(s)) = (&rx, &job.session_id) {
-                let at = relay.store.session_by_id(s).await.ok().flatten().map_or(0, |s| s.event_seq);
-                rx = Some(relay.sessions.live.subscribe(s, at));
-                if at > seq {
-                    seq = at;
-                    yield Update::Recorded(u64::try_from(seq).unwrap_or(0));
-                }
-            }
-            let mut wait = if rx.is_some() { JOB_RECHECK * 4 } else { JOB_RECHECK };
-            if job.state.is_terminal() {
-                // Done once the event recording the end was recorded (or never will be: no
-                // session), or after a grace for it.
-                let last = match &job.session_id {
-                    Some(s) => relay.store.latest_events(s, 1).await.ok().and_then(|e| e.into_iter().next_back()),
-                    None => None,
-                };
-                if job.session_id.is_none() || last.as_ref().is_some_and(jobs::ends_job) || graced {
-                    if let Some(e) = last.filter(|e| e.seq > seq) {
-                        seq = e.seq;
-                        yield Update::Recorded(u64::try_from(seq).unwrap_or(0));
-                    }
-                    break (Reason::Done, format!("the job ended: {}", job.state.as_str()));
-                }
-                graced = true;
-                wait = JOB_END_GRACE;
-            }
-            let changed = async {
-                match rx.as_mut() {
-                    Some(rx) => rx.changed().await.map(|()| *rx.borrow_and_update()),
-                    None => futures::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                reason = admitted.closed() => break (reason, String::new()),
-                changed = changed => match changed {
-                    Ok(s) => {
-                        if let Err(reason) = admitted.send(UPDATE_BYTES).await {
-                            break (reason, String::new());
-                        }
-                        seq = seq.max(s);
-                        yield Update::Recorded(u64::try_from(seq).unwrap_or(0));
-                    }
-                    Err(_) => break (Reason::Error, "the session's events ended".to_string()),
-                },
-                _ = tokio::time::sleep(wait) => {}
-            }
-        };
-        let (reason, message) = closed;
-        admitted.end(reason);
-        yield Update::Closed(if message.is_empty() {
-            reason.as_str().to_string()
-        } else {
-            format!("{}: {message}", reason.as_str())
-        });
-    })
+    }
 }
 
 /// What one followed resource has seen.
@@ -435,8 +338,17 @@ impl Hub {
             Resource::SandboxWatch { sandbox, path, recursive } => {
                 self.relay.watches.watch(caller, sandbox, path, *recursive, Front::Mcp).await?.map(watch_update).boxed()
             }
-            Resource::SessionEvents { session } => session_updates(&self.relay, caller, session).await?.boxed(),
-            Resource::JobEvents { job } => job_updates(self.relay.clone(), caller, job).await?.boxed(),
+            // What is recorded from now on (a read gets what came before).
+            Resource::SessionEvents { session } => {
+                let start = Start { since: None, until: Until::Never, wait: None, limit: None };
+                let charge = Charge::Notice(UPDATE_BYTES);
+                follow_updates(sessions::follow(&self.relay, caller, session, start, Front::Mcp, charge).await?).boxed()
+            }
+            // Every event of the job: the first update comes once it has any.
+            Resource::JobEvents { job } => {
+                let charge = Charge::Notice(UPDATE_BYTES);
+                follow_updates(jobs::follow(&self.relay, caller, job, 0, Front::Mcp, charge).await?).boxed()
+            }
         };
         let (changed, _) = signal::channel(0);
         let followed = Arc::new_cyclic(|weak: &std::sync::Weak<Followed>| {

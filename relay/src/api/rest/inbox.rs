@@ -21,9 +21,8 @@ use crate::{
     inbox::{
         self,
         answers::{self, Decision},
-        InboxView,
+        InboxView, ItemRow,
     },
-    store::ItemRow,
 };
 
 #[derive(Debug, Deserialize)]

@@ -15,7 +15,7 @@ use crate::{
     api::{extract::Body, ApiError},
     app::Relay,
     auth::Caller,
-    store::SandboxRow,
+    sandboxes::SandboxRow,
 };
 
 #[derive(Deserialize, JsonSchema)]

@@ -26,11 +26,10 @@ use crate::{
     secrets::{NewSecret, SecretView},
     sessions::{
         self,
-        follow::{Follower, Next, Until},
-        live::Recent,
+        follow::{Charge, Start, Until},
         EventsPage, EventsRead, SessionView, StartRequest, TurnRequest,
     },
-    streams::{Front, Kind, Reason},
+    streams::Front,
 };
 
 pub async fn create(
@@ -119,30 +118,6 @@ pub struct StreamQuery {
     follow: bool,
 }
 
-/// The most events an SSE stream is handed at a time.
-const PAGE: usize = 200;
-
-/// A session's events through a follower, as SSE (`id` the seq).
-struct SessionEvents(Follower);
-
-impl sse::Source for SessionEvents {
-    async fn next(&mut self) -> sse::Next {
-        match self.0.next(PAGE).await {
-            Ok(Some(Next::Events(events))) => sse::Next::Send(events.into_iter().map(served_event).collect()),
-            Ok(Some(Next::Ended(state))) => {
-                sse::Next::End(Reason::Done, Some(format!("the turn ended: {}", state.as_str())))
-            }
-            Ok(None) => sse::Next::Quit,
-            Err(e) => sse::Next::End(Reason::Error, Some(e.to_string())),
-        }
-    }
-}
-
-/// A served event as SSE: its JSON, with its seq as the id.
-pub(super) fn served_event(e: Recent) -> sse::Out {
-    sse::Out { event: None, id: Some(e.seq.to_string()), data: e.json.to_string() }
-}
-
 pub async fn stream(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
@@ -151,11 +126,10 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let since = sse::resume_seq(&headers, q.since)?;
-    let session = sessions::find(&relay, &caller, &reference).await?;
-    let admitted = relay.streams.open(&caller, &session.sandbox_id, Kind::Events, Front::Rest)?;
     let until = if q.follow { Until::Never } else { Until::TurnEnds };
-    let follower = Follower::new(&relay.store, &relay.sessions.live, &session.id, session.event_seq, since, until);
-    Ok(Sse::new(sse::serve(admitted, SessionEvents(follower))).keep_alive(sse::keep_alive()))
+    let start = Start { since: Some(since), until, wait: None, limit: None };
+    let followed = sessions::follow(&relay, &caller, &reference, start, Front::Rest, Charge::Events).await?;
+    Ok(Sse::new(sse::follow(followed)).keep_alive(sse::keep_alive()))
 }
 
 pub async fn usage(State(relay): State<Arc<Relay>>) -> Result<Json<sessions::Usage>, ApiError> {

@@ -1,12 +1,16 @@
 //! What every SSE route shares: the keep-alive comment, JSON data, the event that says why a
-//! stream ended early, the reading of `Last-Event-ID`, and the loop (`serve`) that sends a
-//! `Source`'s events through its admitted stream.
+//! stream ended early, the reading of `Last-Event-ID`, the loop (`serve`) that sends a
+//! `Source`'s events through its admitted stream, and the rendering (`follow`) of a domain's
+//! follow of events numbered by seq.
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive};
 use serde::Serialize;
 
-use crate::streams::Reason;
+use crate::{
+    sessions::follow::{End, Pages, Step},
+    streams::Reason,
+};
 
 /// A comment this often keeps proxies from timing the connection out.
 pub const KEEPALIVE: Duration = Duration::from_secs(15);
@@ -55,8 +59,6 @@ pub enum Next {
     Send(Vec<Out>),
     /// The end: a `close` event with this reason and message.
     End(Reason, Option<String>),
-    /// The end, with nothing more to say (what the stream followed went away).
-    Quit,
 }
 
 /// What an SSE route streams: `next` waits until it has something. It may be dropped while
@@ -108,7 +110,30 @@ pub fn serve<S: Source + 'static>(
                     yield Ok(source.close(r, message.as_deref()));
                     return;
                 }
-                Next::Quit => return,
+            }
+        }
+    }
+}
+
+/// A follow of events numbered by seq (a session's, a job's), which its domain admitted and
+/// ends: each event's JSON with its seq as the id, then a `close` with the end's reason and
+/// message (nothing once the relay stopped telling followers anything).
+pub fn follow<F: Pages + 'static>(
+    mut followed: F,
+) -> impl futures::Stream<Item = Result<Event, std::convert::Infallible>> {
+    async_stream::stream! {
+        loop {
+            match followed.next().await {
+                Step::Page(events) => {
+                    for e in events {
+                        yield Ok(Event::default().data(&*e.json).id(e.seq.to_string()));
+                    }
+                }
+                Step::End(End::Stopped) => return,
+                Step::End(end) => {
+                    yield Ok(close_event(end.reason(), end.message().as_deref()));
+                    return;
+                }
             }
         }
     }

@@ -14,10 +14,9 @@ use crate::{
         ApiError,
     },
     app::Relay,
-    auth::{tickets::TicketError, Caller},
+    auth::{tickets::TicketError, Caller, Scope},
     error::Error,
     events, jobs, processes, sessions,
-    store::Scope,
 };
 
 #[derive(Deserialize, JsonSchema)]

@@ -12,9 +12,7 @@ use serde::Deserialize;
 use crate::{
     api::{extract::Body, ApiError},
     app::Relay,
-    auth,
-    error::Error,
-    revocation,
+    auth, revocation,
 };
 
 #[derive(Deserialize, JsonSchema)]
@@ -30,16 +28,14 @@ pub async fn create(
     State(relay): State<Arc<Relay>>,
     Body(req): Body<CreateToken>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let (row, secret) = auth::create(&relay.store, &req.name, &req.scope, req.person.as_ref()).await?;
-    relay.fleet.person(&row.person, &row.person_name);
+    let (row, secret) = relay.tokens.create(&req.name, &req.scope, req.person.as_ref()).await?;
     let mut body = serde_json::json!(row);
     body["secret"] = serde_json::Value::String(secret);
     Ok((StatusCode::CREATED, Json(body)))
 }
 
 pub async fn list(State(relay): State<Arc<Relay>>) -> Result<Json<serde_json::Value>, ApiError> {
-    let tokens = relay.store.tokens().await.map_err(Error::from)?;
-    Ok(Json(serde_json::json!({ "tokens": tokens })))
+    Ok(Json(serde_json::json!({ "tokens": relay.tokens.list().await? })))
 }
 
 pub async fn revoke(State(relay): State<Arc<Relay>>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {

@@ -17,8 +17,8 @@ use crate::{
     inbox::{
         self,
         answers::{self, Decision},
+        ItemRow,
     },
-    store::ItemRow,
 };
 
 /// The `inbox` tool's arguments, one shape per action; its schema is derived (`Shape`).

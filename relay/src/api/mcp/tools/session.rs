@@ -19,11 +19,10 @@ use crate::{
     error::{Error, Result},
     sessions::{
         self,
-        follow::{Follower, Next, Until},
-        EventsPage, EventsRead, SessionView, StartRequest, TurnRequest,
+        follow::{Charge, Pages, Start, Step, Until},
+        EventsPage, EventsRead, SessionView, StartRequest, TurnRequest, TurnState,
     },
-    store::TurnState,
-    streams::{Front, Kind, Reason},
+    streams::{Front, Reason},
 };
 
 /// Where the agent's text is in an `events` result: the data of every event whose
@@ -136,9 +135,9 @@ fn whole(name: &str, p: &EventsPage, closed: Option<Reason>) -> CallToolResult {
 
 /// Events after `since`. Without a wait, what is there; with one, an open stream (kind
 /// `mcp_events`) that the relay's closes cut short. Without a progress token it is REST's long
-/// poll (it returns at the first event); with one, every event is also sent as a progress
-/// notification as it is recorded, until the wait ends, `limit` events were sent, or the turn
-/// ends.
+/// poll (it returns at the first event: `sessions::follow::wait`); with one, every event is also
+/// sent as a progress notification as it is recorded, until the follow ends (`sessions::follow`:
+/// the wait ended, `limit` events were sent, or the turn ended).
 async fn events(
     relay: &Arc<Relay>,
     caller: &Caller,
@@ -146,57 +145,43 @@ async fn events(
     read: EventsRead,
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
-    let session = sessions::find(relay, caller, reference).await?;
     let (since, limit, wait) = (read.since(), read.limit(), read.wait());
     if wait.is_zero() {
+        let session = sessions::find(relay, caller, reference).await?;
         return Ok(whole(&session.name, &sessions::read_page(relay, &session.id, since, limit).await?, None));
     }
-    let mut admitted = relay.streams.open(caller, &session.sandbox_id, Kind::Events, Front::Mcp)?;
     let Some(token) = ctx.meta.get_progress_token() else {
-        let r = tokio::select! {
-            r = sessions::events(relay, caller, &session.id, read) => r.map(|p| (p, None)),
-            reason = admitted.closed() => {
-                sessions::read_page(relay, &session.id, since, limit).await.map(|p| (p, Some(reason)))
-            }
-            _ = ctx.ct.cancelled() => Err(Error::unavailable("the call was cancelled")),
+        let (session, p, closed) = tokio::select! {
+            r = sessions::follow::wait(relay, caller, reference, read, Front::Mcp) => r?,
+            _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
         };
-        let (p, closed) = r?;
-        admitted.end(closed.unwrap_or(Reason::Done));
         return Ok(whole(&session.name, &p, closed));
     };
-    let mut follower =
-        Follower::new(&relay.store, &relay.sessions.live, &session.id, session.event_seq, since, Until::TurnEnds);
-    let deadline = tokio::time::Instant::now() + wait;
+    let start = Start { since: Some(since), until: Until::TurnEnds, wait: Some(wait), limit: Some(limit) };
+    let mut followed = sessions::follow(relay, caller, reference, start, Front::Mcp, Charge::Events).await?;
     let mut sent: Vec<Value> = Vec::new();
     let mut next = since;
-    let mut closed = None;
-    'wait: while sent.len() < limit {
+    let end = loop {
         let events = tokio::select! {
-            n = follower.next(limit - sent.len()) => match n? {
-                Some(Next::Events(events)) => events,
-                Some(Next::Ended(_)) | None => break,
+            step = followed.next() => match step {
+                Step::Page(events) => events,
+                Step::End(end) => break end,
             },
-            _ = tokio::time::sleep_until(deadline) => break,
-            r = admitted.closed() => { closed = Some(r); break }
             _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
         };
         for e in events {
-            if let Err(r) = admitted.send(e.json.len() as u64).await {
-                closed = Some(r);
-                break 'wait;
-            }
             let mut n = ProgressNotificationParam::new(token.clone(), e.seq as f64);
             n.message = Some(e.json.to_string());
             if ctx.peer.notify_progress(n).await.is_err() {
-                admitted.end(Reason::Client);
+                // Dropped unended, the stream counts as closed by its client.
                 return Err(Error::unavailable("the client went away"));
             }
             next = e.seq;
             sent.push(serde_json::from_str(&e.json).unwrap_or(Value::Null));
         }
-    }
-    admitted.end(closed.unwrap_or(Reason::Done));
+    };
+    let session = followed.session();
     // Whether more is recorded past what was sent, and the state as it is now.
     let after = sessions::read_page(relay, &session.id, next, 1).await?;
-    Ok(page(&session.name, &sent, next, !after.events.is_empty(), after.state, closed))
+    Ok(page(&session.name, &sent, next, !after.events.is_empty(), after.state, end.closed()))
 }
