@@ -249,7 +249,9 @@ mod tests {
                 continue;
             }
             let text = std::fs::read_to_string(&file).unwrap();
-            found.extend(["ProcessConfig {", ".exec(&"].iter().filter(|w| text.contains(*w)).map(|w| format!("{name}: {w}")));
+            found.extend(
+                ["ProcessConfig {", ".exec(&"].iter().filter(|w| text.contains(*w)).map(|w| format!("{name}: {w}")),
+            );
         }
         assert!(found.is_empty(), "programs started outside sandboxes::run: {found:?}");
     }
