@@ -173,7 +173,7 @@ impl<'a> Runner<'a> {
         let Some(envd) = &self.envd else {
             return self.fallback(script, None, &[], timeout).await;
         };
-        let what = "the relay's script";
+        let what = "a script";
         let run = async {
             let mut stream = start(envd, Program::script(script).user(user), what).await?;
             let (mut out, mut err) = (Tail::new(EXEC_OUTPUT_BYTES), Tail::new(EXEC_OUTPUT_BYTES));
