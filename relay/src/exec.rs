@@ -1,5 +1,7 @@
 //! Commands run to completion: through the sandbox's daemon (output streamed as it prints) or,
-//! without one, through the provider's exec (output in one piece at the end).
+//! without one, through the provider's exec (output in one piece at the end). Both are reached
+//! through the sandbox's runner (`sandboxes::run`); this module shapes their output into events
+//! and a result.
 use std::{
     collections::VecDeque,
     sync::{
@@ -10,16 +12,17 @@ use std::{
 };
 
 use futures::{Stream, StreamExt};
-use hangar_proto::process::{process_event, ProcessConfig, StartRequest, StartResponse};
+use hangar_proto::process::{process_event, StartResponse};
 
 use crate::{
     app::Relay,
     auth::{Caller, MacKey},
     envd::Envd,
-    error::{daemon_error, Error, Limit, Result},
+    error::{Error, Limit, Result},
     events,
     processes::OutputStream,
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
+    sandboxes::run::{self, Program, Runner},
     store::SandboxRow,
     streams::{
         buffer::{Buffer, Full, Shed},
@@ -323,14 +326,14 @@ impl Shed<ExecEvent> for ShedOldestText {
 /// Kills the command's process group if the stream is dropped before its end: a streamed command
 /// whose client goes away, or whose token is revoked, is killed. `spare` (set by whoever cuts
 /// the stream off for a shutdown, pause or destroy) lets it run on.
-struct KillOnDrop {
+struct KillOnAbandon {
     envd: Envd,
     pid: Option<u32>,
     armed: bool,
     spare: Arc<AtomicBool>,
 }
 
-impl Drop for KillOnDrop {
+impl Drop for KillOnAbandon {
     fn drop(&mut self) {
         if let (true, false, Some(pid)) = (self.armed, self.spare.load(Ordering::SeqCst), self.pid) {
             let envd = self.envd.clone();
@@ -352,20 +355,9 @@ async fn through_daemon(
     tag: String,
     spare: Arc<AtomicBool>,
 ) -> Result<impl Stream<Item = ExecEvent> + Send + 'static> {
-    let mut start = tonic::Request::new(StartRequest {
-        process: Some(ProcessConfig {
-            cmd: "/bin/bash".into(),
-            args: vec!["-lc".into(), req.command.clone()],
-            envs: Default::default(),
-            cwd: req.cwd.clone(),
-        }),
-        pty: None,
-        tag: Some(tag),
-        stdin: Some(false),
-    });
-    // The daemon kills the process group at this deadline.
-    start.set_timeout(req.timeout);
-    let stream = envd.process().start(start).await.map_err(|s| daemon_error("starting the command", s))?.into_inner();
+    // The daemon kills the process group at the deadline.
+    let program = Program::command(&req.command, req.cwd.clone()).tag(tag).deadline(req.timeout);
+    let stream = run::start(&envd, program, "the command").await?;
     Ok(daemon_events(envd, stream, spare))
 }
 
@@ -375,7 +367,7 @@ fn daemon_events(
     spare: Arc<AtomicBool>,
 ) -> impl Stream<Item = ExecEvent> + Send + 'static {
     async_stream::stream! {
-        let mut guard = KillOnDrop { envd, pid: None, armed: true, spare };
+        let mut guard = KillOnAbandon { envd, pid: None, armed: true, spare };
         let (mut out, mut err) = (Tail::new(RESULT_TAIL_BYTES), Tail::new(RESULT_TAIL_BYTES));
         let (mut out_text, mut err_text) = (Utf8Decoder::default(), Utf8Decoder::default());
         loop {
@@ -425,19 +417,20 @@ fn daemon_events(
 /// and counts against `HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN` until then, even when the client
 /// that asked is gone.
 pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
-    let mut row = relay.sandboxes.enter(reference, caller).await?;
+    let row = relay.sandboxes.enter(reference, caller).await?;
     relay.sandboxes.runnable(&row)?;
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
     let slot = relay.unstreamed.take(&caller.token_id, relay.limits.unstreamed_execs_per_token)?;
-    let daemon = relay.sandboxes.daemon(&mut row).await.ok().flatten();
+    let runner = Runner::open_any(&relay.sandboxes, row).await;
     // Started before this returns, so a refusal is the caller's error.
-    let events = match daemon {
+    let events = match &runner.envd {
         Some(envd) => {
-            let tag = tag(&relay.key, &relay.run, &caller.token_id, &row, Mode::Unstreamed);
-            Some(through_daemon(envd, req.clone(), tag, Arc::new(AtomicBool::new(true))).await?)
+            let tag = tag(&relay.key, &relay.run, &caller.token_id, &runner.row, Mode::Unstreamed);
+            Some(through_daemon(envd.clone(), req.clone(), tag, Arc::new(AtomicBool::new(true))).await?)
         }
         None => None,
     };
+    let row = runner.row;
     // The command runs on in its own task whatever happens to this call (its client may go).
     let relay = relay.clone();
     let task = tokio::spawn(async move {
@@ -453,9 +446,10 @@ pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: 
                 }
                 result.ok_or_else(|| Error::daemon("the command's stream ended without a result"))?
             }
-            None => from_fallback(
-                relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), &[], req.timeout).await?,
-            ),
+            None => {
+                let runner = Runner::provider(&relay.sandboxes, row.clone());
+                from_fallback(runner.fallback(&req.command, req.cwd.as_deref(), &[], req.timeout).await?)
+            }
         };
         result.emit(&row.name);
         Ok(result)
@@ -476,59 +470,60 @@ pub async fn stream(
     mut req: ExecRequest,
     front: Front,
 ) -> Result<impl Stream<Item = ExecEvent> + Send + 'static> {
-    let mut row = relay.sandboxes.enter(reference, caller).await?;
+    let row = relay.sandboxes.enter(reference, caller).await?;
     relay.sandboxes.runnable(&row)?;
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
     let mut stream = relay.streams.open(caller, &row.id, Kind::Exec, front)?;
     let spare = Arc::new(AtomicBool::new(false));
     let tag = tag(&relay.key, &relay.run, &caller.token_id, &row, Mode::Streamed);
-    let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> =
-        match relay.sandboxes.daemon(&mut row).await.ok().flatten() {
-            Some(envd) => match through_daemon(envd, req, tag.clone(), spare.clone()).await {
-                Ok(events) => Box::pin(events),
-                Err(e) => {
+    let runner = Runner::open_any(&relay.sandboxes, row).await;
+    let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> = match &runner.envd {
+        Some(envd) => match through_daemon(envd.clone(), req, tag.clone(), spare.clone()).await {
+            Ok(events) => Box::pin(events),
+            Err(e) => {
+                stream.end(Reason::Error);
+                return Err(e);
+            }
+        },
+        None => {
+            // A `cwd` that does not exist is the caller's error before anything streams (the
+            // command itself runs only at the end, in one piece).
+            if let Some(cwd) = &req.cwd {
+                if let Err(e) = runner.fallback("true", Some(cwd), &[], CWD_CHECK_TIMEOUT).await {
                     stream.end(Reason::Error);
                     return Err(e);
                 }
-            },
-            None => {
-                // A `cwd` that does not exist is the caller's error before anything streams (the
-                // command itself runs only at the end, in one piece).
-                if let Some(cwd) = &req.cwd {
-                    if let Err(e) = relay.sandboxes.exec_fallback(&row, "true", Some(cwd), &[], CWD_CHECK_TIMEOUT).await
-                    {
-                        stream.end(Reason::Error);
-                        return Err(e);
-                    }
-                }
-                let relay = relay.clone();
-                let row = row.clone();
-                Box::pin(
-                    futures::stream::once(async move {
-                        relay.sandboxes.exec_fallback(&row, &req.command, req.cwd.as_deref(), &[], req.timeout).await
-                    })
-                    .flat_map(|r| {
-                        let r = match r {
-                            Ok(o) => from_fallback(o),
-                            Err(e) => {
-                                let none = Tail::new(0);
-                                ExecResult::of(-1, &none, &none, false, Some(Reason::Error), Some(e.to_string()))
-                            }
-                        };
-                        // Without a daemon the output arrives in one piece at the end.
-                        let mut v = Vec::new();
-                        if !r.stdout.is_empty() {
-                            v.push(ExecEvent::Stdout(r.stdout.clone()));
-                        }
-                        if !r.stderr.is_empty() {
-                            v.push(ExecEvent::Stderr(r.stderr.clone()));
-                        }
-                        v.push(ExecEvent::Result(r));
-                        futures::stream::iter(v)
-                    }),
-                )
             }
-        };
+            let relay = relay.clone();
+            let row = runner.row.clone();
+            Box::pin(
+                futures::stream::once(async move {
+                    let runner = Runner::provider(&relay.sandboxes, row);
+                    runner.fallback(&req.command, req.cwd.as_deref(), &[], req.timeout).await
+                })
+                .flat_map(|r| {
+                    let r = match r {
+                        Ok(o) => from_fallback(o),
+                        Err(e) => {
+                            let none = Tail::new(0);
+                            ExecResult::of(-1, &none, &none, false, Some(Reason::Error), Some(e.to_string()))
+                        }
+                    };
+                    // Without a daemon the output arrives in one piece at the end.
+                    let mut v = Vec::new();
+                    if !r.stdout.is_empty() {
+                        v.push(ExecEvent::Stdout(r.stdout.clone()));
+                    }
+                    if !r.stderr.is_empty() {
+                        v.push(ExecEvent::Stderr(r.stderr.clone()));
+                    }
+                    v.push(ExecEvent::Result(r));
+                    futures::stream::iter(v)
+                }),
+            )
+        }
+    };
+    let row = runner.row;
     let (name, sandbox_id) = (row.name, row.id);
     // The client is the command's primary reader: while it reads, the command waits for it (the
     // daemon holds the command back when the relay stops reading); once it has taken nothing

@@ -19,6 +19,7 @@ use hangar_proto::{
 use serde_json::json;
 
 use super::{new_item, of_session, open, tell_session};
+use crate::sandboxes::run::User;
 use crate::{
     app::Relay,
     error::{daemon_error, Error, Result},
@@ -302,7 +303,7 @@ async fn scan_turn(
     args.extend(seen.requests.iter().cloned());
     let quoted: Vec<String> = args.iter().map(|a| sh_quote(a)).collect();
     let script = format!("set -- {}\n{SCAN}", quoted.join(" "));
-    let out = shell.run(false, &script, SCRIPT_TIMEOUT).await?;
+    let out = shell.script(User::Agent, &script, SCRIPT_TIMEOUT).await?;
     let listing = Listing::parse(&out.stdout);
     if listing.moved > 0 {
         events::InboxFilesRefused { sandbox: &shell.row.id, files: listing.moved }.emit();

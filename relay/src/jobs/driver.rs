@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::measure::{self, Verification};
+use crate::sandboxes::run::User;
 use crate::{
     app::Relay,
     auth::Caller,
@@ -280,7 +281,7 @@ async fn verify(relay: &Arc<Relay>, job: &JobRow, notify: &Notify) -> Result<()>
             // start, since what it printed went with that relay.
             stop_verify(&shell, job).await;
             let script = measure::verify_script(&cwd, command, &job.id);
-            let run = shell.run(false, &script, Duration::from_secs(minutes * 60));
+            let run = shell.script(User::Agent, &script, Duration::from_secs(minutes * 60));
             tokio::pin!(run);
             let out = loop {
                 tokio::select! {
@@ -362,7 +363,7 @@ async fn cancel_verify(relay: &Relay, job: &JobRow, shell: Option<&Shell<'_>>) -
 /// (neither a dropped run nor its deadline ends a command in the sandbox). Best effort: a
 /// sandbox that cannot be reached cannot be stopped in either, and the job ends all the same.
 async fn stop_verify(shell: &Shell<'_>, job: &JobRow) {
-    if let Err(e) = shell.run(false, &measure::stop_verify_script(&job.id), SCRIPT_TIMEOUT).await {
+    if let Err(e) = shell.script(User::Agent, &measure::stop_verify_script(&job.id), SCRIPT_TIMEOUT).await {
         events::JobFailed { job: &job.id, error: &format!("stopping the verification: {e}") }.emit();
     }
 }
@@ -372,7 +373,7 @@ async fn stop_verify(shell: &Shell<'_>, job: &JobRow) {
 /// elsewhere, where everything in the sandbox is the agent's anyway.
 async fn read_repo(shell: &Shell<'_>, script: &str) -> Result<ExecOutput> {
     let root = shell.place().await?.split;
-    shell.run(root, script, SCRIPT_TIMEOUT).await
+    shell.script(User::root_if(root), script, SCRIPT_TIMEOUT).await
 }
 
 /// Measures the repository (read-only git: `read_repo`), finds a PR URL in the agent's

@@ -5,28 +5,30 @@
 //! relay's key. Every lookup recomputes the caller's tag and selects by it exactly, so another
 //! token's process does not exist for the caller, and a tag made up inside the sandbox (which
 //! cannot know the key) matches nobody.
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use futures::Stream;
 use hangar_proto::{
     ext::{attach_event, AttachRequest, ListRequest as ExtList, OutputStream as Which, ProcessStatus, SignalRequest},
-    process::{
-        process_event, process_input, process_selector, CloseStdinRequest, ProcessConfig, ProcessInput,
-        ProcessSelector, SendInputRequest, StartRequest,
-    },
+    process::{process_input, process_selector, CloseStdinRequest, ProcessInput, ProcessSelector, SendInputRequest},
 };
 use tonic::Code;
 
 use super::{
-    output::{Output, OutputStream},
-    valid_id, ProcessState, ProcessView, KILL_GRACE_MS,
+    output::{Output, OutputStream, ShedOldest},
+    valid_id, Backend, Items, ProcessState, ProcessView, Processes, KILL_GRACE_MS,
 };
 use crate::{
+    app::Relay,
     auth::{Caller, MacKey},
     envd::Envd,
     error::{daemon_error, Error, Result},
+    sandboxes::run::{self, Program},
     store::SandboxRow,
-    streams::Reason,
+    streams::{
+        buffer::{Buffer, Full},
+        Reason,
+    },
     text::{Encoding, OffsetText},
     time,
 };
@@ -46,8 +48,9 @@ fn by_tag(tag: String) -> Option<ProcessSelector> {
     Some(ProcessSelector { selector: Some(process_selector::Selector::Tag(tag)) })
 }
 
-/// A caller's view of one sandbox: whose processes, where, and the daemon to ask.
-pub struct At<'a> {
+/// A caller's processes in one sandbox whose daemon is hangar-envd: whose processes, where, and
+/// the daemon to ask (its ring keeps their output).
+pub struct DaemonProcesses<'a> {
     pub envd: &'a Envd,
     pub key: &'a MacKey,
     pub caller: &'a Caller,
@@ -56,9 +59,13 @@ pub struct At<'a> {
     /// inside the sandbox and its process may have exited: a process started later with the same
     /// tag (through the daemon directly) is not the one the relay started, and so nobody's.
     pub started: &'a HashMap<String, u32>,
+    /// What this run of the relay started: the rest is adopted.
+    pub processes: &'a Processes,
+    /// How far a reader may fall behind the daemon's stream (`HANGAR_STREAM_BUFFER_BYTES`).
+    pub buffer_bytes: usize,
 }
 
-impl At<'_> {
+impl DaemonProcesses<'_> {
     /// Whether the process with `pid` listed under `id`'s tag is the one the relay started
     /// (processes started before the relay recorded pids are taken on their tag).
     fn is_started(&self, id: &str, pid: u32) -> bool {
@@ -121,21 +128,12 @@ impl At<'_> {
             .processes)
     }
 
-    /// The caller's processes in the sandbox, running and recently exited; `adopted` says
-    /// which of them this run of the relay did not start.
-    pub async fn list(&self, adopted: impl Fn(&str) -> bool) -> Result<Vec<ProcessView>> {
-        Ok(self
-            .all()
-            .await?
-            .iter()
-            .filter_map(|p| {
-                let id = owned_id(self.key, self.caller, self.sandbox, p.tag.as_deref()?)?;
-                self.is_started(id, p.pid).then(|| self.view(id, p, adopted(id)))
-            })
-            .collect())
+    fn adopted(&self, id: &str) -> bool {
+        self.processes.adopted(&self.sandbox.id, id)
     }
 
-    pub async fn get(&self, id: &str, adopted: bool) -> Result<ProcessView> {
+    /// The caller's process `id`, said `adopted` or not.
+    async fn find(&self, id: &str, adopted: bool) -> Result<ProcessView> {
         let wanted = self.tag(id);
         let running = hangar_proto::ext::ProcessState::Running as i32;
         self.all()
@@ -147,75 +145,16 @@ impl At<'_> {
             .ok_or_else(|| super::not_yours(id, &self.sandbox.name))
     }
 
-    /// Starts `command` (bash -lc) and returns as soon as it runs. The relay lets go of the start
-    /// stream at once, so only the daemon's ring keeps its output and nothing slows it down.
-    pub async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView> {
-        let at = self;
-        let started_at = time::now();
-        let (pid, stream) = start_tagged(at.envd, command, cwd, at.tag(&id)).await?;
-        drop(stream);
-        Ok(ProcessView {
-            process_id: id,
-            sandbox: at.sandbox.name.clone(),
-            pid,
-            command: command.to_string(),
-            state: ProcessState::Running,
-            exit_code: None,
-            status: None,
-            started_at: Some(started_at),
-            ended_at: None,
-            output_bytes: 0,
-            adopted: false,
-            polled: false,
-            earlier_output: None,
-        })
-    }
-
-    pub async fn input(&self, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
-        let at = self;
-        // Ownership first: a process with the tag that the relay did not start is nobody's.
-        at.get(id, false).await?;
-        if !data.is_empty() {
-            let req = SendInputRequest {
-                process: at.select(id),
-                input: Some(ProcessInput { input: Some(process_input::Input::Stdin(data)) }),
-            };
-            at.envd.process().send_input(req).await.map_err(|s| at.refused("writing input", id, s))?;
-        }
-        if eof {
-            at.envd
-                .process()
-                .close_stdin(CloseStdinRequest { process: at.select(id) })
-                .await
-                .map_err(|s| at.refused("closing stdin", id, s))?;
-        }
-        Ok(())
-    }
-
-    /// SIGTERM to the process group, SIGKILL 3 s later if anyone in it is still alive.
-    pub async fn kill(&self, id: &str) -> Result<()> {
-        let at = self;
-        at.get(id, false).await?;
-        let req =
-            SignalRequest { process: at.select(id), signal: libc::SIGTERM, escalate_after_ms: Some(KILL_GRACE_MS) };
-        match at.envd.processes().signal(req).await {
-            Ok(_) => Ok(()),
-            // Exited already (its group is empty): it is as killed as it gets, if it is the caller's.
-            Err(s) if s.code() == Code::NotFound => self.get(id, false).await.map(|_| ()),
-            Err(s) => Err(at.refused("signalling the process", id, s)),
-        }
-    }
-
     /// Output from `since` (default: the oldest byte the daemon still keeps), then live output,
     /// then the end.
-    pub async fn attach(
+    async fn attach(
         &self,
         id: &str,
         since: Option<u64>,
         encoding: Encoding,
     ) -> Result<impl Stream<Item = Output> + Send + 'static> {
         let at = self;
-        at.get(id, false).await?;
+        at.find(id, false).await?;
         let req = AttachRequest { process: at.select(id), since };
         let mut stream =
             at.envd.processes().attach(req).await.map_err(|s| at.refused("attaching", id, s))?.into_inner();
@@ -267,24 +206,93 @@ pub(super) async fn start_tagged(
     cwd: Option<String>,
     tag: String,
 ) -> Result<(u32, tonic::Streaming<hangar_proto::process::StartResponse>)> {
-    let req = StartRequest {
-        process: Some(ProcessConfig {
-            cmd: "/bin/bash".into(),
-            args: vec!["-lc".into(), command.to_string()],
-            envs: Default::default(),
-            cwd,
-        }),
-        pty: None,
-        tag: Some(tag),
-        stdin: Some(true),
-    };
-    let mut stream = envd.process().start(req).await.map_err(|s| daemon_error("starting the process", s))?.into_inner();
-    match stream.message().await {
-        Ok(Some(m)) => match m.event.and_then(|e| e.event) {
-            Some(process_event::Event::Start(s)) => Ok((s.pid, stream)),
-            _ => Err(Error::daemon("the daemon did not report the process's start")),
-        },
-        Ok(None) => Err(Error::daemon("the daemon ended the start stream at once")),
-        Err(s) => Err(daemon_error("starting the process", s)),
+    run::start_tagged(envd, Program::command(command, cwd).tag(tag).stdin(), "the process").await
+}
+
+#[tonic::async_trait]
+impl Backend for DaemonProcesses<'_> {
+    /// The caller's processes in the sandbox, running and recently exited; `adopted` says
+    /// which of them this run of the relay did not start.
+    async fn list(&self) -> Result<Vec<ProcessView>> {
+        Ok(self
+            .all()
+            .await?
+            .iter()
+            .filter_map(|p| {
+                let id = owned_id(self.key, self.caller, self.sandbox, p.tag.as_deref()?)?;
+                self.is_started(id, p.pid).then(|| self.view(id, p, self.adopted(id)))
+            })
+            .collect())
+    }
+
+    async fn get(&self, id: &str) -> Result<ProcessView> {
+        self.find(id, self.adopted(id)).await
+    }
+
+    /// Starts `command` (bash -lc) and returns as soon as it runs. The relay lets go of the start
+    /// stream at once, so only the daemon's ring keeps its output and nothing slows it down.
+    async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView> {
+        let at = self;
+        let started_at = time::now();
+        let (pid, stream) = start_tagged(at.envd, command, cwd, at.tag(&id)).await?;
+        drop(stream);
+        Ok(ProcessView {
+            process_id: id,
+            sandbox: at.sandbox.name.clone(),
+            pid,
+            command: command.to_string(),
+            state: ProcessState::Running,
+            exit_code: None,
+            status: None,
+            started_at: Some(started_at),
+            ended_at: None,
+            output_bytes: 0,
+            adopted: false,
+            polled: false,
+            earlier_output: None,
+        })
+    }
+
+    async fn input(&self, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
+        let at = self;
+        // Ownership first: a process with the tag that the relay did not start is nobody's.
+        at.find(id, false).await?;
+        if !data.is_empty() {
+            let req = SendInputRequest {
+                process: at.select(id),
+                input: Some(ProcessInput { input: Some(process_input::Input::Stdin(data)) }),
+            };
+            at.envd.process().send_input(req).await.map_err(|s| at.refused("writing input", id, s))?;
+        }
+        if eof {
+            at.envd
+                .process()
+                .close_stdin(CloseStdinRequest { process: at.select(id) })
+                .await
+                .map_err(|s| at.refused("closing stdin", id, s))?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to the process group, SIGKILL 3 s later if anyone in it is still alive.
+    async fn kill(&self, id: &str) -> Result<()> {
+        let at = self;
+        at.find(id, false).await?;
+        let req =
+            SignalRequest { process: at.select(id), signal: libc::SIGTERM, escalate_after_ms: Some(KILL_GRACE_MS) };
+        match at.envd.processes().signal(req).await {
+            Ok(_) => Ok(()),
+            // Exited already (its group is empty): it is as killed as it gets, if it is the caller's.
+            Err(s) if s.code() == Code::NotFound => self.find(id, false).await.map(|_| ()),
+            Err(s) => Err(at.refused("signalling the process", id, s)),
+        }
+    }
+
+    async fn follow(&self, _: &Arc<Relay>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items> {
+        let items = self.attach(id, since, encoding).await?;
+        // Drained as the daemon sends it, whatever the reader's pace: a reader that stops must
+        // not hold the sandbox's shared connection (streams::buffer).
+        let items = Buffer::spawn(items, ShedOldest::new(since), self.buffer_bytes, Full::Shed);
+        Ok(Box::pin(items.into_stream()))
     }
 }

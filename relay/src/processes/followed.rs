@@ -1,7 +1,6 @@
 //! Background processes on a daemon without hangar's extensions (E2B's envd, or hangar-envd
 //! `--e2b-only`): no ring with offsets, no `Attach` with `since`, no exited processes listed. The
-//! relay keeps hangar-envd's promises for them itself (docs/providers.md, "A daemon without
-//! hangar's extensions"): it starts each process with E2B's
+//! relay keeps hangar-envd's promises itself: it starts each process with E2B's
 //! `Start` under the same MAC'd tag `daemon.rs` gives (so ownership is decided the same way),
 //! reads that stream for as long as the process runs, and keeps the last `RING_BYTES` of its
 //! output with absolute offsets, so an attach with `since` works as on hangar-envd (a `Gap` when
@@ -29,9 +28,10 @@ use tonic::Code;
 use super::{
     daemon::{owned_id, tag},
     output::{Output, OutputStream},
-    ProcessState, ProcessView, KILL_GRACE_MS,
+    Backend, Items, ProcessState, ProcessView, KILL_GRACE_MS,
 };
 use crate::{
+    app::Relay,
     auth::{Caller, MacKey},
     envd::Envd,
     error::{daemon_error, Error, Result},
@@ -356,8 +356,9 @@ async fn follow(envd: Envd, proc: Arc<Proc>, mut events: Events, sandbox: String
 const ENDED_UNSEEN: &str =
     "ended while the relay was not following it: E2B's envd does not tell how a process it no longer lists ended";
 
-/// A caller's view of one sandbox whose daemon is E2B's.
-pub struct At<'a> {
+/// A caller's processes in one sandbox whose daemon is E2B's: followed by the relay, which keeps
+/// their rings (`registry`).
+pub struct FollowedProcesses<'a> {
     pub envd: &'a Envd,
     pub key: &'a MacKey,
     pub caller: &'a Caller,
@@ -366,7 +367,7 @@ pub struct At<'a> {
     pub registry: &'a Registry,
 }
 
-impl At<'_> {
+impl FollowedProcesses<'_> {
     fn tag(&self, id: &str) -> String {
         tag(self.key, self.caller, self.sandbox, id)
     }
@@ -413,62 +414,12 @@ impl At<'_> {
         Ok(())
     }
 
-    pub async fn list(&self) -> Result<Vec<ProcessView>> {
-        self.adopt().await?;
-        let mine = self.registry.in_sandbox(&self.sandbox.id);
-        Ok(mine
-            .into_iter()
-            .filter(|(id, p)| p.tag == self.tag(id))
-            .map(|(id, p)| p.view(&id, &self.sandbox.name))
-            .collect())
-    }
-
     async fn proc(&self, id: &str) -> Result<Arc<Proc>> {
         if let Some(p) = self.followed(id) {
             return Ok(p);
         }
         self.adopt().await?;
         self.followed(id).ok_or_else(|| self.not_found(id))
-    }
-
-    pub async fn get(&self, id: &str) -> Result<ProcessView> {
-        Ok(self.proc(id).await?.view(id, &self.sandbox.name))
-    }
-
-    /// Starts `command` (bash -lc) with E2B's `Start`, and follows its stream from the first
-    /// byte for as long as it runs.
-    pub async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView> {
-        let tag = self.tag(&id);
-        let started_at = time::now();
-        let (pid, stream) = super::daemon::start_tagged(self.envd, command, cwd, tag.clone()).await?;
-        let proc = new_proc(tag, pid, command.to_string(), Some(started_at), false);
-        // Its own start wins over a listing that found it first (and would have adopted it).
-        self.registry.lock().insert((self.sandbox.id.clone(), id.clone()), proc.clone());
-        let events: Events = Box::pin(stream.map(|r| r.map(|m| m.event)));
-        tokio::spawn(follow(self.envd.clone(), proc.clone(), events, self.sandbox.name.clone()));
-        Ok(proc.view(&id, &self.sandbox.name))
-    }
-
-    pub async fn input(&self, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
-        let p = self.proc(id).await?;
-        if !p.running() {
-            return Err(Error::invalid(format!("process {id:?} has exited: it takes no input")));
-        }
-        if !data.is_empty() {
-            let req = SendInputRequest {
-                process: by_pid(p.pid),
-                input: Some(ProcessInput { input: Some(process_input::Input::Stdin(data)) }),
-            };
-            self.envd.process().send_input(req).await.map_err(|s| self.refused("writing input", id, s))?;
-        }
-        if eof {
-            self.envd
-                .process()
-                .close_stdin(CloseStdinRequest { process: by_pid(p.pid) })
-                .await
-                .map_err(|s| self.refused("closing stdin", id, s))?;
-        }
-        Ok(())
     }
 
     fn refused(&self, what: &str, id: &str, s: tonic::Status) -> Error {
@@ -478,46 +429,9 @@ impl At<'_> {
         daemon_error(what, s)
     }
 
-    /// SIGTERM to the process (E2B's `SendSignal`), SIGKILL `KILL_GRACE_MS` later if it has not
-    /// ended. E2B's envd signals the process it started, not its group: what the process left
-    /// running in the background of its own may outlive it (hangar-envd kills the whole tree).
-    pub async fn kill(&self, id: &str) -> Result<()> {
-        let p = self.proc(id).await?;
-        if !p.running() {
-            return Ok(());
-        }
-        let term = SendSignalRequest { process: by_pid(p.pid), signal: Signal::Sigterm as i32 };
-        match self.envd.process().send_signal(term).await {
-            Ok(_) => {}
-            Err(s) if s.code() == Code::NotFound => return Ok(()),
-            Err(s) => return Err(self.refused("signalling the process", id, s)),
-        }
-        let envd = self.envd.clone();
-        tokio::spawn(async move {
-            let mut changed = p.changed.subscribe();
-            let grace = tokio::time::sleep(Duration::from_millis(KILL_GRACE_MS.into()));
-            tokio::pin!(grace);
-            loop {
-                tokio::select! {
-                    _ = &mut grace => break,
-                    r = changed.changed() => if r.is_err() || !p.running() { return },
-                }
-            }
-            if p.running() {
-                let kill = SendSignalRequest { process: by_pid(p.pid), signal: Signal::Sigkill as i32 };
-                if let Err(s) = envd.process().send_signal(kill).await {
-                    if s.code() != Code::NotFound {
-                        events::CleanupFailed { what: "killing a background process", error: s.message() }.emit();
-                    }
-                }
-            }
-        });
-        Ok(())
-    }
-
     /// Output from `since` (default: the oldest byte the relay still keeps), then live output,
     /// then the end.
-    pub async fn attach(
+    async fn attach(
         &self,
         id: &str,
         since: Option<u64>,
@@ -577,6 +491,101 @@ impl At<'_> {
                 }
             }
         })
+    }
+}
+
+#[tonic::async_trait]
+impl Backend for FollowedProcesses<'_> {
+    async fn list(&self) -> Result<Vec<ProcessView>> {
+        self.adopt().await?;
+        let mine = self.registry.in_sandbox(&self.sandbox.id);
+        Ok(mine
+            .into_iter()
+            .filter(|(id, p)| p.tag == self.tag(id))
+            .map(|(id, p)| p.view(&id, &self.sandbox.name))
+            .collect())
+    }
+
+    async fn get(&self, id: &str) -> Result<ProcessView> {
+        Ok(self.proc(id).await?.view(id, &self.sandbox.name))
+    }
+
+    /// Starts `command` (bash -lc) with E2B's `Start`, and follows its stream from the first
+    /// byte for as long as it runs.
+    async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView> {
+        let tag = self.tag(&id);
+        let started_at = time::now();
+        let (pid, stream) = super::daemon::start_tagged(self.envd, command, cwd, tag.clone()).await?;
+        let proc = new_proc(tag, pid, command.to_string(), Some(started_at), false);
+        // Its own start wins over a listing that found it first (and would have adopted it).
+        self.registry.lock().insert((self.sandbox.id.clone(), id.clone()), proc.clone());
+        let events: Events = Box::pin(stream.map(|r| r.map(|m| m.event)));
+        tokio::spawn(follow(self.envd.clone(), proc.clone(), events, self.sandbox.name.clone()));
+        Ok(proc.view(&id, &self.sandbox.name))
+    }
+
+    async fn input(&self, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
+        let p = self.proc(id).await?;
+        if !p.running() {
+            return Err(Error::invalid(format!("process {id:?} has exited: it takes no input")));
+        }
+        if !data.is_empty() {
+            let req = SendInputRequest {
+                process: by_pid(p.pid),
+                input: Some(ProcessInput { input: Some(process_input::Input::Stdin(data)) }),
+            };
+            self.envd.process().send_input(req).await.map_err(|s| self.refused("writing input", id, s))?;
+        }
+        if eof {
+            self.envd
+                .process()
+                .close_stdin(CloseStdinRequest { process: by_pid(p.pid) })
+                .await
+                .map_err(|s| self.refused("closing stdin", id, s))?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM to the process (E2B's `SendSignal`), SIGKILL `KILL_GRACE_MS` later if it has not
+    /// ended. E2B's envd signals the process it started, not its group: what the process left
+    /// running in the background of its own may outlive it (hangar-envd kills the whole tree).
+    async fn kill(&self, id: &str) -> Result<()> {
+        let p = self.proc(id).await?;
+        if !p.running() {
+            return Ok(());
+        }
+        let term = SendSignalRequest { process: by_pid(p.pid), signal: Signal::Sigterm as i32 };
+        match self.envd.process().send_signal(term).await {
+            Ok(_) => {}
+            Err(s) if s.code() == Code::NotFound => return Ok(()),
+            Err(s) => return Err(self.refused("signalling the process", id, s)),
+        }
+        let envd = self.envd.clone();
+        tokio::spawn(async move {
+            let mut changed = p.changed.subscribe();
+            let grace = tokio::time::sleep(Duration::from_millis(KILL_GRACE_MS.into()));
+            tokio::pin!(grace);
+            loop {
+                tokio::select! {
+                    _ = &mut grace => break,
+                    r = changed.changed() => if r.is_err() || !p.running() { return },
+                }
+            }
+            if p.running() {
+                let kill = SendSignalRequest { process: by_pid(p.pid), signal: Signal::Sigkill as i32 };
+                if let Err(s) = envd.process().send_signal(kill).await {
+                    if s.code() != Code::NotFound {
+                        events::CleanupFailed { what: "killing a background process", error: s.message() }.emit();
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+
+    async fn follow(&self, _: &Arc<Relay>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items> {
+        // Read from the relay's own ring: a reader behind it gets a gap, and holds no connection.
+        Ok(Box::pin(self.attach(id, since, encoding).await?))
     }
 }
 

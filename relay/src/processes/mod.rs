@@ -2,11 +2,14 @@
 //! whichever backend the sandbox has. The APIs call only this façade; it owns the per-token
 //! limit, ownership checks and stream admission, and returns one output type both render.
 //!
-//! - `daemon`: through the sandbox's daemon; ownership is a MAC'd envd tag.
-//! - `followed`: through a daemon without hangar's extensions (E2B's envd): the relay follows
-//!   each process itself and keeps its ring; ownership is the same MAC'd tag.
-//! - `polled`: without a daemon, detached through the provider's exec and polled; ownership is
-//!   the relay's own row.
+//! Each backend is a `Backend`, and `Opened::backend` is the one place that picks it from the
+//! sandbox's runner (`sandboxes::run`):
+//! - `daemon` (`DaemonProcesses`): through the sandbox's daemon; ownership is a MAC'd envd tag.
+//! - `followed` (`FollowedProcesses`): through a daemon without hangar's extensions (E2B's
+//!   envd): the relay follows each process itself and keeps its ring; ownership is the same
+//!   MAC'd tag.
+//! - `polled` (`PolledProcesses`): without a daemon, detached through the provider's exec and
+//!   polled; ownership is the relay's own row.
 //! - `output`: the items a read yields and the one fold into `since / output / lost / next`.
 mod daemon;
 mod followed;
@@ -23,9 +26,11 @@ use std::{
 use futures::{Stream, StreamExt};
 use serde::Serialize;
 
-use output::ShedOldest;
+use daemon::DaemonProcesses;
+use followed::FollowedProcesses;
 pub use output::{Chunk, OnData, Output, OutputStream, BACKLOG_QUIET};
 pub use polled::watch_unattached;
+use polled::PolledProcesses;
 
 use crate::{
     app::Relay,
@@ -34,12 +39,9 @@ use crate::{
     error::{Error, Limit, Result},
     events,
     exec::check_command,
+    sandboxes::run::Runner,
     store::{SandboxRow, SandboxState},
-    streams::{
-        self,
-        buffer::{Buffer, Full},
-        Front, Kind, Reason,
-    },
+    streams::{self, Front, Kind, Reason},
     text::Encoding,
     time::Epoch,
 };
@@ -131,68 +133,70 @@ impl Processes {
     }
 }
 
-/// Where a sandbox's background processes live.
-enum Backend {
-    /// With the pids the relay started its processes with (`daemon::At::started`).
-    Daemon {
-        row: SandboxRow,
-        envd: Envd,
-        started: HashMap<String, u32>,
-    },
-    /// A daemon without hangar's extensions (E2B's envd): the relay follows each process.
-    Followed {
-        row: SandboxRow,
-        envd: Envd,
-        started: HashMap<String, u32>,
-    },
-    Polled(SandboxRow),
+/// What every backend does for one caller in one sandbox: the façade's operations, each
+/// answered the way that backend's sandbox can.
+#[tonic::async_trait]
+trait Backend: Send + Sync {
+    /// The caller's processes in the sandbox, running and recently exited.
+    async fn list(&self) -> Result<Vec<ProcessView>>;
+    /// One of the caller's processes (another token's is not found).
+    async fn get(&self, id: &str) -> Result<ProcessView>;
+    /// Starts `command` (bash -lc) under `id`; returns as soon as it runs.
+    async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView>;
+    async fn input(&self, id: &str, data: Vec<u8>, eof: bool) -> Result<()>;
+    /// SIGTERM to its process group, SIGKILL `KILL_GRACE_MS` later if it is still running.
+    async fn kill(&self, id: &str) -> Result<()>;
+    /// The output from `since`, then live, then the end; ownership checked before anything
+    /// streams. The stream outlives the request, so it may hold the relay.
+    async fn follow(&self, relay: &Arc<Relay>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items>;
 }
 
-impl Backend {
+/// A sandbox opened for its background processes: its runner, and the pids the relay started
+/// its processes with there (`DaemonProcesses::started`).
+struct Opened<'a> {
+    runner: Runner<'a>,
+    started: HashMap<String, u32>,
+}
+
+impl<'a> Opened<'a> {
+    async fn of(relay: &'a Relay, row: SandboxRow) -> Result<Opened<'a>> {
+        let runner = Runner::open(&relay.sandboxes, row).await?;
+        let started = match runner.envd {
+            Some(_) => relay.store.started_pids(&runner.row.id).await?,
+            None => HashMap::new(),
+        };
+        Ok(Opened { runner, started })
+    }
+
     fn row(&self) -> &SandboxRow {
-        match self {
-            Backend::Daemon { row, .. } | Backend::Followed { row, .. } | Backend::Polled(row) => row,
+        &self.runner.row
+    }
+
+    /// The backend that serves the sandbox's processes: the one place that tells them apart.
+    fn backend<'b>(&'b self, relay: &'b Relay, caller: &'b Caller) -> Box<dyn Backend + 'b> {
+        let (sandbox, started, key) = (&self.runner.row, &self.started, &relay.key);
+        match &self.runner.envd {
+            // A daemon without hangar's extensions (E2B's envd): the relay follows each process.
+            Some(envd) if envd.is_e2b() => {
+                Box::new(FollowedProcesses { envd, key, caller, sandbox, started, registry: &relay.processes.followed })
+            }
+            Some(envd) => Box::new(DaemonProcesses {
+                envd,
+                key,
+                caller,
+                sandbox,
+                started,
+                processes: &relay.processes,
+                buffer_bytes: relay.limits.buffer_bytes,
+            }),
+            None => Box::new(PolledProcesses { relay, runner: &self.runner, caller }),
         }
     }
 }
 
-/// The caller's backend in the sandbox, if the caller may work inside it (its isolation).
-async fn backend(relay: &Relay, caller: &Caller, reference: &str) -> Result<Backend> {
-    backend_of(relay, relay.sandboxes.enter(reference, caller).await?).await
-}
-
-async fn backend_of(relay: &Relay, mut row: SandboxRow) -> Result<Backend> {
-    Ok(match relay.sandboxes.daemon(&mut row).await? {
-        Some(envd) if envd.is_e2b() => {
-            let started = relay.store.started_pids(&row.id).await?;
-            Backend::Followed { row, envd, started }
-        }
-        Some(envd) => {
-            let started = relay.store.started_pids(&row.id).await?;
-            Backend::Daemon { row, envd, started }
-        }
-        None => Backend::Polled(row),
-    })
-}
-
-fn at<'a>(
-    relay: &'a Relay,
-    caller: &'a Caller,
-    row: &'a SandboxRow,
-    envd: &'a Envd,
-    started: &'a HashMap<String, u32>,
-) -> daemon::At<'a> {
-    daemon::At { envd, key: &relay.key, caller, sandbox: row, started }
-}
-
-fn on<'a>(
-    relay: &'a Relay,
-    caller: &'a Caller,
-    row: &'a SandboxRow,
-    envd: &'a Envd,
-    started: &'a HashMap<String, u32>,
-) -> followed::At<'a> {
-    followed::At { envd, key: &relay.key, caller, sandbox: row, started, registry: &relay.processes.followed }
+/// The caller's sandbox opened, if the caller may work inside it (its isolation).
+async fn open<'a>(relay: &'a Relay, caller: &Caller, reference: &str) -> Result<Opened<'a>> {
+    Opened::of(relay, relay.sandboxes.enter(reference, caller).await?).await
 }
 
 /// At a relay's start: follows again the running background processes `tokens` started in a
@@ -200,17 +204,6 @@ fn on<'a>(
 pub async fn recover_followed(relay: &Relay, row: &SandboxRow, envd: &Envd, tokens: &[String]) -> Result<usize> {
     let started = relay.store.started_pids(&row.id).await?;
     followed::recover(envd, &relay.key, &relay.processes.followed, row, &started, tokens).await
-}
-
-/// The caller's processes in the sandbox, running and recently exited.
-async fn list_in(relay: &Relay, caller: &Caller, b: &Backend) -> Result<Vec<ProcessView>> {
-    match b {
-        Backend::Daemon { row, envd, started } => {
-            at(relay, caller, row, envd, started).list(|id| relay.processes.adopted(&row.id, id)).await
-        }
-        Backend::Followed { row, envd, started } => on(relay, caller, row, envd, started).list().await,
-        Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.list().await,
-    }
 }
 
 /// Starts `command` (bash -lc) and returns as soon as it runs, within
@@ -223,28 +216,20 @@ pub async fn start(
     cwd: Option<String>,
 ) -> Result<ProcessView> {
     check_command(command)?;
-    let b = backend(relay, caller, reference).await?;
-    let row = b.row();
+    let opened = open(relay, caller, reference).await?;
+    let (row, b) = (opened.row(), opened.backend(relay, caller));
     let cwd = cwd.map(|c| relay.sandboxes.resolve_cwd(row, &c)).transpose()?;
     let lock = relay.processes.start_lock(&caller.token_id, &row.id);
     let _held = lock.lock().await;
     let limit = relay.limits.background_per_token;
-    let running = list_in(relay, caller, &b).await?.iter().filter(|p| p.state == ProcessState::Running).count();
+    let running = b.list().await?.iter().filter(|p| p.state == ProcessState::Running).count();
     if running >= limit {
         let message =
             format!("this token already has {running} running background processes in this sandbox (limit {limit})");
         return Err(Error::Limit { limit: Limit::BackgroundPerToken, message });
     }
     let id = format!("p_{}", crate::random::hex(6));
-    let view = match &b {
-        Backend::Daemon { row, envd, started } => at(relay, caller, row, envd, started).start(id, command, cwd).await?,
-        Backend::Followed { row, envd, started } => {
-            on(relay, caller, row, envd, started).start(id, command, cwd).await?
-        }
-        Backend::Polled(row) => {
-            polled::Polled { relay, sandbox: row, caller }.start(id, command, cwd.as_deref()).await?
-        }
-    };
+    let view = b.start(id, command, cwd).await?;
     relay.processes.remember(&row.id, &view.process_id);
     if !view.polled {
         relay.store.record_started(&row.id, &view.process_id, view.pid).await?;
@@ -254,23 +239,13 @@ pub async fn start(
 
 /// The caller's processes in the sandbox, running and recently exited.
 pub async fn list(relay: &Relay, caller: &Caller, reference: &str) -> Result<Vec<ProcessView>> {
-    list_in(relay, caller, &backend(relay, caller, reference).await?).await
-}
-
-async fn get_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<ProcessView> {
-    match b {
-        Backend::Daemon { row, envd, started } => {
-            at(relay, caller, row, envd, started).get(id, relay.processes.adopted(&row.id, id)).await
-        }
-        Backend::Followed { row, envd, started } => on(relay, caller, row, envd, started).get(id).await,
-        Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.get(id).await,
-    }
+    open(relay, caller, reference).await?.backend(relay, caller).list().await
 }
 
 /// One of the caller's processes (another token's is not found).
 pub async fn get(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> Result<ProcessView> {
     check_id(id)?;
-    get_in(relay, caller, &backend(relay, caller, reference).await?, id).await
+    open(relay, caller, reference).await?.backend(relay, caller).get(id).await
 }
 
 /// Writes to its stdin; `eof` closes it. Needs the daemon.
@@ -279,39 +254,23 @@ pub async fn input(relay: &Relay, caller: &Caller, reference: &str, id: &str, da
     if data.is_empty() && !eof {
         return Err(Error::invalid("nothing to do: give input, eof, or both"));
     }
-    match backend(relay, caller, reference).await? {
-        Backend::Daemon { row, envd, started } => at(relay, caller, &row, &envd, &started).input(id, data, eof).await,
-        Backend::Followed { row, envd, started } => on(relay, caller, &row, &envd, &started).input(id, data, eof).await,
-        Backend::Polled(row) => {
-            // Ownership first: another token's id is not found.
-            polled::Polled { relay, sandbox: &row, caller }.get(id).await?;
-            Err(Error::NeedsDaemon { sandbox: row.name, what: "input to a background process" })
-        }
-    }
+    open(relay, caller, reference).await?.backend(relay, caller).input(id, data, eof).await
 }
 
 /// SIGTERM to its process group, SIGKILL 3 s later if it is still running.
 pub async fn kill(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> Result<()> {
     check_id(id)?;
-    kill_in(relay, caller, &backend(relay, caller, reference).await?, id).await
-}
-
-async fn kill_in(relay: &Relay, caller: &Caller, b: &Backend, id: &str) -> Result<()> {
-    match b {
-        Backend::Daemon { row, envd, started } => at(relay, caller, row, envd, started).kill(id).await,
-        Backend::Followed { row, envd, started } => on(relay, caller, row, envd, started).kill(id).await,
-        Backend::Polled(row) => polled::Polled { relay, sandbox: row, caller }.kill(id).await,
-    }
+    open(relay, caller, reference).await?.backend(relay, caller).kill(id).await
 }
 
 /// Kills every running process `caller` has in the sandbox (its token was revoked); how many.
 /// The relay's own doing, so no isolation rule applies.
 pub async fn kill_all(relay: &Relay, caller: &Caller, row: &SandboxRow) -> Result<usize> {
-    let b = backend_of(relay, row.clone()).await?;
-    let running: Vec<ProcessView> =
-        list_in(relay, caller, &b).await?.into_iter().filter(|p| p.state == ProcessState::Running).collect();
+    let opened = Opened::of(relay, row.clone()).await?;
+    let b = opened.backend(relay, caller);
+    let running: Vec<ProcessView> = b.list().await?.into_iter().filter(|p| p.state == ProcessState::Running).collect();
     for p in &running {
-        kill_in(relay, caller, &b, &p.process_id).await?;
+        b.kill(&p.process_id).await?;
     }
     Ok(running.len())
 }
@@ -329,25 +288,9 @@ async fn follow(
     encoding: Encoding,
 ) -> Result<(String, Items)> {
     check_id(id)?;
-    Ok(match backend(relay, caller, reference).await? {
-        Backend::Daemon { row, envd, started } => {
-            let items = at(relay, caller, &row, &envd, &started).attach(id, since, encoding).await?;
-            // Drained as the daemon sends it, whatever the reader's pace: a reader that stops
-            // must not hold the sandbox's shared connection (streams::buffer).
-            let items = Buffer::spawn(items, ShedOldest::new(since), relay.limits.buffer_bytes, Full::Shed);
-            (row.id, Box::pin(items.into_stream()))
-        }
-        // Read from the relay's own ring: a reader behind it gets a gap, and holds no connection.
-        Backend::Followed { row, envd, started } => {
-            let items = on(relay, caller, &row, &envd, &started).attach(id, since, encoding).await?;
-            (row.id, Box::pin(items))
-        }
-        Backend::Polled(row) => {
-            polled::Polled { relay, sandbox: &row, caller }.get(id).await?;
-            let sandbox_id = row.id.clone();
-            (sandbox_id, Box::pin(polled::output(relay.clone(), row, caller.clone(), id.to_string(), since, encoding)))
-        }
-    })
+    let opened = open(relay, caller, reference).await?;
+    let items = opened.backend(relay, caller).follow(relay, id, since, encoding).await?;
+    Ok((opened.row().id.clone(), items))
 }
 
 /// A process's output as an admitted stream: paced and capped like every stream, and ended by

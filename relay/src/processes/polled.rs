@@ -5,13 +5,13 @@
 //! Without an envd tag, ownership is the relay's own row: only the token that started a process
 //! finds it. Nothing the sandbox writes decides anything: ids and pids in the scripts come from
 //! the relay's store, the command is quoted, and what comes back is parsed as data.
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use futures::Stream;
 
 use super::{
     output::{Output, OutputStream},
-    ProcessState, ProcessView,
+    Backend, Items, ProcessState, ProcessView,
 };
 use crate::{
     app::Relay,
@@ -19,6 +19,7 @@ use crate::{
     error::{Error, Result},
     events,
     providers::ExecOutput,
+    sandboxes::run::Runner,
     store::{self, DetachedRow, SandboxRow, SandboxState},
     streams::Reason,
     text::{exit_status, sh_quote, Encoding, OffsetText},
@@ -67,16 +68,21 @@ fn parse_probe(line: &str) -> Option<Probe> {
     Some(Probe { running, code, size })
 }
 
-/// A caller's detached processes in one sandbox.
-pub struct Polled<'a> {
+/// A caller's detached processes in one sandbox without a daemon.
+pub struct PolledProcesses<'a> {
     pub relay: &'a Relay,
-    pub sandbox: &'a SandboxRow,
+    /// The sandbox, through its provider.
+    pub runner: &'a Runner<'a>,
     pub caller: &'a Caller,
 }
 
-impl Polled<'_> {
+impl PolledProcesses<'_> {
+    fn sandbox(&self) -> &SandboxRow {
+        &self.runner.row
+    }
+
     async fn run(&self, script: &str, cwd: Option<&str>) -> Result<ExecOutput> {
-        let out = self.relay.sandboxes.exec_fallback(self.sandbox, script, cwd, &[], SCRIPT_TIMEOUT).await?;
+        let out = self.runner.fallback(script, cwd, &[], SCRIPT_TIMEOUT).await?;
         if out.timed_out {
             return Err(Error::daemon("the sandbox did not answer a background-process command in time"));
         }
@@ -84,18 +90,22 @@ impl Polled<'_> {
     }
 
     async fn rows(&self) -> Result<Vec<DetachedRow>> {
-        Ok(self.relay.store.detached(&self.sandbox.id, &self.caller.token_id, store::now() - RETENTION_SECONDS).await?)
+        Ok(self
+            .relay
+            .store
+            .detached(&self.sandbox().id, &self.caller.token_id, store::now() - RETENTION_SECONDS)
+            .await?)
     }
 
     async fn row(&self, id: &str) -> Result<DetachedRow> {
-        self.rows().await?.into_iter().find(|r| r.id == id).ok_or_else(|| super::not_yours(id, &self.sandbox.name))
+        self.rows().await?.into_iter().find(|r| r.id == id).ok_or_else(|| super::not_yours(id, &self.sandbox().name))
     }
 
     fn view(&self, d: &DetachedRow, p: &Probe) -> ProcessView {
         let status = (!p.running).then(|| exit_status(p.code));
         ProcessView {
             process_id: d.id.clone(),
-            sandbox: self.sandbox.name.clone(),
+            sandbox: self.sandbox().name.clone(),
             pid: u32::try_from(d.pid).unwrap_or(0),
             command: d.command.clone(),
             state: if p.running { ProcessState::Running } else { ProcessState::Exited },
@@ -130,11 +140,15 @@ impl Polled<'_> {
     /// Records the end the first time it is seen.
     async fn ended(&self, d: &DetachedRow) -> Result<()> {
         self.relay.store.end_detached(&d.id, store::now()).await?;
-        events::DetachedEnded { sandbox: &self.sandbox.name, process_id: &d.id }.emit();
+        events::DetachedEnded { sandbox: &self.sandbox().name, process_id: &d.id }.emit();
         Ok(())
     }
+}
 
-    pub async fn start(&self, id: String, command: &str, cwd: Option<&str>) -> Result<ProcessView> {
+#[tonic::async_trait]
+impl Backend for PolledProcesses<'_> {
+    async fn start(&self, id: String, command: &str, cwd: Option<String>) -> Result<ProcessView> {
+        let cwd = cwd.as_deref();
         // setsid: its own session and process group, so the kill reaches its children; the
         // wrapper records the exit code. Only the setsid is put in the background (not an `&&`
         // list, whose subshell would hold the exec's output open until the process ends).
@@ -157,7 +171,7 @@ impl Polled<'_> {
             .ok_or_else(|| Error::daemon("the sandbox did not report the process's pid"))?;
         let row = DetachedRow {
             id,
-            sandbox_id: self.sandbox.id.clone(),
+            sandbox_id: self.sandbox().id.clone(),
             token_id: self.caller.token_id.clone(),
             pid,
             command: command.to_string(),
@@ -168,7 +182,7 @@ impl Polled<'_> {
         Ok(self.view(&row, &Probe { running: true, code: None, size: 0 }))
     }
 
-    pub async fn list(&self) -> Result<Vec<ProcessView>> {
+    async fn list(&self) -> Result<Vec<ProcessView>> {
         let rows = self.rows().await?;
         if rows.is_empty() {
             return Ok(vec![]);
@@ -191,14 +205,14 @@ impl Polled<'_> {
         Ok(views)
     }
 
-    pub async fn get(&self, id: &str) -> Result<ProcessView> {
+    async fn get(&self, id: &str) -> Result<ProcessView> {
         let d = self.row(id).await?;
         let (p, _) = self.poll(&d, None).await?;
         Ok(self.view(&d, &p))
     }
 
     /// SIGTERM to the process group, SIGKILL 3 s later if anyone is left.
-    pub async fn kill(&self, id: &str) -> Result<()> {
+    async fn kill(&self, id: &str) -> Result<()> {
         let d = self.row(id).await?;
         let script = format!(
             "kill -TERM -- -{pid} 2>/dev/null; (sleep 3; kill -KILL -- -{pid} 2>/dev/null) > /dev/null 2>&1 < /dev/null &",
@@ -206,6 +220,18 @@ impl Polled<'_> {
         );
         self.run(&script, None).await?;
         Ok(())
+    }
+
+    async fn input(&self, id: &str, _: Vec<u8>, _: bool) -> Result<()> {
+        // Ownership first: another token's id is not found.
+        self.get(id).await?;
+        Err(Error::NeedsDaemon { sandbox: self.sandbox().name.clone(), what: "input to a background process" })
+    }
+
+    async fn follow(&self, relay: &Arc<Relay>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items> {
+        self.get(id).await?;
+        let (sandbox, caller) = (self.sandbox().clone(), self.caller.clone());
+        Ok(Box::pin(output(relay.clone(), sandbox, caller, id.to_string(), since, encoding)))
     }
 }
 
@@ -222,8 +248,10 @@ pub async fn watch_unattached(relay: std::sync::Arc<Relay>) {
                 continue;
             }
             let caller = Caller::of_token(&token_id);
+            let runner = Runner::provider(&relay.sandboxes, sandbox);
             // `list` records the ends it sees.
-            if let Err(e) = (Polled { relay: &relay, sandbox: &sandbox, caller: &caller }).list().await {
+            if let Err(e) = (PolledProcesses { relay: &relay, runner: &runner, caller: &caller }).list().await {
+                let sandbox = &runner.row;
                 events::PollFailed { sandbox: &sandbox.name, error: &e.to_string() }.emit();
             }
         }
@@ -241,7 +269,8 @@ pub fn output(
     encoding: Encoding,
 ) -> impl Stream<Item = Output> + Send + 'static {
     async_stream::stream! {
-        let at = Polled { relay: &relay, sandbox: &sandbox, caller: &caller };
+        let runner = Runner::provider(&relay.sandboxes, sandbox);
+        let at = PolledProcesses { relay: &relay, runner: &runner, caller: &caller };
         let broken = |e: Error| Output::Closed { reason: Reason::Error, message: Some(e.to_string()) };
         let d = match at.row(&id).await {
             Ok(d) => d,

@@ -5,14 +5,19 @@
 //! port-forward). A provider that sees a sandbox's resource vanish reports it through `gone`
 //! (to `sessions::gone`).
 //!
+//! `fallback` is the container providers' one fallback exec (each gives its primitive, `Spawn`),
+//! with the shell scripts it runs in `scripts`.
+//!
 //! Invariant: providers own the sandbox's lifecycle and the fallback exec; they never interpret
 //! what runs inside.
 pub mod docker;
 pub mod e2b;
+mod fallback;
 pub mod gone;
 pub mod kubernetes;
 pub mod local;
 pub mod options;
+mod scripts;
 
 use std::{path::PathBuf, time::Duration};
 

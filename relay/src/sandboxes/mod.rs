@@ -1,7 +1,8 @@
 //! Sandboxes: lookups by id or name, lifecycle through their provider (closing their streams on
-//! pause and destroy), their daemons, and the paths clients name in them. `gone`: the one entry
-//! point for a sandbox whose backing resource vanished outside hangar.
+//! pause and destroy), their daemons, and the paths clients name in them. `run`: the one way to run
+//! something in a sandbox. (A sandbox that vanished outside hangar is `sessions::gone`'s.)
 mod paths;
+pub mod run;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc, sync::Mutex, time::Duration};
 
@@ -11,7 +12,7 @@ use crate::{
     error::{Error, Result},
     events,
     feed::{Change, Feed},
-    providers::{ExecOutput, Provider},
+    providers::Provider,
     store::{Isolation, SandboxState, Scope, Store},
     streams::{Reason, Streams},
 };
@@ -255,24 +256,6 @@ impl Sandboxes {
     /// Drops the daemon known for a sandbox: the next request asks the provider.
     fn forget(&self, id: &str) {
         self.lock_found().remove(id);
-    }
-
-    /// The provider's own exec (`bash -lc`, output in one piece, `env` added), for sandboxes
-    /// without a daemon.
-    pub async fn exec_fallback(
-        &self,
-        row: &SandboxRow,
-        command: &str,
-        cwd: Option<&str>,
-        env: &[(String, String)],
-        timeout: Duration,
-    ) -> Result<ExecOutput> {
-        self.runnable(row)?;
-        let out = self.provider(&row.provider)?.exec(row, command, cwd, env, timeout).await;
-        match out {
-            Err(crate::providers::ProviderError::NoSuchDirectory(_)) => Err(no_such_dir(cwd.unwrap_or_default())),
-            other => Ok(other?),
-        }
     }
 
     /// Pauses or resumes the sandbox; a pause ends its streams first (with `paused`).

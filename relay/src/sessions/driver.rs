@@ -16,6 +16,7 @@ use super::{
     supervisor::{parse_probe, probe_script, script_failed, Place, Probe, Shell, SupervisorEnd, SCRIPT_TIMEOUT},
     transition, CANCEL_GRACE,
 };
+use crate::sandboxes::run::User;
 use crate::{
     app::Relay,
     envd::Envd,
@@ -527,7 +528,8 @@ async fn poll(
 }
 
 async fn probe(shell: &Shell<'_>, place: &Place, turn_id: &str, from: u64, max: usize) -> Result<Probe> {
-    let out = shell.run(place.split, &probe_script(&place.dir, turn_id, from, max), SCRIPT_TIMEOUT).await?;
+    let out =
+        shell.script(User::root_if(place.split), &probe_script(&place.dir, turn_id, from, max), SCRIPT_TIMEOUT).await?;
     parse_probe(&out.stdout).ok_or_else(|| script_failed("the turn's probe", &out))
 }
 
@@ -585,7 +587,13 @@ impl Watch<'_> {
         if let End::Died(_) = end {
             // The harness may outlive its supervisor: its process group goes with it.
             if let Some(pid) = turn.pid.filter(|p| *p > 1) {
-                shell.run(place.split, &format!("kill -KILL -- -{pid} 2>/dev/null; true"), SCRIPT_TIMEOUT).await?;
+                shell
+                    .script(
+                        User::root_if(place.split),
+                        &format!("kill -KILL -- -{pid} 2>/dev/null; true"),
+                        SCRIPT_TIMEOUT,
+                    )
+                    .await?;
             }
         }
         let mut inode = None;

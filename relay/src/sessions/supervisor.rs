@@ -1,5 +1,5 @@
-//! The turn supervisor inside the sandbox, and the one way the relay runs its small scripts
-//! there (through the daemon, as root where the uid split holds, else through the provider).
+//! The turn supervisor inside the sandbox, and the session's scripts there (`Shell`: the
+//! sandbox's runner, `sandboxes::run`, with where the turn's files go).
 //!
 //! The supervisor is a bash script hangar writes: it starts the harness with the prompt file on
 //! its stdin and its merged stdout and stderr going to `<turn>.log` (through `hangar-envd
@@ -14,20 +14,22 @@
 //! `~/.hangar/runs/<turn>.log` and `.exit.json` are links to those files; hangar never reads them.
 //! Elsewhere (no daemon, a daemon that is not root) every file is in the agent's
 //! `~/.hangar/runs` and the session says `split: false`.
-use std::{collections::HashMap, time::Duration};
+use std::{collections::HashMap, ops::Deref, time::Duration};
 
 use base64::{engine::general_purpose::STANDARD as B64, Engine as _};
 use hangar_proto::{
     ext::{attach_event, AttachRequest, SignalRequest},
-    process::{process_event, process_selector, ProcessConfig, ProcessSelector, StartRequest},
+    process::{process_event, process_selector, ProcessSelector},
 };
-use tonic::{metadata::MetadataValue, Code, Request};
+use tonic::Code;
 
+use super::Sessions;
 use crate::{
     app::Relay,
     envd::Envd,
     error::{daemon_error, Error, Result},
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
+    sandboxes::run::{self, Program, Runner, User},
     store::SandboxRow,
     text::sh_quote,
 };
@@ -242,74 +244,24 @@ fn agent_bin(path: &str, stat: Option<&str>) -> Option<String> {
     (ok_path && ok_owner).then(|| path.to_string())
 }
 
-/// A sandbox the relay runs its scripts in: through its daemon, or its provider without one.
+/// A sandbox a session's scripts run in: its runner (`sandboxes::run`, which it derefs to), and
+/// where the sessions keep the turn's files.
 pub struct Shell<'a> {
-    relay: &'a Relay,
-    pub row: SandboxRow,
-    pub envd: Option<Envd>,
+    runner: Runner<'a>,
+    sessions: &'a Sessions,
 }
 
-/// `Authorization: Basic base64("root:")`: envd acts as root when it can.
-const AS_ROOT: &str = "Basic cm9vdDo=";
+impl<'a> Deref for Shell<'a> {
+    type Target = Runner<'a>;
+
+    fn deref(&self) -> &Runner<'a> {
+        &self.runner
+    }
+}
 
 impl<'a> Shell<'a> {
-    pub async fn open(relay: &'a Relay, mut row: SandboxRow) -> Result<Shell<'a>> {
-        let envd = relay.sandboxes.daemon(&mut row).await?;
-        Ok(Shell { relay, row, envd })
-    }
-
-    /// Runs `bash -c script` to its end (or `timeout`), as root when `root` and the daemon can.
-    pub async fn run(&self, root: bool, script: &str, timeout: Duration) -> Result<ExecOutput> {
-        let Some(envd) = &self.envd else {
-            return self.relay.sandboxes.exec_fallback(&self.row, script, None, &[], timeout).await;
-        };
-        let start = StartRequest {
-            process: Some(ProcessConfig {
-                cmd: "/bin/bash".into(),
-                args: vec!["-c".into(), script.to_string()],
-                envs: HashMap::new(),
-                cwd: Some("/".into()),
-            }),
-            pty: None,
-            tag: None,
-            stdin: Some(false),
-        };
-        let run = async {
-            let mut stream = envd
-                .process()
-                .start(as_user(start, root))
-                .await
-                .map_err(|s| daemon_error("running a session script", s))?
-                .into_inner();
-            let mut out = ExecOutput::default();
-            loop {
-                let ev = match stream.message().await {
-                    Ok(Some(m)) => m.event.and_then(|e| e.event),
-                    Ok(None) => return Err(Error::daemon("the daemon ended a session script's stream early")),
-                    Err(s) => return Err(daemon_error("running a session script", s)),
-                };
-                match ev {
-                    Some(process_event::Event::Data(d)) => match d.output {
-                        Some(hangar_proto::process::process_event::data_event::Output::Stdout(b)) => {
-                            keep_last(&mut out.stdout, &b)
-                        }
-                        Some(hangar_proto::process::process_event::data_event::Output::Stderr(b)) => {
-                            keep_last(&mut out.stderr, &b)
-                        }
-                        _ => {}
-                    },
-                    Some(process_event::Event::End(e)) => {
-                        out.exit_code = e.exit_code;
-                        return Ok(out);
-                    }
-                    _ => {}
-                }
-            }
-        };
-        match tokio::time::timeout(timeout, run).await {
-            Ok(r) => r,
-            Err(_) => Ok(ExecOutput { exit_code: -1, timed_out: true, ..Default::default() }),
-        }
+    pub async fn open(relay: &'a Relay, row: SandboxRow) -> Result<Shell<'a>> {
+        Ok(Shell { runner: Runner::open(&relay.sandboxes, row).await?, sessions: &relay.sessions })
     }
 
     /// Decides where the turn's files go: split where the daemon is root and its default user
@@ -317,17 +269,17 @@ impl<'a> Shell<'a> {
     /// the same daemon process answers the same, and a restarted one is a new connection.
     pub async fn place(&self) -> Result<Place> {
         let Some(envd) = &self.envd else { return self.learn_place().await };
-        if let Some(place) = self.relay.sessions.places.get(&self.row.id, envd) {
+        if let Some(place) = self.sessions.places.get(&self.row.id, envd) {
             return Ok(place);
         }
         let place = self.learn_place().await?;
-        self.relay.sessions.places.put(&self.row.id, envd, place.clone());
+        self.sessions.places.put(&self.row.id, envd, place.clone());
         Ok(place)
     }
 
     async fn learn_place(&self) -> Result<Place> {
         let script = format!("id -u && id -g && id -un && printf '%s\\n' \"$HOME\"\n{FIND_AGENT_BIN}");
-        let out = self.run(false, &script, SCRIPT_TIMEOUT).await?;
+        let out = self.script(User::Agent, &script, SCRIPT_TIMEOUT).await?;
         let user = match parse_user(&out.stdout) {
             Some(u) if out.exit_code == 0 => u,
             _ => return Err(script_failed("learning the sandbox's user", &out)),
@@ -338,7 +290,7 @@ impl<'a> Shell<'a> {
                 let script = format!(
                     "id -u\n{FIND_AGENT_BIN} | {{ read -r b; printf '%s\\n' \"$b\"; stat -c '%u %a' \"$b\"; }}"
                 );
-                let r = self.run(true, &script, SCRIPT_TIMEOUT).await?;
+                let r = self.script(User::Root, &script, SCRIPT_TIMEOUT).await?;
                 // A slow answer is no answer: taken for "not root", it would give up the split.
                 if r.timed_out {
                     return Err(script_failed("asking the daemon for root", &r));
@@ -428,7 +380,7 @@ impl<'a> Shell<'a> {
                 ignore = ignore_hangar_dir("\"$1\""),
             ));
         }
-        let out = self.run(place.split, &script, SCRIPT_TIMEOUT).await?;
+        let out = self.script(User::root_if(place.split), &script, SCRIPT_TIMEOUT).await?;
         if out.exit_code != 0 {
             return Err(script_failed("writing the turn's files", &out));
         }
@@ -447,7 +399,7 @@ impl<'a> Shell<'a> {
             n = sh_quote(name),
             grp = if root { "chown \":$(stat -c %g \"$d\")\" \"$d/.$n.tmp\"\n" } else { "" },
         );
-        let out = self.run(root, &script, SCRIPT_TIMEOUT).await?;
+        let out = self.script(User::root_if(root), &script, SCRIPT_TIMEOUT).await?;
         if out.exit_code != 0 {
             return Err(script_failed(&format!("writing {name}"), &out));
         }
@@ -475,7 +427,7 @@ impl<'a> Shell<'a> {
         // (Docker with the binary on PATH); a sandbox without one gets coreutils, and the relay
         // reads long lines past what it keeps (`Lines`), so it holds with either writer.
         let writer = place.agent_bin.clone().unwrap_or_else(|| "-".into());
-        let log_max = self.relay.sessions.settings.log_max_bytes.to_string();
+        let log_max = self.sessions.settings.log_max_bytes.to_string();
         args.extend([cwd.to_string(), log_max, writer, "--".to_string()]);
         args.extend(argv.iter().cloned());
         let Some(envd) = &self.envd else {
@@ -487,37 +439,15 @@ impl<'a> Shell<'a> {
                  head -n1 {d}/{turn}.pid | cut -d' ' -f1",
                 words.join(" ")
             );
-            let out = self.relay.sandboxes.exec_fallback(&self.row, &script, None, env, SCRIPT_TIMEOUT).await?;
+            let out = self.fallback(&script, None, env, SCRIPT_TIMEOUT).await?;
             return String::from_utf8_lossy(&out.stdout)
                 .trim()
                 .parse()
                 .map_err(|_| script_failed("starting the supervisor", &out));
         };
-        let start = StartRequest {
-            process: Some(ProcessConfig {
-                cmd: "/bin/bash".into(),
-                args,
-                envs: env.iter().cloned().collect(),
-                cwd: Some("/".into()),
-            }),
-            pty: None,
-            tag: Some(tag.to_string()),
-            stdin: Some(false),
-        };
-        let mut stream = envd
-            .process()
-            .start(as_user(start, place.split))
-            .await
-            .map_err(|s| daemon_error("starting the turn's supervisor", s))?
-            .into_inner();
-        match stream.message().await {
-            Ok(Some(m)) => match m.event.and_then(|e| e.event) {
-                Some(process_event::Event::Start(s)) => Ok(s.pid as i64),
-                _ => Err(Error::daemon("the daemon did not report the supervisor's start")),
-            },
-            Ok(None) => Err(Error::daemon("the daemon ended the supervisor's start stream at once")),
-            Err(s) => Err(daemon_error("starting the turn's supervisor", s)),
-        }
+        let program = Program::file(args).env(env).tag(tag.to_string()).user(User::root_if(place.split));
+        let (pid, _) = run::start_tagged(envd, program, "the turn's supervisor").await?;
+        Ok(pid as i64)
     }
 
     /// Waits for the supervisor tagged `tag` to end (through the daemon); its exit line, or
@@ -570,7 +500,7 @@ impl<'a> Shell<'a> {
         }
         let script = signal_script(place_dir, turn, pid, grace);
         // As root through E2B's envd: a split supervisor is root's.
-        self.run(self.envd.is_some(), &script, SCRIPT_TIMEOUT).await.map(|_| ())
+        self.script(User::root_if(self.envd.is_some()), &script, SCRIPT_TIMEOUT).await.map(|_| ())
     }
 }
 
@@ -623,14 +553,6 @@ pub struct SupervisorEnd {
 
 fn by_tag(tag: &str) -> Option<ProcessSelector> {
     Some(ProcessSelector { selector: Some(process_selector::Selector::Tag(tag.to_string())) })
-}
-
-fn as_user<T>(msg: T, root: bool) -> Request<T> {
-    let mut req = Request::new(msg);
-    if root {
-        req.metadata_mut().insert("authorization", MetadataValue::from_static(AS_ROOT));
-    }
-    req
 }
 
 /// What a session script's failure means: one that did not answer in time is a sandbox too

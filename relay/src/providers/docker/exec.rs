@@ -1,26 +1,27 @@
-//! The fallback exec: a command run in a container through the Engine's exec API (for a sandbox
-//! without a daemon, and for the provider's own setup), its output kept to its last bytes, and
-//! every process it started killed when it times out or its caller goes away.
-use std::{sync::Arc, time::Duration};
+//! The provider's primitive for the shared fallback exec (`providers::fallback`): a program
+//! started in a container through the Engine's exec API.
+use std::{pin::Pin, time::Duration};
 
 use bollard::{
     container::LogOutput,
+    errors::Error as DockerError,
     exec::{StartExecOptions, StartExecResults},
     models::ExecConfig,
     Docker,
 };
-use futures::StreamExt;
-use tokio::sync::OnceCell;
+use futures::{Stream, StreamExt};
 
 use super::{
     container_name,
     engine::{engine, gone, status},
-    scripts::KILL_SCRIPT,
     DockerProvider,
 };
 use crate::{
-    events,
-    providers::{options::ENV_EXEC_MARK, ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
+    providers::{
+        fallback::{Running, Spawn},
+        options::ENV_EXEC_MARK,
+        ProviderError,
+    },
     store::SandboxRow,
     text::Tail,
 };
@@ -29,133 +30,94 @@ use crate::{
 const EXIT_CODE_WAIT: Duration = Duration::from_secs(5);
 
 impl DockerProvider {
-    /// Runs `cmd` in the container through the Engine's exec API, collecting its output until it
-    /// ends or `timeout` passes; then every process of the exec is killed.
-    pub(super) async fn run_exec(
+    /// The sandbox's container, to start programs in.
+    pub(super) async fn container(&self, sandbox: &SandboxRow) -> Result<Container, ProviderError> {
+        Ok(Container { docker: self.docker().await?.clone(), sandbox: sandbox.clone() })
+    }
+}
+
+/// A sandbox's container, reached through the Engine.
+#[derive(Clone)]
+pub(super) struct Container {
+    docker: Docker,
+    sandbox: SandboxRow,
+}
+
+/// An Engine exec's attached output.
+type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, DockerError>> + Send>>;
+
+pub(super) struct Exec {
+    docker: Docker,
+    id: String,
+    output: Option<Output>,
+}
+
+#[tonic::async_trait]
+impl Spawn for Container {
+    type Running = Exec;
+
+    async fn spawn(
         &self,
-        sandbox: &SandboxRow,
-        cmd: Vec<String>,
+        argv: Vec<String>,
         user: Option<String>,
         env: &[(String, String)],
-        timeout: Duration,
-    ) -> Result<ExecOutput, ProviderError> {
-        let docker = self.docker().await?;
-        let name = container_name(sandbox);
-        let mark = crate::random::hex(12);
+        mark: Option<&str>,
+    ) -> Result<Exec, ProviderError> {
+        let mut vars: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        vars.extend(mark.map(|m| format!("{ENV_EXEC_MARK}={m}")));
         let config = ExecConfig {
             attach_stdin: Some(false),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
-            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).chain([format!("{ENV_EXEC_MARK}={mark}")]).collect()),
-            cmd: Some(cmd),
-            user: user.clone(),
+            env: (!vars.is_empty()).then_some(vars),
+            cmd: Some(argv),
+            user,
             ..Default::default()
         };
-        let created = match docker.create_exec(&name, config).await {
+        let created = match self.docker.create_exec(&container_name(&self.sandbox), config).await {
             Ok(c) => c,
-            Err(e) if status(&e) == Some(404) => return Err(gone(sandbox)),
+            Err(e) if status(&e) == Some(404) => return Err(gone(&self.sandbox)),
             Err(e) => return Err(engine("starting the command", e)),
         };
-        // Whatever happens from here (a timeout, the caller going away), the exec's processes
-        // die with it unless it ends by itself.
-        let mut guard = KillOnDrop {
-            client: self.client.clone(),
-            sandbox: sandbox.name.clone(),
-            container: name.clone(),
-            user,
-            mark,
-            armed: true,
-        };
-        let started = docker
+        let started = self
+            .docker
             .start_exec(&created.id, Some(StartExecOptions { detach: false, tty: false, output_capacity: None }))
             .await
             .map_err(|e| engine("starting the command", e))?;
-        let StartExecResults::Attached { mut output, .. } = started else {
+        let StartExecResults::Attached { output, .. } = started else {
             return Err(ProviderError::Engine("starting the command: Docker did not attach its output".into()));
         };
-        let (mut stdout, mut stderr) = (Tail::new(EXEC_OUTPUT_BYTES), Tail::new(EXEC_OUTPUT_BYTES));
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut timed_out = false;
-        loop {
-            match tokio::time::timeout_at(deadline, output.next()).await {
-                Ok(Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message }))) => stdout.push(&message),
-                Ok(Some(Ok(LogOutput::StdErr { message }))) => stderr.push(&message),
-                Ok(Some(Ok(LogOutput::StdIn { .. }))) => {}
-                Ok(Some(Err(e))) => return Err(engine("reading the command's output", e)),
-                Ok(None) => break,
-                Err(_) => {
-                    timed_out = true;
-                    break;
-                }
+        Ok(Exec { docker: self.docker.clone(), id: created.id, output: Some(output) })
+    }
+}
+
+#[tonic::async_trait]
+impl Running for Exec {
+    async fn outputs(&mut self, stdout: &mut Tail, stderr: &mut Tail) -> Result<(), ProviderError> {
+        let Some(output) = self.output.as_mut() else { return Ok(()) };
+        while let Some(chunk) = output.next().await {
+            match chunk {
+                Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => stdout.push(&message),
+                Ok(LogOutput::StdErr { message }) => stderr.push(&message),
+                Ok(LogOutput::StdIn { .. }) => {}
+                Err(e) => return Err(engine("reading the command's output", e)),
             }
         }
-        drop(output);
-        if timed_out {
-            guard.kill().await;
-            events::FallbackExecKilled { sandbox: &sandbox.name, reason: "timeout" }.emit();
-            return Ok(ExecOutput::of(-1, stdout, stderr, true));
-        }
-        guard.armed = false;
+        Ok(())
+    }
+
+    async fn exit_code(mut self) -> Result<i32, ProviderError> {
+        self.output = None;
         // The output ends a moment before the Engine records the exit code.
         let until = tokio::time::Instant::now() + EXIT_CODE_WAIT;
-        let exit_code = loop {
-            let info = docker.inspect_exec(&created.id).await.map_err(|e| engine("inspecting the command", e))?;
+        loop {
+            let info = self.docker.inspect_exec(&self.id).await.map_err(|e| engine("inspecting the command", e))?;
             match (info.running, info.exit_code) {
-                (Some(false), Some(code)) => break i32::try_from(code).unwrap_or(-1),
-                _ if tokio::time::Instant::now() >= until => break -1,
+                (Some(false), Some(code)) => return Ok(i32::try_from(code).unwrap_or(-1)),
+                _ if tokio::time::Instant::now() >= until => return Ok(-1),
                 _ => tokio::time::sleep(Duration::from_millis(20)).await,
             }
-        };
-        Ok(ExecOutput::of(exit_code, stdout, stderr, false))
-    }
-}
-
-/// Kills a fallback exec's processes (found by their environment mark, from a second exec) when
-/// its run ends early: at its timeout, or when the caller goes away. The second exec runs as the
-/// command's user: root in a container lacks CAP_SYS_PTRACE, so it could not read another
-/// user's `/proc/<pid>/environ`.
-struct KillOnDrop {
-    client: Arc<OnceCell<Docker>>,
-    sandbox: String,
-    container: String,
-    user: Option<String>,
-    mark: String,
-    armed: bool,
-}
-
-impl KillOnDrop {
-    fn killer(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (client, container, mark, user) =
-            (self.client.clone(), self.container.clone(), self.mark.clone(), self.user.clone());
-        async move {
-            let Some(docker) = client.get() else { return };
-            let config = ExecConfig {
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                cmd: Some(vec!["bash".into(), "-c".into(), KILL_SCRIPT.into(), "hangar-kill".into(), mark]),
-                user,
-                ..Default::default()
-            };
-            let Ok(created) = docker.create_exec(&container, config).await else { return };
-            if let Ok(StartExecResults::Attached { mut output, .. }) = docker.start_exec(&created.id, None).await {
-                let _ = tokio::time::timeout(Duration::from_secs(10), async { while output.next().await.is_some() {} })
-                    .await;
-            }
-        }
-    }
-
-    async fn kill(&mut self) {
-        self.armed = false;
-        self.killer().await;
-    }
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            events::FallbackExecKilled { sandbox: &self.sandbox, reason: "client" }.emit();
-            tokio::spawn(self.killer());
         }
     }
 }

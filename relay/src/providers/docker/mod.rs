@@ -16,12 +16,11 @@
 //!
 //! This file is the provider itself: connecting to the Engine and each sandbox's lifecycle
 //! (create, daemon, pause, resume, destroy). Beside it: `options` (a sandbox's options, validated),
-//! `engine` (the Engine's answers in the provider's terms), `scripts` (the shell scripts run in a
-//! container) and `exec` (the fallback exec through the Engine).
+//! `engine` (the Engine's answers in the provider's terms) and `exec` (the primitive of the shared
+//! fallback exec, `providers::fallback`: a program started through the Engine's exec API).
 mod engine;
 mod exec;
 mod options;
-pub(super) mod scripts;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
@@ -38,9 +37,8 @@ use tokio::sync::OnceCell;
 
 use self::engine::{answer, container_ip, engine, env_of, first_file, gone, has_daemon, state_of, status};
 use self::options::Options;
-use self::scripts::{EXEC_SCRIPT, WORKDIR_SCRIPT};
 use super::options::{bad, ENV_TOKEN, ENV_USER, ENV_WORKDIR};
-use super::{ExecOutput, Provider, ProviderError};
+use super::{fallback, ExecOutput, Provider, ProviderError};
 use crate::{
     envd::Envd,
     events,
@@ -256,24 +254,10 @@ impl DockerProvider {
         }
     }
 
+    /// Makes the workdir as root: the sandbox's user may not be allowed to.
     async fn make_workdir(&self, sandbox: &SandboxRow, dir: &str, owner: Option<String>) -> Result<(), ProviderError> {
-        let cmd = vec![
-            "bash".to_string(),
-            "-c".into(),
-            WORKDIR_SCRIPT.into(),
-            "hangar-workdir".into(),
-            dir.to_string(),
-            owner.unwrap_or_default(),
-        ];
-        let out = self.run_exec(sandbox, cmd, Some("0".into()), &[], Duration::from_secs(30)).await?;
-        if out.exit_code != 0 {
-            return Err(ProviderError::Engine(format!(
-                "making the workdir {dir:?} (exit code {}): {}",
-                out.exit_code,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(())
+        let container = self.container(sandbox).await?;
+        fallback::make_workdir(&container, sandbox, dir, owner, Some("0".into())).await
     }
 }
 
@@ -509,22 +493,7 @@ impl Provider for DockerProvider {
             .and_then(|c| c.env.as_deref())
             .and_then(|env| env_of(env, ENV_USER))
             .map(str::to_string);
-        // What the script says when it cannot enter the directory.
-        let no_dir = format!("hangar-no-such-directory:{}", crate::random::hex(8));
-        let cmd = vec![
-            "bash".to_string(),
-            "-c".into(),
-            EXEC_SCRIPT.into(),
-            "hangar-exec".into(),
-            cwd.unwrap_or_default().to_string(),
-            sandbox.workdir.clone().unwrap_or_default(),
-            command.to_string(),
-            no_dir.clone(),
-        ];
-        let out = self.run_exec(sandbox, cmd, user, env, timeout).await?;
-        if out.exit_code == 1 && out.stdout.is_empty() && out.stderr == format!("{no_dir}\n").as_bytes() {
-            return Err(ProviderError::NoSuchDirectory(cwd.unwrap_or_default().to_string()));
-        }
-        Ok(out)
+        let container = self.container(sandbox).await?;
+        fallback::exec(&container, sandbox, command, cwd, user, env, timeout).await
     }
 }

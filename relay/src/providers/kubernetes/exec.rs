@@ -1,15 +1,13 @@
-//! The fallback exec: a command run in a pod through its `exec` subresource (for a sandbox
-//! without a daemon, and for the provider's own setup), its output kept to its last bytes, and
-//! every process it started killed when it times out or its caller goes away — the docker
-//! provider's semantics (`docker/exec.rs`).
+//! The provider's primitive for the shared fallback exec (`providers::fallback`): a program
+//! started in a pod through its `exec` subresource.
 //!
-//! Kubernetes' exec takes no environment and no user: the command runs as the container's user,
+//! Kubernetes' exec takes no environment and no user: the program runs as the container's user,
 //! under `env` with the exec's mark (`HANGAR_EXEC`) and the caller's variables as arguments (no
 //! input is spliced into a script's text).
-use std::time::Duration;
+use std::{future::Future, pin::Pin};
 
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Status};
-use kube::api::{Api, AttachParams};
+use kube::api::{Api, AttachParams, AttachedProcess};
 
 use super::{
     super::options::{bad, valid_env_key, ENV_EXEC_MARK},
@@ -18,14 +16,13 @@ use super::{
     status, KubernetesProvider,
 };
 use crate::{
-    events,
-    providers::{docker::scripts::KILL_SCRIPT, read_tail, ExecOutput, ProviderError, EXEC_OUTPUT_BYTES},
+    providers::{
+        fallback::{Running, Spawn},
+        read_tail, ProviderError,
+    },
     store::SandboxRow,
     text::Tail,
 };
-
-/// How long the kill of a timed-out exec may take.
-const KILL_WAIT: Duration = Duration::from_secs(10);
 
 fn attach() -> AttachParams {
     AttachParams::default().container(CONTAINER).stdin(false).stdout(true).stderr(true).tty(false)
@@ -54,98 +51,85 @@ fn exit_code(status: &Status) -> Option<i32> {
 }
 
 impl KubernetesProvider {
-    /// Runs `cmd` in the pod through its `exec` subresource, collecting its output until it ends
-    /// or `timeout` passes; then every process of the exec is killed.
-    pub(super) async fn run_exec(
+    /// The sandbox's pod, to start programs in.
+    pub(super) async fn pod(&self, sandbox: &SandboxRow) -> Result<PodExec, ProviderError> {
+        Ok(PodExec { pods: self.cluster().await?.pods(), sandbox: sandbox.clone() })
+    }
+}
+
+/// A sandbox's pod, reached through the API server.
+#[derive(Clone)]
+pub(super) struct PodExec {
+    pods: Api<Pod>,
+    sandbox: SandboxRow,
+}
+
+/// An exec's end on its status channel.
+type Ended = Pin<Box<dyn Future<Output = Option<Status>> + Send>>;
+
+pub(super) struct Attached {
+    process: Option<AttachedProcess>,
+    status: Option<Ended>,
+    /// What the status channel said, once the outputs ended.
+    ended: Option<Status>,
+}
+
+#[tonic::async_trait]
+impl Spawn for PodExec {
+    type Running = Attached;
+
+    async fn spawn(
         &self,
-        sandbox: &SandboxRow,
-        cmd: Vec<String>,
+        argv: Vec<String>,
+        _user: Option<String>,
         env: &[(String, String)],
-        timeout: Duration,
-    ) -> Result<ExecOutput, ProviderError> {
-        let pods = self.cluster().await?.pods();
-        let name = pod_name(&sandbox.id);
-        let mark = crate::random::hex(12);
-        let mut argv = vec!["env".to_string(), format!("{ENV_EXEC_MARK}={mark}")];
-        for (k, v) in env {
-            if !valid_env_key(k) || k == ENV_EXEC_MARK {
-                return Err(bad(format!("env: {k:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")));
+        mark: Option<&str>,
+    ) -> Result<Attached, ProviderError> {
+        let mut full = Vec::new();
+        if let Some(mark) = mark {
+            full = vec!["env".to_string(), format!("{ENV_EXEC_MARK}={mark}")];
+            for (k, v) in env {
+                if !valid_env_key(k) || k == ENV_EXEC_MARK {
+                    return Err(bad(format!("env: {k:?} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")));
+                }
+                full.push(format!("{k}={v}"));
             }
-            argv.push(format!("{k}={v}"));
         }
-        argv.extend(cmd);
-        let mut attached = match pods.exec(&name, argv, &attach()).await {
+        full.extend(argv);
+        let mut process = match self.pods.exec(&pod_name(&self.sandbox.id), full, &attach()).await {
             Ok(a) => a,
-            Err(e) if status(&e) == Some(404) => return Err(gone(sandbox, "no longer exists")),
+            Err(e) if status(&e) == Some(404) => return Err(gone(&self.sandbox, "no longer exists")),
             Err(e) => return Err(api_error("starting the command", e)),
         };
-        // Whatever happens from here (a timeout, the caller going away), the exec's processes
-        // die with it unless it ends by itself.
-        let mut guard = KillOnDrop { pods, pod: name, sandbox: sandbox.name.clone(), mark, armed: true };
-        let (stdout, stderr) = (attached.stdout(), attached.stderr());
-        let status = attached.take_status();
-        let (mut out, mut err) = (Tail::new(EXEC_OUTPUT_BYTES), Tail::new(EXEC_OUTPUT_BYTES));
-        let run = async {
-            tokio::join!(read_tail(stdout, &mut out), read_tail(stderr, &mut err));
-            match status {
-                Some(s) => s.await,
-                None => None,
-            }
-        };
-        let ended = tokio::time::timeout(timeout, run).await;
-        drop(attached);
-        let Ok(ended) = ended else {
-            guard.kill().await;
-            events::FallbackExecKilled { sandbox: &sandbox.name, reason: "timeout" }.emit();
-            return Ok(ExecOutput::of(-1, out, err, true));
-        };
-        guard.armed = false;
-        let exit_code = match ended {
+        let status = process.take_status().map(|s| Box::pin(s) as Ended);
+        Ok(Attached { process: Some(process), status, ended: None })
+    }
+}
+
+#[tonic::async_trait]
+impl Running for Attached {
+    /// Reads both outputs and then the status channel: the timeout around this covers the end.
+    async fn outputs(&mut self, stdout: &mut Tail, stderr: &mut Tail) -> Result<(), ProviderError> {
+        let Some(process) = self.process.as_mut() else { return Ok(()) };
+        let (out, err) = (process.stdout(), process.stderr());
+        tokio::join!(read_tail(out, stdout), read_tail(err, stderr));
+        if let Some(status) = self.status.take() {
+            self.ended = status.await;
+        }
+        Ok(())
+    }
+
+    async fn exit_code(mut self) -> Result<i32, ProviderError> {
+        self.process = None;
+        match self.ended {
             Some(s) => exit_code(&s).ok_or_else(|| {
                 ProviderError::Engine(format!(
                     "running the command: Kubernetes reported {}",
                     s.message.as_deref().unwrap_or("a failure without a message")
                 ))
-            })?,
+            }),
             // The stream ended without a status: the pod went away under it.
-            None => -1,
-        };
-        Ok(ExecOutput::of(exit_code, out, err, false))
-    }
-}
-
-/// Kills a fallback exec's processes (found by their environment mark, from a second exec) when
-/// its run ends early: at its timeout, or when the caller goes away. Kubernetes ends neither an
-/// exec's processes when its stream closes, so this is the only way they end.
-struct KillOnDrop {
-    pods: Api<Pod>,
-    pod: String,
-    sandbox: String,
-    mark: String,
-    armed: bool,
-}
-
-impl KillOnDrop {
-    fn killer(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (pods, pod, mark) = (self.pods.clone(), self.pod.clone(), self.mark.clone());
-        async move {
-            let cmd = vec!["bash".to_string(), "-c".into(), KILL_SCRIPT.into(), "hangar-kill".into(), mark];
-            let Ok(attached) = pods.exec(&pod, cmd, &attach()).await else { return };
-            let _ = tokio::time::timeout(KILL_WAIT, attached.join()).await;
-        }
-    }
-
-    async fn kill(&mut self) {
-        self.armed = false;
-        self.killer().await;
-    }
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            events::FallbackExecKilled { sandbox: &self.sandbox, reason: "client" }.emit();
-            tokio::spawn(self.killer());
+            None => Ok(-1),
         }
     }
 }

@@ -10,7 +10,8 @@
 //!   its events and the end of its log.
 //! - The daemon is reached at the pod's IP, or through the API server's port-forward (one
 //!   port-forward stream per connection, `forward`), as `Settings::reach` says.
-//! - Without a daemon (`daemon: false`), exec goes through the pod's `exec` subresource (`exec`).
+//! - Without a daemon (`daemon: false`), the shared fallback exec (`providers::fallback`) goes
+//!   through the pod's `exec` subresource (`exec`).
 //! - Kubernetes cannot pause a pod: pause and resume are `Unsupported`.
 //! - A watch on the namespace's sandbox pods (`watch`) reports pods that vanish to
 //!   `sessions::gone`.
@@ -40,10 +41,7 @@ use self::{
     options::Options,
     pod::{pod_ip, pod_name, standing, Standing, CONTAINER, ENVD_PORT},
 };
-use super::{
-    docker::scripts::{EXEC_SCRIPT, WORKDIR_SCRIPT},
-    ExecOutput, Provider, ProviderError,
-};
+use super::{fallback, ExecOutput, Provider, ProviderError};
 use crate::{
     envd::Envd,
     events,
@@ -299,23 +297,8 @@ impl KubernetesProvider {
     }
 
     async fn make_workdir(&self, sandbox: &SandboxRow, dir: &str, owner: Option<String>) -> Result<(), ProviderError> {
-        let cmd = vec![
-            "bash".to_string(),
-            "-c".into(),
-            WORKDIR_SCRIPT.into(),
-            "hangar-workdir".into(),
-            dir.to_string(),
-            owner.unwrap_or_default(),
-        ];
-        let out = self.run_exec(sandbox, cmd, &[], Duration::from_secs(30)).await?;
-        if out.exit_code != 0 {
-            return Err(ProviderError::Engine(format!(
-                "making the workdir {dir:?} (exit code {}): {}",
-                out.exit_code,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(())
+        let pod = self.pod(sandbox).await?;
+        fallback::make_workdir(&pod, sandbox, dir, owner, None).await
     }
 
     /// What `create` does once the pod exists; an error here deletes it.
@@ -446,22 +429,7 @@ impl Provider for KubernetesProvider {
         env: &[(String, String)],
         timeout: Duration,
     ) -> Result<ExecOutput, ProviderError> {
-        // What the script says when it cannot enter the directory.
-        let no_dir = format!("hangar-no-such-directory:{}", crate::random::hex(8));
-        let cmd = vec![
-            "bash".to_string(),
-            "-c".into(),
-            EXEC_SCRIPT.into(),
-            "hangar-exec".into(),
-            cwd.unwrap_or_default().to_string(),
-            sandbox.workdir.clone().unwrap_or_default(),
-            command.to_string(),
-            no_dir.clone(),
-        ];
-        let out = self.run_exec(sandbox, cmd, env, timeout).await?;
-        if out.exit_code == 1 && out.stdout.is_empty() && out.stderr == format!("{no_dir}\n").as_bytes() {
-            return Err(ProviderError::NoSuchDirectory(cwd.unwrap_or_default().to_string()));
-        }
-        Ok(out)
+        let pod = self.pod(sandbox).await?;
+        fallback::exec(&pod, sandbox, command, cwd, None, env, timeout).await
     }
 }

@@ -1,5 +1,5 @@
-//! The shell scripts the provider runs in a container through the Engine's exec API (and the
-//! kubernetes provider in a pod through its `exec` subresource). Each is the
+//! The shell scripts the container providers' fallback exec (`fallback`) runs in a sandbox: in a
+//! container through Docker's exec API, in a pod through its `exec` subresource. Each is the
 //! program of `bash -c`, followed by a name for `$0` and its inputs as `$1`, `$2`, ...: no input
 //! (a client's command or path among them) is ever spliced into a script's text.
 
@@ -9,11 +9,12 @@
 /// Why a script: `~` and relative paths need the user's home, which only the container knows.
 /// A directory that cannot be entered fails the command rather than running it elsewhere: the
 /// script prints the mark alone on stderr and exits 1, which the provider tells apart from any
-/// command's failure (the command has not run, so cannot know the mark yet). The command runs in a login shell (`bash -lc`, what `Provider::exec` promises),
-/// which replaces the script (`exec`), so the command's exit code is the exec's.
+/// command's failure (the command has not run, so cannot know the mark yet). The command runs
+/// in a login shell (`bash -lc`, what `Provider::exec` promises), which replaces the script
+/// (`exec`), so the command's exit code is the exec's.
 /// The daemon's token is no business of the command's (the daemon does not pass it on either):
-/// the container's environment carries it (`options::ENV_TOKEN`) and an Engine exec inherits it,
-/// so the script drops it first.
+/// the container's environment carries it (`options::ENV_TOKEN`) and an exec inherits it, so
+/// the script drops it first.
 pub(crate) const EXEC_SCRIPT: &str = r#"unset HANGAR_ENVD_ACCESS_TOKEN
 base=${2:-$HOME}; d=${1:-$base}
 case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; /*) ;; *) d=$base/$d ;; esac
@@ -34,9 +35,9 @@ case $2 in *:*) owner=$2 ;; *) owner=$2: ;; esac
 chown -- "$owner" "$1""#;
 
 /// Kills, with SIGKILL, every process whose environment carries the exec's mark ($1).
-/// Why: the Engine has no call that kills an exec, and a command's processes may leave its
-/// process group or outlive its shell. Each inherits the exec's environment, where
-/// `options::ENV_EXEC_MARK` (`HANGAR_EXEC`) holds a mark made for that one exec, so
+/// Why: neither Docker nor Kubernetes has a call that kills an exec, and a command's processes
+/// may leave its process group or outlive its shell. Each inherits the exec's environment,
+/// where `options::ENV_EXEC_MARK` (`HANGAR_EXEC`) holds a mark made for that one exec, so
 /// `/proc/<pid>/environ` finds them all (all but a process that empties its own environment).
 /// The script itself does not carry the mark: it gets it as an argument.
 pub(crate) const KILL_SCRIPT: &str = r#"for d in /proc/[0-9]*; do
