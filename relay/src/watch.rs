@@ -60,68 +60,57 @@ impl Watches {
         recursive: bool,
         front: Front,
     ) -> Result<impl Stream<Item = WatchItem> + Send + 'static> {
-        watch(self, caller, reference, path, recursive, front).await
-    }
-}
-
-async fn watch(
-    w: &Watches,
-    caller: &Caller,
-    reference: &str,
-    path: &str,
-    recursive: bool,
-    front: Front,
-) -> Result<impl Stream<Item = WatchItem> + Send + 'static> {
-    let mut row = w.sandboxes.enter(reference, caller).await?;
-    let path = w.sandboxes.resolve_path(&row, path)?;
-    let envd = w.sandboxes.require_daemon(&mut row, "watching a directory").await?;
-    let mut admitted = w.streams.open(caller, &row.id, Kind::Watch, front)?;
-    let req = WatchDirRequest { path, recursive, include_entry: false, allow_network_mounts: false };
-    let changes: std::pin::Pin<Box<dyn Stream<Item = WatchItem> + Send>> = if envd.is_e2b() {
-        let watch = envd.filesystem().watch_dir(req.clone()).await.map_err(|s| daemon_error("watching", s))?;
-        Box::pin(e2b_changes(envd, req, watch.into_inner()))
-    } else {
-        Box::pin(changes(envd.files().watch_dir(req).await.map_err(|s| daemon_error("watching", s))?.into_inner()))
-    };
-    // Drained as the daemon sends it, whatever the client's pace: a client that stops reading
-    // must not hold the sandbox's shared connection (streams::buffer).
-    let items = Buffer::spawn(changes, ShedNewest, w.buffer_bytes, Full::Shed);
-    Ok(async_stream::stream! {
-        loop {
-            // A close first: a destroyed sandbox's daemon stream breaks too, and why is the destroy.
-            let item = tokio::select! {
-                biased;
-                reason = admitted.closed() => {
-                    admitted.end(reason);
-                    yield WatchItem::Closed { reason, message: None };
-                    return;
-                }
-                item = items.next() => item,
-            };
-            match item {
-                Some(WatchItem::Change { seq, data }) => {
-                    if admitted.send(data.to_string().len() as u64).await.is_err() {
-                        admitted.end(Reason::MaxBytes);
-                        yield WatchItem::Closed { reason: Reason::MaxBytes, message: None };
+        let mut row = self.sandboxes.enter(reference, caller).await?;
+        let path = self.sandboxes.resolve_path(&row, path)?;
+        let envd = self.sandboxes.require_daemon(&mut row, "watching a directory").await?;
+        let mut admitted = self.streams.open(caller, &row.id, Kind::Watch, front)?;
+        let req = WatchDirRequest { path, recursive, include_entry: false, allow_network_mounts: false };
+        let changes: std::pin::Pin<Box<dyn Stream<Item = WatchItem> + Send>> = if envd.is_e2b() {
+            let watch = envd.filesystem().watch_dir(req.clone()).await.map_err(|s| daemon_error("watching", s))?;
+            Box::pin(e2b_changes(envd, req, watch.into_inner()))
+        } else {
+            Box::pin(changes(envd.files().watch_dir(req).await.map_err(|s| daemon_error("watching", s))?.into_inner()))
+        };
+        // Drained as the daemon sends it, whatever the client's pace: a client that stops reading
+        // must not hold the sandbox's shared connection (streams::buffer).
+        let items = Buffer::spawn(changes, ShedNewest, self.buffer_bytes, Full::Shed);
+        Ok(async_stream::stream! {
+            loop {
+                // A close first: a destroyed sandbox's daemon stream breaks too, and why is the destroy.
+                let item = tokio::select! {
+                    biased;
+                    reason = admitted.closed() => {
+                        admitted.end(reason);
+                        yield WatchItem::Closed { reason, message: None };
                         return;
                     }
-                    yield WatchItem::Change { seq, data };
-                }
-                Some(WatchItem::Closed { reason, message }) => {
-                    admitted.end(reason);
-                    yield WatchItem::Closed { reason, message };
-                    return;
-                }
-                Some(overflow) => yield overflow,
-                // `items` always ends with a close.
-                None => {
-                    admitted.end(Reason::Error);
-                    yield WatchItem::Closed { reason: Reason::Error, message: Some("the watch ended early".into()) };
-                    return;
+                    item = items.next() => item,
+                };
+                match item {
+                    Some(WatchItem::Change { seq, data }) => {
+                        if admitted.send(data.to_string().len() as u64).await.is_err() {
+                            admitted.end(Reason::MaxBytes);
+                            yield WatchItem::Closed { reason: Reason::MaxBytes, message: None };
+                            return;
+                        }
+                        yield WatchItem::Change { seq, data };
+                    }
+                    Some(WatchItem::Closed { reason, message }) => {
+                        admitted.end(reason);
+                        yield WatchItem::Closed { reason, message };
+                        return;
+                    }
+                    Some(overflow) => yield overflow,
+                    // `items` always ends with a close.
+                    None => {
+                        admitted.end(Reason::Error);
+                        yield WatchItem::Closed { reason: Reason::Error, message: Some("the watch ended early".into()) };
+                        return;
+                    }
                 }
             }
-        }
-    })
+        })
+    }
 }
 
 /// The daemon's watch events as items, ending with a close: `Done` when the daemon ends the
