@@ -36,8 +36,7 @@ pub struct Relay {
     pub sandboxes: Arc<sandboxes::Sandboxes>,
     pub watches: watch::Watches,
     pub processes: processes::Processes,
-    /// Running unstreamed execs, per token.
-    pub unstreamed: Arc<exec::Unstreamed>,
+    pub execs: Arc<exec::Execs>,
     /// This run of the relay, in the tags of the commands it starts (random at each start).
     pub run: String,
     pub limits: config::Limits,
@@ -168,6 +167,16 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     };
     let secrets = Arc::new(secrets::Secrets::new(store.clone()).await.map_err(StartError::Secrets)?);
     fleet.load(&store, &secrets.redactor()).await?;
+    // This run of the relay, in the tags of the commands it starts.
+    let run = crate::random::hex(4);
+    let execs = exec::Execs::new(
+        sandboxes.clone(),
+        streams.clone(),
+        store.clone(),
+        key.clone(),
+        run.clone(),
+        config.limits.clone(),
+    );
     let watches = watch::Watches::new(sandboxes.clone(), streams.clone(), config.limits.buffer_bytes);
     let relay = Arc::new(Relay {
         store: store.clone(),
@@ -175,8 +184,8 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         sandboxes,
         watches,
         processes: processes::Processes::default(),
-        unstreamed: Arc::default(),
-        run: crate::random::hex(4),
+        execs,
+        run,
         limits: config.limits.clone(),
         streams,
         sessions: sessions::Sessions::new(harnesses, settings),

@@ -15,18 +15,21 @@ use futures::{Stream, StreamExt};
 use hangar_proto::process::{process_event, StartResponse};
 
 use crate::{
-    app::Relay,
     auth::{Caller, MacKey},
+    config::Limits,
     envd::Envd,
     error::{Error, Limit, Result},
     events,
     processes::OutputStream,
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
-    sandboxes::run::{self, Program, Runner},
-    store::SandboxRow,
+    sandboxes::{
+        run::{self, Program, Runner},
+        Sandboxes,
+    },
+    store::{SandboxRow, Store},
     streams::{
         buffer::{Buffer, Full, Shed},
-        Front, Kind, Reason, MESSAGE_OVERHEAD,
+        Front, Kind, Reason, Streams, MESSAGE_OVERHEAD,
     },
     text::{Tail, Utf8Decoder},
 };
@@ -128,6 +131,33 @@ pub fn parse_tag(key: &MacKey, sandbox: &SandboxRow, tag: &str) -> Option<ExecTa
         mode: m,
         run: run.to_string(),
     })
+}
+
+/// Commands run to their end: what they need and nothing else.
+pub struct Execs {
+    sandboxes: Arc<Sandboxes>,
+    streams: Arc<Streams>,
+    /// Where a spared command's tag is kept for the next run of the relay.
+    store: Arc<Store>,
+    /// Running unstreamed execs, per token (recovery adopts an earlier run's).
+    pub unstreamed: Arc<Unstreamed>,
+    /// The MAC key and this run of the relay, in every command's tag.
+    key: MacKey,
+    run: String,
+    limits: Limits,
+}
+
+impl Execs {
+    pub fn new(
+        sandboxes: Arc<Sandboxes>,
+        streams: Arc<Streams>,
+        store: Arc<Store>,
+        key: MacKey,
+        run: String,
+        limits: Limits,
+    ) -> Arc<Execs> {
+        Arc::new(Execs { sandboxes, streams, store, unstreamed: Arc::default(), key, run, limits })
+    }
 }
 
 /// Running unstreamed execs, per token: they count against
@@ -416,7 +446,7 @@ fn daemon_events(
 /// provider's exec without one. Not cut off by its client: it runs to its end or its timeout,
 /// and counts against `HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN` until then, even when the client
 /// that asked is gone.
-pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
+pub async fn run(relay: &Arc<Execs>, caller: &Caller, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
     let row = relay.sandboxes.enter(reference, caller).await?;
     relay.sandboxes.runnable(&row)?;
     req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
@@ -464,7 +494,7 @@ pub async fn run(relay: &Arc<Relay>, caller: &Caller, reference: &str, mut req: 
 /// shutdown, pause or destroyed sandbox spares it and the result says `closed` and why. Without
 /// a daemon the output arrives in one piece at the end.
 pub async fn stream(
-    relay: Arc<Relay>,
+    relay: Arc<Execs>,
     caller: &Caller,
     reference: &str,
     mut req: ExecRequest,

@@ -100,7 +100,7 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
             done.orphans_killed += 1;
         } else {
             // Counts against its token until it ends: its end is read from the daemon.
-            let slot = relay.unstreamed.adopt(&token);
+            let slot = relay.execs.unstreamed.adopt(&token);
             let envd = envd.clone();
             let tag = tag.to_string();
             tokio::spawn(async move {

@@ -199,6 +199,7 @@ pub async fn caller_of(store: &Store, token_id: &str) -> std::result::Result<Opt
 }
 
 /// The relay's MAC key, created 0600 on first start.
+#[derive(Clone)]
 pub struct MacKey([u8; 32]);
 
 impl MacKey {

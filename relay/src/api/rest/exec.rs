@@ -53,7 +53,7 @@ pub async fn exec(
     Path(reference): Path<String>,
     Body(body): Body<ExecBody>,
 ) -> Result<Json<ExecResult>, ApiError> {
-    Ok(Json(exec::run(&relay, &caller, &reference, request(body)?).await?))
+    Ok(Json(exec::run(&relay.execs, &caller, &reference, request(body)?).await?))
 }
 
 /// `{"data": ...}`, borrowed: each line's event is serialized straight from the text.
@@ -80,6 +80,6 @@ pub async fn exec_stream(
     Path(reference): Path<String>,
     Body(body): Body<ExecBody>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let events = exec::stream(relay, &caller, &reference, request(body)?, Front::Rest).await?;
+    let events = exec::stream(relay.execs.clone(), &caller, &reference, request(body)?, Front::Rest).await?;
     Ok(Sse::new(events.map(|ev| Ok(event(&ev)))).keep_alive(sse::keep_alive()))
 }

@@ -50,12 +50,12 @@ pub async fn call(
     let req = a.run.checked()?;
     let progress = ctx.meta.get_progress_token();
     let Some(token) = progress.filter(|_| a.stream) else {
-        let r = exec::run(relay, caller, &a.at.sandbox, req).await?;
+        let r = exec::run(&relay.execs, caller, &a.at.sandbox, req).await?;
         return Ok(done(result(&r), &["stdout", "stderr"]));
     };
     // Dropping this stream (the call cancelled: the SDK drops the handler's future) kills the
     // command; the relay's closes (revocation, shutdown, ...) end it with a result.
-    let events = exec::stream(relay.clone(), caller, &a.at.sandbox, req, Front::Mcp).await?;
+    let events = exec::stream(relay.execs.clone(), caller, &a.at.sandbox, req, Front::Mcp).await?;
     futures::pin_mut!(events);
     let mut sent: u64 = 0;
     loop {
