@@ -35,7 +35,7 @@ pub struct Relay {
     pub key: auth::MacKey,
     pub sandboxes: Arc<sandboxes::Sandboxes>,
     pub watches: watch::Watches,
-    pub processes: processes::Processes,
+    pub processes: Arc<processes::Processes>,
     pub execs: Arc<exec::Execs>,
     /// This run of the relay, in the tags of the commands it starts (random at each start).
     pub run: String,
@@ -169,6 +169,13 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     fleet.load(&store, &secrets.redactor()).await?;
     // This run of the relay, in the tags of the commands it starts.
     let run = crate::random::hex(4);
+    let processes = processes::Processes::new(
+        sandboxes.clone(),
+        store.clone(),
+        streams.clone(),
+        key.clone(),
+        config.limits.clone(),
+    );
     let execs = exec::Execs::new(
         sandboxes.clone(),
         streams.clone(),
@@ -183,7 +190,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         key,
         sandboxes,
         watches,
-        processes: processes::Processes::default(),
+        processes,
         execs,
         run,
         limits: config.limits.clone(),
@@ -222,7 +229,7 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     let recheck = tokio::spawn(revocation::recheck(relay.clone()));
     // What a crash left behind is dealt with while the relay already serves.
     let recovered = tokio::spawn(recovery::recover(relay.clone()));
-    let unattached = tokio::spawn(processes::watch_unattached(relay.clone()));
+    let unattached = tokio::spawn(processes::watch_unattached(relay.processes.clone()));
     // Live turns carry on from their saved positions.
     let turns = tokio::spawn(sessions::resume(relay.clone()));
     // So do live jobs (each from its recorded state).

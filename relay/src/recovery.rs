@@ -77,7 +77,7 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
     let Some(envd) = relay.sandboxes.daemon(row).await? else {
         for token in revoked {
             let who = Caller::of_token(token);
-            done.revoked_killed += processes::kill_all(relay, &who, row).await?;
+            done.revoked_killed += processes::kill_all(&relay.processes, &who, row).await?;
         }
         return Ok(done);
     };
@@ -119,12 +119,12 @@ async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -
     // what they print while nobody follows them is lost).
     for token in revoked {
         let who = Caller::of_token(token);
-        done.revoked_killed += processes::kill_all(relay, &who, row).await?;
+        done.revoked_killed += processes::kill_all(&relay.processes, &who, row).await?;
     }
     if envd.is_e2b() {
         let live: Vec<String> =
             relay.store.tokens().await?.into_iter().filter(|t| t.revoked_at.is_none()).map(|t| t.id).collect();
-        done.followed = processes::recover_followed(relay, row, &envd, &live).await?;
+        done.followed = processes::recover_followed(&relay.processes, row, &envd, &live).await?;
     }
     Ok(done)
 }

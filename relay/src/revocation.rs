@@ -34,7 +34,7 @@ pub async fn revoked(relay: &Relay, token_id: &str) -> Revoked {
     // Streamed commands die with their streams (their kill guard stays armed for `revoked`).
     let streams = relay.streams.close_token(token_id, Reason::Revoked);
     let who = Caller::of_token(token_id);
-    let processes = processes::kill_everywhere(relay, &who).await;
+    let processes = processes::kill_everywhere(&relay.processes, &who).await;
     events::RevocationDone { token: token_id, streams, processes }.emit();
     Revoked { streams, processes }
 }

@@ -19,7 +19,6 @@ use super::{
     valid_id, Backend, Items, ProcessState, ProcessView, Processes, KILL_GRACE_MS,
 };
 use crate::{
-    app::Relay,
     auth::{Caller, MacKey},
     envd::Envd,
     error::{daemon_error, Error, Result},
@@ -288,7 +287,13 @@ impl Backend for DaemonProcesses<'_> {
         }
     }
 
-    async fn follow(&self, _: &Arc<Relay>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items> {
+    async fn follow(
+        &self,
+        _: &Arc<super::Processes>,
+        id: &str,
+        since: Option<u64>,
+        encoding: Encoding,
+    ) -> Result<Items> {
         let items = self.attach(id, since, encoding).await?;
         // Drained as the daemon sends it, whatever the reader's pace: a reader that stops must
         // not hold the sandbox's shared connection (streams::buffer).

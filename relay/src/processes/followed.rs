@@ -31,7 +31,6 @@ use super::{
     Backend, Items, ProcessState, ProcessView, KILL_GRACE_MS,
 };
 use crate::{
-    app::Relay,
     auth::{Caller, MacKey},
     envd::Envd,
     error::{daemon_error, Error, Result},
@@ -583,7 +582,13 @@ impl Backend for FollowedProcesses<'_> {
         Ok(())
     }
 
-    async fn follow(&self, _: &Arc<Relay>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items> {
+    async fn follow(
+        &self,
+        _: &Arc<super::Processes>,
+        id: &str,
+        since: Option<u64>,
+        encoding: Encoding,
+    ) -> Result<Items> {
         // Read from the relay's own ring: a reader behind it gets a gap, and holds no connection.
         Ok(Box::pin(self.attach(id, since, encoding).await?))
     }

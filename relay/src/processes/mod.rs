@@ -33,14 +33,14 @@ pub use polled::watch_unattached;
 use polled::PolledProcesses;
 
 use crate::{
-    app::Relay,
-    auth::Caller,
+    auth::{Caller, MacKey},
+    config::Limits,
     envd::Envd,
     error::{Error, Limit, Result},
     events,
     exec::check_command,
-    sandboxes::run::Runner,
-    store::{SandboxRow, SandboxState},
+    sandboxes::{run::Runner, Sandboxes},
+    store::{SandboxRow, SandboxState, Store},
     streams::{self, Front, Kind, Reason},
     text::Encoding,
     time::Epoch,
@@ -104,9 +104,14 @@ pub struct ProcessView {
 
 type Owner = (String, String);
 
-/// What the relay keeps about background processes across requests.
-#[derive(Default)]
+/// Background processes: what they need (the sandboxes, the store, the streams, the MAC key and
+/// the limits) and what the relay keeps about them across requests.
 pub struct Processes {
+    sandboxes: Arc<Sandboxes>,
+    store: Arc<Store>,
+    streams: Arc<streams::Streams>,
+    key: MacKey,
+    limits: Limits,
     /// (sandbox id, process id) of those this run of the relay started: the others are adopted.
     started: Mutex<HashSet<Owner>>,
     /// One lock per (token, sandbox): counting the running processes and starting one more
@@ -117,6 +122,25 @@ pub struct Processes {
 }
 
 impl Processes {
+    pub fn new(
+        sandboxes: Arc<Sandboxes>,
+        store: Arc<Store>,
+        streams: Arc<streams::Streams>,
+        key: MacKey,
+        limits: Limits,
+    ) -> Arc<Processes> {
+        Arc::new(Processes {
+            sandboxes,
+            store,
+            streams,
+            key,
+            limits,
+            started: Mutex::default(),
+            starting: Mutex::default(),
+            followed: followed::Registry::default(),
+        })
+    }
+
     fn remember(&self, sandbox: &str, id: &str) {
         self.started.lock().unwrap_or_else(|p| p.into_inner()).insert((sandbox.to_string(), id.to_string()));
     }
@@ -148,7 +172,7 @@ trait Backend: Send + Sync {
     async fn kill(&self, id: &str) -> Result<()>;
     /// The output from `since`, then live, then the end; ownership checked before anything
     /// streams. The stream outlives the request, so it may hold the relay.
-    async fn follow(&self, relay: &Arc<Relay>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items>;
+    async fn follow(&self, p: &Arc<Processes>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items>;
 }
 
 /// A sandbox opened for its background processes: its runner, and the pids the relay started
@@ -159,10 +183,10 @@ struct Opened<'a> {
 }
 
 impl<'a> Opened<'a> {
-    async fn of(relay: &'a Relay, row: SandboxRow) -> Result<Opened<'a>> {
-        let runner = Runner::open(&relay.sandboxes, row).await?;
+    async fn of(p: &'a Processes, row: SandboxRow) -> Result<Opened<'a>> {
+        let runner = Runner::open(&p.sandboxes, row).await?;
         let started = match runner.envd {
-            Some(_) => relay.store.started_pids(&runner.row.id).await?,
+            Some(_) => p.store.started_pids(&runner.row.id).await?,
             None => HashMap::new(),
         };
         Ok(Opened { runner, started })
@@ -173,12 +197,12 @@ impl<'a> Opened<'a> {
     }
 
     /// The backend that serves the sandbox's processes: the one place that tells them apart.
-    fn backend<'b>(&'b self, relay: &'b Relay, caller: &'b Caller) -> Box<dyn Backend + 'b> {
-        let (sandbox, started, key) = (&self.runner.row, &self.started, &relay.key);
+    fn backend<'b>(&'b self, p: &'b Processes, caller: &'b Caller) -> Box<dyn Backend + 'b> {
+        let (sandbox, started, key) = (&self.runner.row, &self.started, &p.key);
         match &self.runner.envd {
             // A daemon without hangar's extensions (E2B's envd): the relay follows each process.
             Some(envd) if envd.is_e2b() => {
-                Box::new(FollowedProcesses { envd, key, caller, sandbox, started, registry: &relay.processes.followed })
+                Box::new(FollowedProcesses { envd, key, caller, sandbox, started, registry: &p.followed })
             }
             Some(envd) => Box::new(DaemonProcesses {
                 envd,
@@ -186,42 +210,42 @@ impl<'a> Opened<'a> {
                 caller,
                 sandbox,
                 started,
-                processes: &relay.processes,
-                buffer_bytes: relay.limits.buffer_bytes,
+                processes: p,
+                buffer_bytes: p.limits.buffer_bytes,
             }),
-            None => Box::new(PolledProcesses { relay, runner: &self.runner, caller }),
+            None => Box::new(PolledProcesses { processes: p, runner: &self.runner, caller }),
         }
     }
 }
 
 /// The caller's sandbox opened, if the caller may work inside it (its isolation).
-async fn open<'a>(relay: &'a Relay, caller: &Caller, reference: &str) -> Result<Opened<'a>> {
-    Opened::of(relay, relay.sandboxes.enter(reference, caller).await?).await
+async fn open<'a>(p: &'a Processes, caller: &Caller, reference: &str) -> Result<Opened<'a>> {
+    Opened::of(p, p.sandboxes.enter(reference, caller).await?).await
 }
 
 /// At a relay's start: follows again the running background processes `tokens` started in a
 /// sandbox whose daemon is E2B's (their tags' MACs checked); how many.
-pub async fn recover_followed(relay: &Relay, row: &SandboxRow, envd: &Envd, tokens: &[String]) -> Result<usize> {
-    let started = relay.store.started_pids(&row.id).await?;
-    followed::recover(envd, &relay.key, &relay.processes.followed, row, &started, tokens).await
+pub async fn recover_followed(p: &Processes, row: &SandboxRow, envd: &Envd, tokens: &[String]) -> Result<usize> {
+    let started = p.store.started_pids(&row.id).await?;
+    followed::recover(envd, &p.key, &p.followed, row, &started, tokens).await
 }
 
 /// Starts `command` (bash -lc) and returns as soon as it runs, within
 /// `HANGAR_BACKGROUND_MAX_PER_TOKEN` running processes per token and sandbox.
 pub async fn start(
-    relay: &Relay,
+    p: &Processes,
     caller: &Caller,
     reference: &str,
     command: &str,
     cwd: Option<String>,
 ) -> Result<ProcessView> {
     check_command(command)?;
-    let opened = open(relay, caller, reference).await?;
-    let (row, b) = (opened.row(), opened.backend(relay, caller));
-    let cwd = cwd.map(|c| relay.sandboxes.resolve_cwd(row, &c)).transpose()?;
-    let lock = relay.processes.start_lock(&caller.token_id, &row.id);
+    let opened = open(p, caller, reference).await?;
+    let (row, b) = (opened.row(), opened.backend(p, caller));
+    let cwd = cwd.map(|c| p.sandboxes.resolve_cwd(row, &c)).transpose()?;
+    let lock = p.start_lock(&caller.token_id, &row.id);
     let _held = lock.lock().await;
-    let limit = relay.limits.background_per_token;
+    let limit = p.limits.background_per_token;
     let running = b.list().await?.iter().filter(|p| p.state == ProcessState::Running).count();
     if running >= limit {
         let message =
@@ -230,44 +254,44 @@ pub async fn start(
     }
     let id = format!("p_{}", crate::random::hex(6));
     let view = b.start(id, command, cwd).await?;
-    relay.processes.remember(&row.id, &view.process_id);
+    p.remember(&row.id, &view.process_id);
     if !view.polled {
-        relay.store.record_started(&row.id, &view.process_id, view.pid).await?;
+        p.store.record_started(&row.id, &view.process_id, view.pid).await?;
     }
     Ok(view)
 }
 
 /// The caller's processes in the sandbox, running and recently exited.
-pub async fn list(relay: &Relay, caller: &Caller, reference: &str) -> Result<Vec<ProcessView>> {
-    open(relay, caller, reference).await?.backend(relay, caller).list().await
+pub async fn list(p: &Processes, caller: &Caller, reference: &str) -> Result<Vec<ProcessView>> {
+    open(p, caller, reference).await?.backend(p, caller).list().await
 }
 
 /// One of the caller's processes (another token's is not found).
-pub async fn get(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> Result<ProcessView> {
+pub async fn get(p: &Processes, caller: &Caller, reference: &str, id: &str) -> Result<ProcessView> {
     check_id(id)?;
-    open(relay, caller, reference).await?.backend(relay, caller).get(id).await
+    open(p, caller, reference).await?.backend(p, caller).get(id).await
 }
 
 /// Writes to its stdin; `eof` closes it. Needs the daemon.
-pub async fn input(relay: &Relay, caller: &Caller, reference: &str, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
+pub async fn input(p: &Processes, caller: &Caller, reference: &str, id: &str, data: Vec<u8>, eof: bool) -> Result<()> {
     check_id(id)?;
     if data.is_empty() && !eof {
         return Err(Error::invalid("nothing to do: give input, eof, or both"));
     }
-    open(relay, caller, reference).await?.backend(relay, caller).input(id, data, eof).await
+    open(p, caller, reference).await?.backend(p, caller).input(id, data, eof).await
 }
 
 /// SIGTERM to its process group, SIGKILL 3 s later if it is still running.
-pub async fn kill(relay: &Relay, caller: &Caller, reference: &str, id: &str) -> Result<()> {
+pub async fn kill(p: &Processes, caller: &Caller, reference: &str, id: &str) -> Result<()> {
     check_id(id)?;
-    open(relay, caller, reference).await?.backend(relay, caller).kill(id).await
+    open(p, caller, reference).await?.backend(p, caller).kill(id).await
 }
 
 /// Kills every running process `caller` has in the sandbox (its token was revoked); how many.
 /// The relay's own doing, so no isolation rule applies.
-pub async fn kill_all(relay: &Relay, caller: &Caller, row: &SandboxRow) -> Result<usize> {
-    let opened = Opened::of(relay, row.clone()).await?;
-    let b = opened.backend(relay, caller);
+pub async fn kill_all(p: &Processes, caller: &Caller, row: &SandboxRow) -> Result<usize> {
+    let opened = Opened::of(p, row.clone()).await?;
+    let b = opened.backend(p, caller);
     let running: Vec<ProcessView> = b.list().await?.into_iter().filter(|p| p.state == ProcessState::Running).collect();
     for p in &running {
         b.kill(&p.process_id).await?;
@@ -280,7 +304,7 @@ type Items = Pin<Box<dyn Stream<Item = Output> + Send>>;
 /// The output from `since` (default: all still kept), then live, then the end; with the
 /// sandbox's id. Ownership is checked before anything streams.
 async fn follow(
-    relay: &Arc<Relay>,
+    p: &Arc<Processes>,
     caller: &Caller,
     reference: &str,
     id: &str,
@@ -288,8 +312,8 @@ async fn follow(
     encoding: Encoding,
 ) -> Result<(String, Items)> {
     check_id(id)?;
-    let opened = open(relay, caller, reference).await?;
-    let items = opened.backend(relay, caller).follow(relay, id, since, encoding).await?;
+    let opened = open(p, caller, reference).await?;
+    let items = opened.backend(p, caller).follow(p, id, since, encoding).await?;
     Ok((opened.row().id.clone(), items))
 }
 
@@ -363,7 +387,7 @@ impl Attached {
 
 /// Follows a process's output as a stream admitted against the limits (`front` says who serves it).
 pub async fn attach(
-    relay: &Arc<Relay>,
+    p: &Arc<Processes>,
     caller: &Caller,
     reference: &str,
     id: &str,
@@ -371,8 +395,8 @@ pub async fn attach(
     encoding: Encoding,
     front: Front,
 ) -> Result<Attached> {
-    let (sandbox_id, items) = follow(relay, caller, reference, id, since, encoding).await?;
-    let admitted = relay.streams.open(caller, &sandbox_id, Kind::Process, front)?;
+    let (sandbox_id, items) = follow(p, caller, reference, id, since, encoding).await?;
+    let admitted = p.streams.open(caller, &sandbox_id, Kind::Process, front)?;
     Ok(Attached { items, admitted, pending: None, over: false })
 }
 
@@ -391,7 +415,7 @@ pub struct Read {
 /// Reads a process's output (what was written before the read, and what comes during its
 /// wait); `on_data` sees each piece as it comes. The process as it is after the read.
 pub async fn read(
-    relay: &Arc<Relay>,
+    p: &Arc<Processes>,
     caller: &Caller,
     reference: &str,
     id: &str,
@@ -400,7 +424,7 @@ pub async fn read(
 ) -> Result<(ProcessView, Chunk)> {
     let chunk = match how.admit {
         Some(front) => {
-            let mut attached = attach(relay, caller, reference, id, how.since, how.encoding, front).await?;
+            let mut attached = attach(p, caller, reference, id, how.since, how.encoding, front).await?;
             let chunk = {
                 let items = futures::stream::unfold(&mut attached, |a| async move {
                     let item = a.next().await?;
@@ -413,17 +437,17 @@ pub async fn read(
             chunk?
         }
         None => {
-            let (_, items) = follow(relay, caller, reference, id, how.since, how.encoding).await?;
+            let (_, items) = follow(p, caller, reference, id, how.since, how.encoding).await?;
             output::fold(items, how.since, how.encoding, how.wait, how.tail, on_data).await?
         }
     };
-    let view = get(relay, caller, reference, id).await?;
+    let view = get(p, caller, reference, id).await?;
     Ok((view, chunk))
 }
 
 /// Ends what a revoked token has running in every running sandbox; failures are said, not dropped.
-pub async fn kill_everywhere(relay: &Relay, caller: &Caller) -> usize {
-    let sandboxes = match relay.sandboxes.list().await {
+pub async fn kill_everywhere(p: &Processes, caller: &Caller) -> usize {
+    let sandboxes = match p.sandboxes.list().await {
         Ok(s) => s,
         Err(e) => {
             events::RevocationIncomplete { token: &caller.token_id, sandbox: "*", error: &e.to_string() }.emit();
@@ -432,7 +456,7 @@ pub async fn kill_everywhere(relay: &Relay, caller: &Caller) -> usize {
     };
     let mut killed = 0;
     for row in sandboxes.iter().filter(|s| s.state == SandboxState::Running) {
-        match kill_all(relay, caller, row).await {
+        match kill_all(p, caller, row).await {
             Ok(n) => killed += n,
             Err(e) => {
                 events::RevocationIncomplete { token: &caller.token_id, sandbox: &row.name, error: &e.to_string() }

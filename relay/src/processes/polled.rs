@@ -11,10 +11,9 @@ use futures::Stream;
 
 use super::{
     output::{Output, OutputStream},
-    Backend, Items, ProcessState, ProcessView,
+    Backend, Items, ProcessState, ProcessView, Processes,
 };
 use crate::{
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
     events,
@@ -70,7 +69,7 @@ fn parse_probe(line: &str) -> Option<Probe> {
 
 /// A caller's detached processes in one sandbox without a daemon.
 pub struct PolledProcesses<'a> {
-    pub relay: &'a Relay,
+    pub processes: &'a Processes,
     /// The sandbox, through its provider.
     pub runner: &'a Runner<'a>,
     pub caller: &'a Caller,
@@ -91,7 +90,7 @@ impl PolledProcesses<'_> {
 
     async fn rows(&self) -> Result<Vec<DetachedRow>> {
         Ok(self
-            .relay
+            .processes
             .store
             .detached(&self.sandbox().id, &self.caller.token_id, store::now() - RETENTION_SECONDS)
             .await?)
@@ -139,7 +138,7 @@ impl PolledProcesses<'_> {
 
     /// Records the end the first time it is seen.
     async fn ended(&self, d: &DetachedRow) -> Result<()> {
-        self.relay.store.end_detached(&d.id, store::now()).await?;
+        self.processes.store.end_detached(&d.id, store::now()).await?;
         events::DetachedEnded { sandbox: &self.sandbox().name, process_id: &d.id }.emit();
         Ok(())
     }
@@ -178,7 +177,7 @@ impl Backend for PolledProcesses<'_> {
             started_at: store::now(),
             ended_at: None,
         };
-        self.relay.store.insert_detached(&row).await?;
+        self.processes.store.insert_detached(&row).await?;
         Ok(self.view(&row, &Probe { running: true, code: None, size: 0 }))
     }
 
@@ -228,29 +227,35 @@ impl Backend for PolledProcesses<'_> {
         Err(Error::NeedsDaemon { sandbox: self.sandbox().name.clone(), what: "input to a background process" })
     }
 
-    async fn follow(&self, relay: &Arc<Relay>, id: &str, since: Option<u64>, encoding: Encoding) -> Result<Items> {
+    async fn follow(
+        &self,
+        processes: &Arc<Processes>,
+        id: &str,
+        since: Option<u64>,
+        encoding: Encoding,
+    ) -> Result<Items> {
         self.get(id).await?;
         let (sandbox, caller) = (self.sandbox().clone(), self.caller.clone());
-        Ok(Box::pin(output(relay.clone(), sandbox, caller, id.to_string(), since, encoding)))
+        Ok(Box::pin(output(processes.clone(), sandbox, caller, id.to_string(), since, encoding)))
     }
 }
 
 /// Every `POLL_UNATTACHED`, looks at the detached processes not yet seen to end.
-pub async fn watch_unattached(relay: std::sync::Arc<Relay>) {
+pub async fn watch_unattached(processes: std::sync::Arc<Processes>) {
     let mut tick = tokio::time::interval(POLL_UNATTACHED);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Ok(owners) = relay.store.detached_owners_running().await else { continue };
+        let Ok(owners) = processes.store.detached_owners_running().await else { continue };
         for (sandbox_id, token_id) in owners {
-            let Ok(Some(sandbox)) = relay.store.sandbox(&sandbox_id).await else { continue };
+            let Ok(Some(sandbox)) = processes.store.sandbox(&sandbox_id).await else { continue };
             if sandbox.state != SandboxState::Running {
                 continue;
             }
             let caller = Caller::of_token(&token_id);
-            let runner = Runner::provider(&relay.sandboxes, sandbox);
+            let runner = Runner::provider(&processes.sandboxes, sandbox);
             // `list` records the ends it sees.
-            if let Err(e) = (PolledProcesses { relay: &relay, runner: &runner, caller: &caller }).list().await {
+            if let Err(e) = (PolledProcesses { processes: &processes, runner: &runner, caller: &caller }).list().await {
                 let sandbox = &runner.row;
                 events::PollFailed { sandbox: &sandbox.name, error: &e.to_string() }.emit();
             }
@@ -261,7 +266,7 @@ pub async fn watch_unattached(relay: std::sync::Arc<Relay>) {
 /// Output from `since` as it is written, polled every 0.5 s, then the end. The first poll
 /// says where output is (`Start`) and reads from `since` at once.
 pub fn output(
-    relay: std::sync::Arc<Relay>,
+    processes: std::sync::Arc<Processes>,
     sandbox: SandboxRow,
     caller: Caller,
     id: String,
@@ -269,8 +274,8 @@ pub fn output(
     encoding: Encoding,
 ) -> impl Stream<Item = Output> + Send + 'static {
     async_stream::stream! {
-        let runner = Runner::provider(&relay.sandboxes, sandbox);
-        let at = PolledProcesses { relay: &relay, runner: &runner, caller: &caller };
+        let runner = Runner::provider(&processes.sandboxes, sandbox);
+        let at = PolledProcesses { processes: &processes, runner: &runner, caller: &caller };
         let broken = |e: Error| Output::Closed { reason: Reason::Error, message: Some(e.to_string()) };
         let d = match at.row(&id).await {
             Ok(d) => d,

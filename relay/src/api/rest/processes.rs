@@ -45,7 +45,7 @@ pub async fn start(
     Path(reference): Path<String>,
     Body(body): Body<StartBody>,
 ) -> Result<(StatusCode, Json<ProcessView>), ApiError> {
-    let view = processes::start(&relay, &caller, &reference, &body.command, body.cwd).await?;
+    let view = processes::start(&relay.processes, &caller, &reference, &body.command, body.cwd).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -54,7 +54,7 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let list = processes::list(&relay, &caller, &reference).await?;
+    let list = processes::list(&relay.processes, &caller, &reference).await?;
     Ok(Json(serde_json::json!({ "processes": list })))
 }
 
@@ -76,7 +76,8 @@ pub async fn read(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let how = Read { since: q.since, encoding: q.encoding, wait: Duration::ZERO, tail: usize::MAX, admit: None };
     let (view, c) =
-        processes::read(&relay, &caller, &reference, &id, how, Box::new(|_, _| Box::pin(async { true }))).await?;
+        processes::read(&relay.processes, &caller, &reference, &id, how, Box::new(|_, _| Box::pin(async { true })))
+            .await?;
     Ok(Json(serde_json::json!({
         "process": view,
         "since": c.since,
@@ -135,7 +136,8 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let since = resume_from(&headers, &q)?;
-    let attached = processes::attach(&relay, &caller, &reference, &id, since, q.encoding, Front::Rest).await?;
+    let attached =
+        processes::attach(&relay.processes, &caller, &reference, &id, since, q.encoding, Front::Rest).await?;
     let encoding = q.encoding;
     let events = attached.into_stream().filter_map(move |item| async move { event(&item, encoding).map(Ok) });
     Ok(Sse::new(events).keep_alive(sse::keep_alive()))
@@ -165,7 +167,7 @@ pub async fn input(
     } else {
         body.input.into_bytes()
     };
-    processes::input(&relay, &caller, &reference, &id, data, body.eof).await?;
+    processes::input(&relay.processes, &caller, &reference, &id, data, body.eof).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -174,6 +176,6 @@ pub async fn kill(
     Extension(caller): Extension<Caller>,
     Path((reference, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    processes::kill(&relay, &caller, &reference, &id).await?;
+    processes::kill(&relay.processes, &caller, &reference, &id).await?;
     Ok(StatusCode::ACCEPTED)
 }

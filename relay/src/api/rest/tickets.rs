@@ -52,7 +52,7 @@ pub async fn create(
 /// could only answer 404.
 async fn check_target(relay: &Relay, caller: &Caller, target: &StreamTarget) -> Result<(), Error> {
     match target {
-        StreamTarget::Process { sandbox, id } => processes::get(relay, caller, sandbox, id).await.map(drop),
+        StreamTarget::Process { sandbox, id } => processes::get(&relay.processes, caller, sandbox, id).await.map(drop),
         StreamTarget::Watch { sandbox } => relay.sandboxes.enter(sandbox, caller).await.map(drop),
         StreamTarget::Session(session) => sessions::find(relay, caller, session).await.map(drop),
         StreamTarget::Job(job) => jobs::find(relay, caller, job).await.map(drop),

@@ -92,17 +92,19 @@ pub async fn call(
 ) -> Result<CallToolResult> {
     match SHAPE.read(raw)? {
         Args::Start { at, body } => {
-            let view = processes::start(relay, caller, &at.sandbox, &body.command, body.cwd).await?;
+            let view = processes::start(&relay.processes, caller, &at.sandbox, &body.command, body.cwd).await?;
             Ok(done(json!({ "process_id": view.process_id, "process": view }), &[]))
         }
-        Args::List(at) => Ok(done(json!({ "processes": processes::list(relay, caller, &at.sandbox).await? }), &[])),
+        Args::List(at) => {
+            Ok(done(json!({ "processes": processes::list(&relay.processes, caller, &at.sandbox).await? }), &[]))
+        }
         Args::Kill(of) => {
-            processes::kill(relay, caller, &of.at.sandbox, &of.process_id).await?;
+            processes::kill(&relay.processes, caller, &of.at.sandbox, &of.process_id).await?;
             Ok(done(json!({ "process_id": of.process_id, "killed": true }), &[]))
         }
         Args::Input { of, input, eof } => {
             processes::input(
-                relay,
+                &relay.processes,
                 caller,
                 &of.at.sandbox,
                 &of.process_id,
@@ -152,7 +154,7 @@ async fn attach(
         })
     });
     let (view, c) = tokio::select! {
-        r = processes::read(relay, caller, sandbox, id, how, on_data) => r?,
+        r = processes::read(&relay.processes, caller, sandbox, id, how, on_data) => r?,
         _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
     };
     let state = if c.exit_code.is_some() { ProcessState::Exited } else { view.state };
