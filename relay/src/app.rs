@@ -37,6 +37,7 @@ pub struct Relay {
     pub watches: watch::Watches,
     pub processes: Arc<processes::Processes>,
     pub execs: Arc<exec::Execs>,
+    pub revoker: Arc<revocation::Revoker>,
     /// This run of the relay, in the tags of the commands it starts (random at each start).
     pub run: String,
     pub limits: config::Limits,
@@ -176,6 +177,8 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         key.clone(),
         config.limits.clone(),
     );
+    let revoker =
+        Arc::new(revocation::Revoker { store: store.clone(), streams: streams.clone(), processes: processes.clone() });
     let execs = exec::Execs::new(
         sandboxes.clone(),
         streams.clone(),
@@ -192,6 +195,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         watches,
         processes,
         execs,
+        revoker,
         run,
         limits: config.limits.clone(),
         streams,
@@ -226,9 +230,16 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
         events::Listening { addr }.emit();
     }
     let relay = bound.relay;
-    let recheck = tokio::spawn(revocation::recheck(relay.clone()));
+    let recheck = tokio::spawn(revocation::recheck(relay.revoker.clone(), relay.limits.recheck()));
     // What a crash left behind is dealt with while the relay already serves.
-    let recovered = tokio::spawn(recovery::recover(relay.clone()));
+    let recovered = tokio::spawn(recovery::recover(recovery::Recovery {
+        sandboxes: relay.sandboxes.clone(),
+        store: relay.store.clone(),
+        processes: relay.processes.clone(),
+        execs: relay.execs.clone(),
+        key: relay.key.clone(),
+        run: relay.run.clone(),
+    }));
     let unattached = tokio::spawn(processes::watch_unattached(relay.processes.clone()));
     // Live turns carry on from their saved positions.
     let turns = tokio::spawn(sessions::resume(relay.clone()));

@@ -50,28 +50,6 @@ pub struct ExecRequest {
     pub timeout: Duration,
 }
 
-/// The longest argument Linux passes to a program (`MAX_ARG_STRLEN`, 32 pages): a command is
-/// one argument of `bash -lc`.
-pub const MAX_COMMAND_BYTES: usize = 32 * 4096 - 1;
-
-/// Refuses a command no kernel would run: empty, with a NUL byte (argv strings end at one), or
-/// longer than one argument may be.
-pub fn check_command(command: &str) -> Result<()> {
-    if command.trim().is_empty() {
-        return Err(Error::invalid("command must not be empty"));
-    }
-    if command.contains('\0') {
-        return Err(Error::invalid("command must not contain a NUL byte"));
-    }
-    if command.len() > MAX_COMMAND_BYTES {
-        return Err(Error::invalid(format!(
-            "command is {} bytes: the kernel takes at most {MAX_COMMAND_BYTES} in one argument (write a script to a file instead)",
-            command.len()
-        )));
-    }
-    Ok(())
-}
-
 /// Whether an exec's client reads its output as it prints (and its command dies with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -208,7 +186,7 @@ impl Drop for Slot {
 impl ExecRequest {
     /// Checks what a client asked for: a command, and a timeout (seconds) within bounds.
     pub fn new(command: String, cwd: Option<String>, timeout: Option<u64>) -> Result<ExecRequest> {
-        check_command(&command)?;
+        run::check_command(&command)?;
         let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
         if timeout == 0 || timeout > MAX_TIMEOUT_SECONDS {
             return Err(Error::invalid(format!("timeout: 1 to {MAX_TIMEOUT_SECONDS} seconds")));
@@ -667,8 +645,8 @@ mod tests {
 
     #[test]
     fn commands_longer_than_one_argument_are_refused() {
-        assert!(check_command(&"x".repeat(MAX_COMMAND_BYTES)).is_ok());
-        assert!(matches!(check_command(&"x".repeat(MAX_COMMAND_BYTES + 1)), Err(Error::Invalid(_))));
+        assert!(run::check_command(&"x".repeat(run::MAX_COMMAND_BYTES)).is_ok());
+        assert!(matches!(run::check_command(&"x".repeat(run::MAX_COMMAND_BYTES + 1)), Err(Error::Invalid(_))));
     }
 
     fn shown(q: &VecDeque<ExecEvent>) -> Vec<String> {

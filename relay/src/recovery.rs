@@ -14,14 +14,25 @@ use hangar_proto::{
 };
 
 use crate::{
-    app::Relay,
-    auth::Caller,
+    auth::{Caller, MacKey},
     envd::Envd,
     events,
-    exec::{self, Mode},
-    processes,
-    store::{SandboxRow, SandboxState},
+    exec::{self, Execs, Mode},
+    processes::{self, Processes},
+    sandboxes::Sandboxes,
+    store::{SandboxRow, SandboxState, Store},
 };
+
+/// What recovery reads and acts through: the sandboxes and the store, the processes and the
+/// execs it adopts or kills, and the MAC key and this run's id the tags are checked against.
+pub struct Recovery {
+    pub sandboxes: Arc<Sandboxes>,
+    pub store: Arc<Store>,
+    pub processes: Arc<Processes>,
+    pub execs: Arc<Execs>,
+    pub key: MacKey,
+    pub run: String,
+}
 
 /// What recovery did in one sandbox.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +48,7 @@ pub struct Recovered {
 }
 
 /// Looks at every running sandbox once, at start.
-pub async fn recover(relay: Arc<Relay>) {
+pub async fn recover(relay: Recovery) {
     let sandboxes = match relay.sandboxes.list().await {
         Ok(s) => s,
         Err(e) => {
@@ -71,7 +82,7 @@ async fn kill(envd: &Envd, pid: u32) -> Result<(), tonic::Status> {
     envd.kill_pid(pid).await
 }
 
-async fn sandbox(relay: &Arc<Relay>, row: &mut SandboxRow, revoked: &[String]) -> crate::error::Result<Recovered> {
+async fn sandbox(relay: &Recovery, row: &mut SandboxRow, revoked: &[String]) -> crate::error::Result<Recovered> {
     let mut done = Recovered::default();
     // Processes without a daemon: the relay's rows say whose they are.
     let Some(envd) = relay.sandboxes.daemon(row).await? else {

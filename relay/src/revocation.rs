@@ -6,12 +6,20 @@
 use std::sync::Arc;
 
 use crate::{
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
-    events, processes,
-    streams::Reason,
+    events,
+    processes::{self, Processes},
+    store::Store,
+    streams::{Reason, Streams},
 };
+
+/// What revoking needs: the tokens' store, the streams to end and the processes to kill.
+pub struct Revoker {
+    pub store: Arc<Store>,
+    pub streams: Arc<Streams>,
+    pub processes: Arc<Processes>,
+}
 
 /// What a revocation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +29,7 @@ pub struct Revoked {
 }
 
 /// Revokes a live token, then ends what it has open and running.
-pub async fn revoke(relay: &Relay, token_id: &str) -> Result<Revoked> {
+pub async fn revoke(relay: &Revoker, token_id: &str) -> Result<Revoked> {
     if !relay.store.revoke_token(token_id).await? {
         return Err(Error::not_found(format!("no live token {token_id:?}")));
     }
@@ -30,7 +38,7 @@ pub async fn revoke(relay: &Relay, token_id: &str) -> Result<Revoked> {
 }
 
 /// Ends what a revoked token has open and running.
-pub async fn revoked(relay: &Relay, token_id: &str) -> Revoked {
+pub async fn revoked(relay: &Revoker, token_id: &str) -> Revoked {
     // Streamed commands die with their streams (their kill guard stays armed for `revoked`).
     let streams = relay.streams.close_token(token_id, Reason::Revoked);
     let who = Caller::of_token(token_id);
@@ -40,8 +48,8 @@ pub async fn revoked(relay: &Relay, token_id: &str) -> Revoked {
 }
 
 /// Every recheck interval, ends what revoked tokens still have open.
-pub async fn recheck(relay: Arc<Relay>) {
-    let mut tick = tokio::time::interval(relay.limits.recheck());
+pub async fn recheck(relay: Arc<Revoker>, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

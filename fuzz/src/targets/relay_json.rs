@@ -63,7 +63,7 @@ pub fn run(data: &[u8]) {
             Ok(r) => {
                 assert!((1..=hangar_relay::exec::MAX_TIMEOUT_SECONDS).contains(&r.timeout.as_secs()), "{r:?}");
                 assert!(!r.command.trim().is_empty() && !r.command.contains('\0'), "{r:?}");
-                assert!(r.command.len() <= hangar_relay::exec::MAX_COMMAND_BYTES);
+                assert!(r.command.len() <= hangar_relay::sandboxes::run::MAX_COMMAND_BYTES);
             }
             Err(e) => bad_request(&e),
         }),

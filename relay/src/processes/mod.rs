@@ -38,8 +38,10 @@ use crate::{
     envd::Envd,
     error::{Error, Limit, Result},
     events,
-    exec::check_command,
-    sandboxes::{run::Runner, Sandboxes},
+    sandboxes::{
+        run::{check_command, Runner},
+        Sandboxes,
+    },
     store::{SandboxRow, SandboxState, Store},
     streams::{self, Front, Kind, Reason},
     text::Encoding,

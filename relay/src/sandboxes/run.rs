@@ -219,6 +219,28 @@ impl<'a> Runner<'a> {
     }
 }
 
+/// The longest argument Linux passes to a program (`MAX_ARG_STRLEN`, 32 pages): a command is
+/// one argument of `bash -lc`.
+pub const MAX_COMMAND_BYTES: usize = 32 * 4096 - 1;
+
+/// Refuses a command no kernel would run: empty, with a NUL byte (argv strings end at one), or
+/// longer than one argument may be.
+pub fn check_command(command: &str) -> Result<()> {
+    if command.trim().is_empty() {
+        return Err(Error::invalid("command must not be empty"));
+    }
+    if command.contains('\0') {
+        return Err(Error::invalid("command must not contain a NUL byte"));
+    }
+    if command.len() > MAX_COMMAND_BYTES {
+        return Err(Error::invalid(format!(
+            "command is {} bytes: the kernel takes at most {MAX_COMMAND_BYTES} in one argument (write a script to a file instead)",
+            command.len()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};

@@ -39,6 +39,6 @@ pub async fn list(State(relay): State<Arc<Relay>>) -> Result<Json<serde_json::Va
 }
 
 pub async fn revoke(State(relay): State<Arc<Relay>>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    revocation::revoke(&relay, &id).await?;
+    revocation::revoke(&relay.revoker, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
