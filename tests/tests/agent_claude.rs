@@ -606,13 +606,25 @@ async fn run_session(
     cwd: &str,
     extra: Value,
 ) -> (Value, Vec<(String, Value)>) {
+    run_session_within(relay, name, harness, cwd, extra, LIMIT).await
+}
+
+/// `run_session`, waiting up to `limit` for the turn to end.
+async fn run_session_within(
+    relay: &Relay,
+    name: &str,
+    harness: &str,
+    cwd: &str,
+    extra: Value,
+    limit: Duration,
+) -> (Value, Vec<(String, Value)>) {
     let mut body = json!({"name": name, "sandbox": "default", "harness": harness, "prompt": "Go.", "cwd": cwd,
         "secrets": SECRETS});
     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
         b.extend(e.clone());
     }
     start(relay, ADMIN, body).await;
-    let s = until_ended(relay, ADMIN, name, LIMIT).await;
+    let s = until_ended(relay, ADMIN, name, limit).await;
     let events = all_events(relay, ADMIN, name).await;
     assert_contiguous(&events);
     (s, agent_events(&events))
@@ -779,7 +791,9 @@ async fn a_turn_of_two_thousand_events_is_recorded_whole() {
     script.push(Step::text("Read it a thousand times."));
     let model = Model::start(script);
     secrets_for(&relay, &model).await;
-    let (s, ev) = run_session(&relay, "many", "claude-code", &cwd, json!({})).await;
+    // Ten model calls of a hundred tool calls each: about 25 s on a loaded CI machine, so the
+    // wait is longer than one turn's (what this asserts is that nothing is lost, not how fast).
+    let (s, ev) = run_session_within(&relay, "many", "claude-code", &cwd, json!({}), LIMIT * 4).await;
     assert_eq!(s["state"], json!("succeeded"), "{s}");
     assert_eq!(model.left(), 0, "every answer taken");
     assert!(ev.len() > 2000, "{} events", ev.len());

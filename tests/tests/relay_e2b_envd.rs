@@ -261,9 +261,12 @@ async fn after_a_restart_processes_are_adopted_by_tag_and_the_earlier_output_is_
     // Ends while no relay follows it.
     docker_ok(&["exec", &container_of(&sbx_id), "kill", &pid.to_string()]);
     let relay = Relay::start(&state.0, &[]);
-    // Recovery follows what runs before anyone asks (its log line says how many).
+    // Recovery follows what runs before anyone asks (its log line says how many). Waited for in
+    // this sandbox's line: the `default` sandbox has one too, and a read made before this
+    // sandbox's recovery would follow the process itself, leaving recovery nothing to follow.
+    let recovered = format!("event=\"recovered\" sandbox=\"{sbx}\"");
     within(LIMIT, "recovery", async {
-        while !relay.log().contains("followed=") {
+        while !relay.log().contains(&recovered) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
@@ -297,7 +300,9 @@ async fn after_a_restart_processes_are_adopted_by_tag_and_the_earlier_output_is_
     let (status, v) = call(&relay, &user.secret, "GET", &format!("/api/sandboxes/{sbx}/processes/{ended}"), None).await;
     assert_eq!(status, 404, "{v}");
     assert!(v["error"]["message"].as_str().unwrap_or("").contains("lists running processes only"), "{v}");
-    assert!(relay.log().contains("followed=1"), "recovery followed the one running process: {}", relay.log());
+    let log = relay.log();
+    let line = log.lines().find(|l| l.contains(&recovered)).unwrap_or_default();
+    assert!(line.contains("followed=1"), "recovery followed the one running process: {line}");
 }
 
 /// A cancel on E2B's envd, which has no group signal with escalation: the relay signals the
