@@ -424,23 +424,23 @@ fn daemon_events(
 /// provider's exec without one. Not cut off by its client: it runs to its end or its timeout,
 /// and counts against `HANGAR_EXEC_UNSTREAMED_MAX_PER_TOKEN` until then, even when the client
 /// that asked is gone.
-pub async fn run(relay: &Arc<Execs>, caller: &Caller, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
-    let row = relay.sandboxes.enter(reference, caller).await?;
-    relay.sandboxes.runnable(&row)?;
-    req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
-    let slot = relay.unstreamed.take(&caller.token_id, relay.limits.unstreamed_execs_per_token)?;
-    let runner = Runner::open_any(&relay.sandboxes, row).await;
+pub async fn run(execs: &Arc<Execs>, caller: &Caller, reference: &str, mut req: ExecRequest) -> Result<ExecResult> {
+    let row = execs.sandboxes.enter(reference, caller).await?;
+    execs.sandboxes.runnable(&row)?;
+    req.cwd = req.cwd.map(|c| execs.sandboxes.resolve_cwd(&row, &c)).transpose()?;
+    let slot = execs.unstreamed.take(&caller.token_id, execs.limits.unstreamed_execs_per_token)?;
+    let runner = Runner::open_any(&execs.sandboxes, row).await;
     // Started before this returns, so a refusal is the caller's error.
     let events = match &runner.envd {
         Some(envd) => {
-            let tag = tag(&relay.key, &relay.run, &caller.token_id, &runner.row, Mode::Unstreamed);
+            let tag = tag(&execs.key, &execs.run, &caller.token_id, &runner.row, Mode::Unstreamed);
             Some(through_daemon(envd.clone(), req.clone(), tag, Arc::new(AtomicBool::new(true))).await?)
         }
         None => None,
     };
     let row = runner.row;
     // The command runs on in its own task whatever happens to this call (its client may go).
-    let relay = relay.clone();
+    let execs = execs.clone();
     let task = tokio::spawn(async move {
         let _slot = slot;
         let result = match events {
@@ -455,7 +455,7 @@ pub async fn run(relay: &Arc<Execs>, caller: &Caller, reference: &str, mut req: 
                 result.ok_or_else(|| Error::daemon("the command's stream ended without a result"))?
             }
             None => {
-                let runner = Runner::provider(&relay.sandboxes, row.clone());
+                let runner = Runner::provider(&execs.sandboxes, row.clone());
                 from_fallback(runner.fallback(&req.command, req.cwd.as_deref(), &[], req.timeout).await?)
             }
         };
@@ -472,19 +472,19 @@ pub async fn run(relay: &Arc<Execs>, caller: &Caller, reference: &str, mut req: 
 /// shutdown, pause or destroyed sandbox spares it and the result says `closed` and why. Without
 /// a daemon the output arrives in one piece at the end.
 pub async fn stream(
-    relay: Arc<Execs>,
+    execs: Arc<Execs>,
     caller: &Caller,
     reference: &str,
     mut req: ExecRequest,
     front: Front,
 ) -> Result<impl Stream<Item = ExecEvent> + Send + 'static> {
-    let row = relay.sandboxes.enter(reference, caller).await?;
-    relay.sandboxes.runnable(&row)?;
-    req.cwd = req.cwd.map(|c| relay.sandboxes.resolve_cwd(&row, &c)).transpose()?;
-    let mut stream = relay.streams.open(caller, &row.id, Kind::Exec, front)?;
+    let row = execs.sandboxes.enter(reference, caller).await?;
+    execs.sandboxes.runnable(&row)?;
+    req.cwd = req.cwd.map(|c| execs.sandboxes.resolve_cwd(&row, &c)).transpose()?;
+    let mut stream = execs.streams.open(caller, &row.id, Kind::Exec, front)?;
     let spare = Arc::new(AtomicBool::new(false));
-    let tag = tag(&relay.key, &relay.run, &caller.token_id, &row, Mode::Streamed);
-    let runner = Runner::open_any(&relay.sandboxes, row).await;
+    let tag = tag(&execs.key, &execs.run, &caller.token_id, &row, Mode::Streamed);
+    let runner = Runner::open_any(&execs.sandboxes, row).await;
     let events: std::pin::Pin<Box<dyn Stream<Item = ExecEvent> + Send>> = match &runner.envd {
         Some(envd) => match through_daemon(envd.clone(), req, tag.clone(), spare.clone()).await {
             Ok(events) => Box::pin(events),
@@ -502,11 +502,11 @@ pub async fn stream(
                     return Err(e);
                 }
             }
-            let relay = relay.clone();
+            let execs = execs.clone();
             let row = runner.row.clone();
             Box::pin(
                 futures::stream::once(async move {
-                    let runner = Runner::provider(&relay.sandboxes, row);
+                    let runner = Runner::provider(&execs.sandboxes, row);
                     runner.fallback(&req.command, req.cwd.as_deref(), &[], req.timeout).await
                 })
                 .flat_map(|r| {
@@ -537,8 +537,8 @@ pub async fn stream(
     // daemon holds the command back when the relay stops reading); once it has taken nothing
     // for the stall bound, the command runs on and the client's oldest output goes. Either way
     // its stream never holds the sandbox's shared connection (streams::buffer).
-    let full = Full::Hold { stall: relay.limits.stall() };
-    let events = Buffer::spawn(events, ShedOldestText::default(), relay.limits.buffer_bytes, full);
+    let full = Full::Hold { stall: execs.limits.stall() };
+    let events = Buffer::spawn(events, ShedOldestText::default(), execs.limits.buffer_bytes, full);
     Ok(async_stream::stream! {
         // What the client was sent, for a result when the stream is cut off.
         let (mut out, mut err) = (Tail::new(RESULT_TAIL_BYTES), Tail::new(RESULT_TAIL_BYTES));
@@ -553,7 +553,7 @@ pub async fn stream(
                     if matches!(reason, Reason::Shutdown | Reason::Paused | Reason::Destroyed) {
                         spare.store(true, Ordering::SeqCst);
                         // A restarted relay must know this one was spared, not orphaned.
-                        if let Err(e) = relay.store.spare_exec(&sandbox_id, &tag).await {
+                        if let Err(e) = execs.store.spare_exec(&sandbox_id, &tag).await {
                             events::CleanupFailed { what: "recording a spared command", error: &e.to_string() }.emit();
                         }
                     }
