@@ -1,12 +1,10 @@
-//! The application: the state every request shares (`Relay`), binding it to its port, and
-//! serving the APIs until a signal. The binary only parses flags and calls these.
+//! The application: building the handles every request shares (`handles::Relay`), binding them
+//! to a port, and serving the APIs until a signal. The binary only parses flags and calls these.
 use std::{net::SocketAddr, sync::Arc};
 
 use crate::{
-    api, auth,
-    config::{self, Config},
-    events, exec, feed, fleet, inbox, jobs, processes, providers, recovery, revocation, sandboxes, secrets, sessions,
-    store, streams, watch,
+    api, auth, config::Config, events, exec, feed, fleet, handles::Relay, inbox, jobs, processes, providers, recovery,
+    revocation, sandboxes, secrets, sessions, store, streams, watch,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -29,33 +27,6 @@ pub enum StartError {
     E2b(String),
 }
 
-/// What every request shares.
-pub struct Relay {
-    pub store: Arc<store::Store>,
-    pub key: auth::MacKey,
-    pub sandboxes: Arc<sandboxes::Sandboxes>,
-    pub watches: watch::Watches,
-    pub processes: Arc<processes::Processes>,
-    pub execs: Arc<exec::Execs>,
-    pub revoker: Arc<revocation::Revoker>,
-    /// This run of the relay, in the tags of the commands it starts (random at each start).
-    pub run: String,
-    pub limits: config::Limits,
-    pub streams: Arc<streams::Streams>,
-    pub sessions: sessions::Sessions,
-    pub jobs: jobs::Jobs,
-    /// The open inbox items, in memory as well as in the store.
-    pub inbox: Arc<inbox::Inbox>,
-    /// The fleet view's memory (sandboxes, sessions, jobs, live pictures) and its change log.
-    pub fleet: Arc<fleet::Fleet>,
-    pub secrets: Arc<secrets::Secrets>,
-    /// The change feed the writers publish to; the fleet and the inbox subscribe in `bind`.
-    pub feed: Arc<feed::Feed>,
-    /// Browsers' one-use tickets into SSE streams (in memory only).
-    pub tickets: auth::tickets::Tickets,
-    pub tokens: auth::Tokens,
-}
-
 /// A relay bound to its port, with the admin secret to show if one was generated.
 pub struct Bound {
     pub listener: tokio::net::TcpListener,
@@ -63,6 +34,10 @@ pub struct Bound {
     pub generated_admin_secret: Option<String>,
     /// `Host` values the MCP endpoint accepts.
     pub mcp_allowed_hosts: Vec<String>,
+    /// What `serve` recovers from a crash while it already serves.
+    pub recovery: recovery::Recovery,
+    /// How often revoked tokens' streams are looked for (`revocation::recheck`).
+    pub recheck: std::time::Duration,
 }
 
 /// What each of the relay's threads does as it starts: asks for the configured scheduling slice
@@ -132,8 +107,6 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
     // E2B is reached only when an e2b sandbox is used: without a key the relay starts all the same.
     let e2b = providers::e2b::E2bProvider::new(&config.e2b).map_err(StartError::E2b)?;
     let streams = streams::Streams::new(config.limits.clone());
-    let inbox = Arc::new(inbox::Inbox::new(store.open_items().await?, config.sessions.inbox_expiry()));
-    let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential, inbox.clone()));
     let feed = feed::Feed::new();
     let sandboxes = Arc::new(sandboxes::Sandboxes::new(
         store.clone(),
@@ -167,7 +140,6 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         ask_expiry: s.inbox_expiry(),
     };
     let secrets = Arc::new(secrets::Secrets::new(store.clone()).await.map_err(StartError::Secrets)?);
-    fleet.load(&store, &secrets.redactor()).await?;
     // This run of the relay, in the tags of the commands it starts.
     let run = crate::random::hex(4);
     let processes = processes::Processes::new(
@@ -187,36 +159,77 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
         run.clone(),
         config.limits.clone(),
     );
-    let watches = watch::Watches::new(sandboxes.clone(), streams.clone(), config.limits.buffer_bytes);
-    let relay = Arc::new(Relay {
+    let sessions = sessions::Sessions::new(
+        sessions::Uses {
+            store: store.clone(),
+            sandboxes: sandboxes.clone(),
+            secrets: secrets.clone(),
+            feed: feed.clone(),
+            streams: streams.clone(),
+            key: key.clone(),
+        },
+        harnesses,
+        settings,
+    );
+    let inbox = inbox::Inbox::new(
+        inbox::Uses {
+            store: store.clone(),
+            sandboxes: sandboxes.clone(),
+            sessions: sessions.clone(),
+            secrets: secrets.clone(),
+        },
+        store.open_items().await?,
+        config.sessions.inbox_expiry(),
+    );
+    let fleet = Arc::new(fleet::Fleet::new(config.sessions.max_runs_per_credential, inbox.clone()));
+    fleet.load(&store, &secrets.redactor()).await?;
+    let jobs = jobs::Jobs::new(jobs::Uses {
         store: store.clone(),
+        sandboxes: sandboxes.clone(),
+        sessions: sessions.clone(),
+        secrets: secrets.clone(),
+        feed: feed.clone(),
+    });
+    let watches = watch::Watches::new(sandboxes.clone(), streams.clone(), config.limits.buffer_bytes);
+    let recovery = recovery::Recovery {
+        sandboxes: sandboxes.clone(),
+        store: store.clone(),
+        processes: processes.clone(),
+        execs: execs.clone(),
         key,
+        run,
+    };
+    let relay = Arc::new(Relay {
         sandboxes,
         watches,
         processes,
         execs,
         revoker,
-        run,
-        limits: config.limits.clone(),
         streams,
-        sessions: sessions::Sessions::new(harnesses, settings),
-        jobs: jobs::Jobs::default(),
+        sessions: sessions.clone(),
+        jobs,
         inbox,
         fleet: fleet.clone(),
         secrets: secrets.clone(),
-        feed: feed.clone(),
         tickets: auth::tickets::Tickets::new(config.ticket_lifetime()),
         tokens: auth::Tokens::new(store.clone(), feed.clone()),
     });
     feed.subscribe(Arc::new(fleet::Keeper { fleet, secrets }));
-    feed.subscribe(Arc::new(inbox::Subscriber { relay: Arc::downgrade(&relay) }));
+    feed.subscribe(Arc::new(inbox::Subscriber { inbox: Arc::downgrade(&relay.inbox) }));
     relay.sandboxes.ensure_default().await.map_err(StartError::DefaultSandbox)?;
-    tokio::spawn(sessions::gone::follow(relay.clone(), vanished));
+    tokio::spawn(sessions::gone::follow(relay.sessions.clone(), vanished));
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| StartError::Bind { addr: config.listen, source })?;
-    Ok(Bound { listener, relay, generated_admin_secret, mcp_allowed_hosts: config.mcp_allowed_hosts.clone() })
+    Ok(Bound {
+        listener,
+        relay,
+        generated_admin_secret,
+        mcp_allowed_hosts: config.mcp_allowed_hosts.clone(),
+        recovery,
+        recheck: config.limits.recheck(),
+    })
 }
 
 /// Serves until SIGTERM or SIGINT. Then every open stream ends at once with `shutdown`, new
@@ -230,23 +243,16 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
         events::Listening { addr }.emit();
     }
     let relay = bound.relay;
-    let recheck = tokio::spawn(revocation::recheck(relay.revoker.clone(), relay.limits.recheck()));
+    let recheck = tokio::spawn(revocation::recheck(relay.revoker.clone(), bound.recheck));
     // What a crash left behind is dealt with while the relay already serves.
-    let recovered = tokio::spawn(recovery::recover(recovery::Recovery {
-        sandboxes: relay.sandboxes.clone(),
-        store: relay.store.clone(),
-        processes: relay.processes.clone(),
-        execs: relay.execs.clone(),
-        key: relay.key.clone(),
-        run: relay.run.clone(),
-    }));
+    let recovered = tokio::spawn(recovery::recover(bound.recovery));
     let unattached = tokio::spawn(processes::watch_unattached(relay.processes.clone()));
     // Live turns carry on from their saved positions.
-    let turns = tokio::spawn(sessions::resume(relay.clone()));
+    let turns = tokio::spawn(sessions::resume(relay.sessions.clone()));
     // So do live jobs (each from its recorded state).
-    jobs::resume(&relay).await;
+    jobs::resume(&relay.jobs).await;
     // Open approvals and questions expire on time.
-    let inbox_clock = tokio::spawn(inbox::run(relay.clone()));
+    let inbox_clock = tokio::spawn(inbox::run(relay.inbox.clone()));
     // The fleet hears of inbox items as they open and end.
     let inbox = tokio::spawn(fleet::watch_inbox(relay.fleet.clone()));
     let signalled = async move {

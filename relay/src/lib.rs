@@ -3,8 +3,9 @@
 //!
 //! Layers, each knowing only those below it (`scripts/check-layers` checks it; docs/architecture.md
 //! has the tree and each part's invariant):
-//! - `app`: the application's state, binding and serving (wiring only).
+//! - `app`: building the handles, binding and serving (wiring only).
 //! - `api`: HTTP, the only module that knows it (REST/SSE, MCP).
+//! - `handles`: the handles `app` builds and `api` serves with (`Relay`); no area imports it.
 //! - the domain: `sandboxes`, `exec`, `processes`, `watch`, `sessions`, `jobs`, `inbox`, `fleet`,
 //!   `secrets`, `streams`, `revocation`, `recovery`; writers tell the fleet and the inbox through
 //!   the `feed`.
@@ -20,6 +21,7 @@ pub mod events;
 pub mod exec;
 pub mod feed;
 pub mod fleet;
+pub mod handles;
 pub mod inbox;
 pub mod jobs;
 pub mod processes;

@@ -10,9 +10,9 @@ use axum::{
 
 use super::ApiError;
 use crate::{
-    app::Relay,
     auth::{tickets::TicketError, Caller, Scope},
     events,
+    handles::Relay,
 };
 
 /// Puts the `Caller` of a valid `Authorization: Bearer <token>` in the request, or answers 401.

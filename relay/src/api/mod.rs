@@ -17,7 +17,7 @@ use std::sync::Arc;
 use axum::Router;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::Relay;
+use crate::handles::Relay;
 
 pub use error::ApiError;
 

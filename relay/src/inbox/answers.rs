@@ -6,9 +6,9 @@ use hangar_agents::inbox::{Answer, Outcome, PROTOCOL};
 
 use super::{end, find, new_item, open};
 use crate::{
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
+    inbox::Inbox,
     sessions::supervisor::Shell,
     store::{ItemKind, ItemRow, ItemState},
     time,
@@ -36,7 +36,7 @@ fn check_text(what: &str, text: &str) -> Result<()> {
 
 /// Allows or denies an open approval.
 pub async fn decide(
-    relay: &Relay,
+    inbox: &Inbox,
     caller: &Caller,
     reference: &str,
     decision: Decision,
@@ -45,8 +45,8 @@ pub async fn decide(
     if let Some(r) = reason {
         check_text("reason", r)?;
     }
-    let _one = relay.inbox.deciding.lock().await;
-    let item = open_ask(relay, caller, reference, ItemKind::Approval, "an approval takes a decision").await?;
+    let _one = inbox.deciding.lock().await;
+    let item = open_ask(inbox, caller, reference, ItemKind::Approval, "an approval takes a decision").await?;
     let reason = reason.map(str::to_string);
     let (outcome, to) = match decision {
         Decision::Allow => {
@@ -61,31 +61,31 @@ pub async fn decide(
         }
         Decision::Deny => (Outcome::Deny { reason: reason.clone() }, ItemState::Denied),
     };
-    write(relay, &item, outcome).await?;
-    end(relay, &item, to, &caller.person, reason.as_deref()).await?;
+    write(inbox, &item, outcome).await?;
+    end(inbox, &item, to, &caller.person, reason.as_deref()).await?;
     if decision == Decision::Deny {
-        denied(relay, &item, reason.as_deref().unwrap_or("denied")).await?;
+        denied(inbox, &item, reason.as_deref().unwrap_or("denied")).await?;
     }
-    find(relay, caller, &item.id).await
+    find(inbox, caller, &item.id).await
 }
 
 /// Answers an open question.
-pub async fn answer(relay: &Relay, caller: &Caller, reference: &str, text: &str) -> Result<ItemRow> {
+pub async fn answer(inbox: &Inbox, caller: &Caller, reference: &str, text: &str) -> Result<ItemRow> {
     check_text("answer", text)?;
     if text.trim().is_empty() {
         return Err(Error::invalid("answer: must not be empty"));
     }
-    let _one = relay.inbox.deciding.lock().await;
-    let item = open_ask(relay, caller, reference, ItemKind::Question, "a question takes an answer").await?;
-    write(relay, &item, Outcome::Answer { text: text.to_string() }).await?;
-    end(relay, &item, ItemState::Answered, &caller.person, Some(text)).await?;
-    find(relay, caller, &item.id).await
+    let _one = inbox.deciding.lock().await;
+    let item = open_ask(inbox, caller, reference, ItemKind::Question, "a question takes an answer").await?;
+    write(inbox, &item, Outcome::Answer { text: text.to_string() }).await?;
+    end(inbox, &item, ItemState::Answered, &caller.person, Some(text)).await?;
+    find(inbox, caller, &item.id).await
 }
 
 /// The open ask of `kind` that `reference` names among the caller's (`takes` says what only
 /// that kind takes, for the refusal of another kind).
-async fn open_ask(relay: &Relay, caller: &Caller, reference: &str, kind: ItemKind, takes: &str) -> Result<ItemRow> {
-    let item = find(relay, caller, reference).await?;
+async fn open_ask(inbox: &Inbox, caller: &Caller, reference: &str, kind: ItemKind, takes: &str) -> Result<ItemRow> {
+    let item = find(inbox, caller, reference).await?;
     if item.kind != kind {
         return Err(Error::invalid(format!("inbox item {:?} is a {}: only {takes}", item.id, item.kind.as_str())));
     }
@@ -97,18 +97,18 @@ async fn open_ask(relay: &Relay, caller: &Caller, reference: &str, kind: ItemKin
 
 /// Ends an ask nobody decided in time: the call denied, the question unanswered. The item ends
 /// even where the answer cannot be written (the agent's own wait ends soon after).
-pub async fn expire(relay: &Relay, item: &ItemRow) -> Result<()> {
-    let _one = relay.inbox.deciding.lock().await;
-    let reason = format!("nobody answered within {} s", relay.inbox.expiry.as_secs());
-    let written = write(relay, item, Outcome::Expired { reason: reason.clone() }).await;
-    if end(relay, item, ItemState::Expired, "hangar", Some(&reason)).await? && item.kind == ItemKind::Approval {
-        denied(relay, item, &reason).await?;
+pub async fn expire(inbox: &Inbox, item: &ItemRow) -> Result<()> {
+    let _one = inbox.deciding.lock().await;
+    let reason = format!("nobody answered within {} s", inbox.expiry.as_secs());
+    let written = write(inbox, item, Outcome::Expired { reason: reason.clone() }).await;
+    if end(inbox, item, ItemState::Expired, "hangar", Some(&reason)).await? && item.kind == ItemKind::Approval {
+        denied(inbox, item, &reason).await?;
     }
     written
 }
 
 /// A held call was denied: its person hears of it.
-async fn denied(relay: &Relay, approval: &ItemRow, reason: &str) -> Result<()> {
+async fn denied(inbox: &Inbox, approval: &ItemRow, reason: &str) -> Result<()> {
     let mut item =
         new_item(ItemKind::Denied, &approval.person, format!("Denied: {}", approval.title), reason.to_string());
     item.session_id = approval.session_id.clone();
@@ -117,21 +117,21 @@ async fn denied(relay: &Relay, approval: &ItemRow, reason: &str) -> Result<()> {
     item.sandbox_id = approval.sandbox_id.clone();
     item.sandbox_name = approval.sandbox_name.clone();
     item.tool = approval.tool.clone();
-    open(relay, item).await?;
+    open(inbox, item).await?;
     Ok(())
 }
 
 /// Writes the answer file for the item's request: as root into the split directory where the
 /// split holds (an approval's only place), else as the agent into its own.
-async fn write(relay: &Relay, item: &ItemRow, outcome: Outcome) -> Result<()> {
+async fn write(inbox: &Inbox, item: &ItemRow, outcome: Outcome) -> Result<()> {
     let (Some(sandbox_id), Some(request), Some(turn)) = (&item.sandbox_id, &item.request, &item.turn_id) else {
         return Err(Error::invalid(format!("inbox item {:?} came from no sandbox request", item.id)));
     };
     if !hangar_agents::inbox::valid_request_id(request) {
         return Err(Error::invalid(format!("inbox item {:?}: its request id is not one", item.id)));
     }
-    let row = relay.sandboxes.get(sandbox_id).await?;
-    let shell = Shell::open(relay, row).await?;
+    let row = inbox.sandboxes.get(sandbox_id).await?;
+    let shell = Shell::open(&inbox.sessions, row).await?;
     let place = shell.place().await?;
     if item.kind == ItemKind::Approval && !place.split {
         return Err(Error::invalid(format!(

@@ -34,12 +34,14 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::{
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
     events,
     feed::{self, Change},
-    store::{ItemKind, ItemState, JobState, SessionRow, TurnRow},
+    sandboxes::Sandboxes,
+    secrets::Secrets,
+    sessions::Sessions,
+    store::{ItemKind, ItemState, JobState, SessionRow, Store, TurnRow},
     time,
 };
 
@@ -50,8 +52,21 @@ pub const AGENT_TEXT: &[&str] = &["title", "text", "options", "tool"];
 /// The most ended items `GET /api/inbox?ended=true` returns.
 pub const MAX_ENDED: usize = 200;
 
-/// The inbox's shared state: the open items, and a counter of changes that readers wait on.
+/// What the inbox uses of the relay: handles the wiring builds once and shares.
+pub struct Uses {
+    pub store: Arc<Store>,
+    pub sandboxes: Arc<Sandboxes>,
+    pub sessions: Arc<Sessions>,
+    pub secrets: Arc<Secrets>,
+}
+
+/// The inbox's handles and shared state: the open items, and a counter of changes that readers
+/// wait on.
 pub struct Inbox {
+    store: Arc<Store>,
+    sandboxes: Arc<Sandboxes>,
+    sessions: Arc<Sessions>,
+    secrets: Arc<Secrets>,
     open: Mutex<BTreeMap<String, ItemRow>>,
     changes: watch::Sender<u64>,
     /// How long an approval or a question waits before it ends by itself.
@@ -69,14 +84,20 @@ impl Inbox {
         InboxView { counts: counts(&items), items, agent_text: AGENT_TEXT }
     }
 
-    pub fn new(open: Vec<ItemRow>, expiry: Duration) -> Inbox {
-        Inbox {
+    /// The inbox with the open items the store holds (`open`).
+    pub fn new(uses: Uses, open: Vec<ItemRow>, expiry: Duration) -> Arc<Inbox> {
+        let Uses { store, sandboxes, sessions, secrets } = uses;
+        Arc::new(Inbox {
+            store,
+            sandboxes,
+            sessions,
+            secrets,
             open: Mutex::new(open.into_iter().map(|i| (i.id.clone(), i)).collect()),
             changes: watch::channel(0).0,
             expiry,
             watchers: Mutex::default(),
             deciding: tokio::sync::Mutex::new(()),
-        }
+        })
     }
 
     fn watchers(&self) -> MutexGuard<'_, HashSet<String>> {
@@ -135,17 +156,17 @@ pub struct InboxView {
 }
 
 /// The caller's open items, or (`ended`) its latest ended ones.
-pub async fn list(relay: &Relay, caller: &Caller, ended: bool) -> Result<InboxView> {
-    let mut view = relay.inbox.open_view(caller);
+pub async fn list(inbox: &Inbox, caller: &Caller, ended: bool) -> Result<InboxView> {
+    let mut view = inbox.open_view(caller);
     if ended {
-        view.items = relay.store.ended_items(caller.sees(), MAX_ENDED).await?;
+        view.items = inbox.store.ended_items(caller.sees(), MAX_ENDED).await?;
     }
     Ok(view)
 }
 
 /// The item `reference` (its id, or its approval's or question's) among the caller's.
-pub async fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
-    relay
+pub async fn find(inbox: &Inbox, caller: &Caller, reference: &str) -> Result<ItemRow> {
+    inbox
         .store
         .item(reference)
         .await?
@@ -155,8 +176,8 @@ pub async fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<Ite
 
 /// Ends an informational item (`failed`, `denied`). An approval or a question is ended by its
 /// decision or answer, not by an ack. Acking an ended item changes nothing.
-pub async fn ack(relay: &Relay, caller: &Caller, reference: &str) -> Result<ItemRow> {
-    let item = find(relay, caller, reference).await?;
+pub async fn ack(inbox: &Inbox, caller: &Caller, reference: &str) -> Result<ItemRow> {
+    let item = find(inbox, caller, reference).await?;
     if item.state == ItemState::Open {
         if item.kind.asks() {
             let route =
@@ -167,29 +188,29 @@ pub async fn ack(relay: &Relay, caller: &Caller, reference: &str) -> Result<Item
                 item.kind.as_str()
             )));
         }
-        end(relay, &item, ItemState::Acked, &caller.person, None).await?;
+        end(inbox, &item, ItemState::Acked, &caller.person, None).await?;
     }
-    find(relay, caller, &item.id).await
+    find(inbox, caller, &item.id).await
 }
 
 /// Records an item's end, in the store and in memory; `false` when it had ended already.
-async fn end(relay: &Relay, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&str>) -> Result<bool> {
-    let ended = relay.store.end_item(&item.id, to, by, outcome, time::now()).await?;
-    relay.inbox.closed(&item.id);
+async fn end(inbox: &Inbox, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&str>) -> Result<bool> {
+    let ended = inbox.store.end_item(&item.id, to, by, outcome, time::now()).await?;
+    inbox.closed(&item.id);
     if ended {
         events::InboxItemEnded { item: &item.id, kind: item.kind.as_str(), state: to.as_str(), by }.emit();
         if item.kind.asks() {
             let data = json!({ "item": item.id, "kind": item.kind.as_str(), "ask": item.ask_id, "state": to.as_str(),
                                "by": by, "source": "hangar" });
-            tell_session(relay, item, "inbox.ended", data).await?;
+            tell_session(inbox, item, "inbox.ended", data).await?;
         }
     }
     Ok(ended)
 }
 
 /// Records a new item, in the store and in memory; `false` when its request was recorded already.
-async fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
-    if !relay.store.insert_item(&item).await? {
+async fn open(inbox: &Inbox, item: ItemRow) -> Result<bool> {
+    if !inbox.store.insert_item(&item).await? {
         return Ok(false);
     }
     events::InboxItemOpened {
@@ -203,21 +224,21 @@ async fn open(relay: &Relay, item: ItemRow) -> Result<bool> {
         let data = json!({ "item": item.id, "kind": item.kind.as_str(), "ask": item.ask_id, "title": item.title,
                            "text": item.text, "options": item.options, "tool": item.tool,
                            "expires_at": item.expires_at, "source": "hangar" });
-        tell_session(relay, &item, "inbox.opened", data).await?;
+        tell_session(inbox, &item, "inbox.opened", data).await?;
     }
     if item.state == ItemState::Open {
-        relay.inbox.opened(item);
+        inbox.opened(item);
     } else {
-        relay.inbox.changed();
+        inbox.changed();
     }
     Ok(true)
 }
 
 /// Records an ask's change among its session's events, where the session's readers see it.
-async fn tell_session(relay: &Relay, item: &ItemRow, kind: &'static str, data: serde_json::Value) -> Result<()> {
+async fn tell_session(inbox: &Inbox, item: &ItemRow, kind: &'static str, data: serde_json::Value) -> Result<()> {
     if let (Some(session), Some(turn)) = (&item.session_id, &item.turn_id) {
-        if relay.store.session_by_id(session).await?.is_some() {
-            crate::sessions::record_event(relay, session, turn, kind, data).await?;
+        if inbox.store.session_by_id(session).await?.is_some() {
+            crate::sessions::record_event(&inbox.sessions, session, turn, kind, data).await?;
         }
     }
     Ok(())
@@ -265,23 +286,23 @@ fn of_session(mut item: ItemRow, session: &SessionRow, turn: Option<&TurnRow>) -
 
 /// A turn ended failed, crashed or timed out: its person hears of it (a job's session's turn
 /// is told as the job's failure instead, by `job_failed`). Its open asks are withdrawn.
-pub async fn turn_ended(relay: &Relay, session: &SessionRow, turn: &TurnRow, failed: bool) -> Result<()> {
-    for item in relay.inbox.open_items(None).into_iter().filter(|i| i.turn_id.as_deref() == Some(&turn.id)) {
+pub async fn turn_ended(inbox: &Inbox, session: &SessionRow, turn: &TurnRow, failed: bool) -> Result<()> {
+    for item in inbox.open_items(None).into_iter().filter(|i| i.turn_id.as_deref() == Some(&turn.id)) {
         if item.kind.asks() {
-            end(relay, &item, ItemState::Withdrawn, "hangar", Some("the turn ended")).await?;
+            end(inbox, &item, ItemState::Withdrawn, "hangar", Some("the turn ended")).await?;
         }
     }
-    if !failed || relay.store.job_of_session(&session.id).await?.is_some() {
+    if !failed || inbox.store.job_of_session(&session.id).await?.is_some() {
         return Ok(());
     }
     let title = format!("Turn {} of {} {}", turn.n, session.name, turn.state.as_str());
     let text = [turn.reason.as_deref(), turn.detail.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
-    open(relay, of_session(new_item(ItemKind::Failed, &session.person, title, text), session, Some(turn))).await?;
+    open(inbox, of_session(new_item(ItemKind::Failed, &session.person, title, text), session, Some(turn))).await?;
     Ok(())
 }
 
 /// A job ended `failed`: its person hears of it.
-pub async fn job_failed(relay: &Relay, job: &crate::store::JobRow) -> Result<()> {
+pub async fn job_failed(inbox: &Inbox, job: &crate::store::JobRow) -> Result<()> {
     let title = format!("Job {} failed", job.id);
     let text = [job.reason.as_deref(), job.detail.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(": ");
     let mut item = new_item(ItemKind::Failed, &job.person, title, text);
@@ -289,14 +310,14 @@ pub async fn job_failed(relay: &Relay, job: &crate::store::JobRow) -> Result<()>
     item.session_id = job.session_id.clone();
     item.sandbox_id = job.sandbox_id.clone();
     item.sandbox_name = job.sandbox_name.clone();
-    open(relay, item).await?;
+    open(inbox, item).await?;
     Ok(())
 }
 
 /// Ends every open ask of a session that is deleted.
-pub async fn session_deleted(relay: &Relay, session_id: &str) -> Result<()> {
-    for item in relay.inbox.open_items(None).into_iter().filter(|i| i.session_id.as_deref() == Some(session_id)) {
-        end(relay, &item, ItemState::Withdrawn, "hangar", Some("the session was deleted")).await?;
+pub async fn session_deleted(inbox: &Inbox, session_id: &str) -> Result<()> {
+    for item in inbox.open_items(None).into_iter().filter(|i| i.session_id.as_deref() == Some(session_id)) {
+        end(inbox, &item, ItemState::Withdrawn, "hangar", Some("the session was deleted")).await?;
     }
     Ok(())
 }
@@ -305,23 +326,23 @@ pub async fn session_deleted(relay: &Relay, session_id: &str) -> Result<()> {
 /// its person, an ended turn or a deleted session withdraws its asks, and a live turn's sandbox
 /// is watched for asks. A failure here is logged: the writer's change stands.
 pub struct Subscriber {
-    pub relay: Weak<Relay>,
+    pub inbox: Weak<Inbox>,
 }
 
 impl feed::Subscriber for Subscriber {
     fn changed<'a>(&'a self, change: Change<'a>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let Some(relay) = self.relay.upgrade() else { return };
+            let Some(inbox) = self.inbox.upgrade() else { return };
             let (what, result) = match change {
                 Change::TurnEnded { session, turn, failed } => {
-                    (turn.id.as_str(), turn_ended(&relay, session, turn, failed).await)
+                    (turn.id.as_str(), turn_ended(&inbox, session, turn, failed).await)
                 }
                 Change::JobMoved { job, .. } if job.state == JobState::Failed => {
-                    (job.id.as_str(), job_failed(&relay, job).await)
+                    (job.id.as_str(), job_failed(&inbox, job).await)
                 }
-                Change::SessionDeleted(session) => (session.id.as_str(), session_deleted(&relay, &session.id).await),
+                Change::SessionDeleted(session) => (session.id.as_str(), session_deleted(&inbox, &session.id).await),
                 Change::TurnLive { session } => {
-                    watcher::ensure(&relay, &session.sandbox_id);
+                    watcher::ensure(&inbox, &session.sandbox_id);
                     return;
                 }
                 _ => return,
@@ -335,13 +356,13 @@ impl feed::Subscriber for Subscriber {
 
 /// Keeps the inbox's clock: open asks past their expiry end by themselves (the call denied, the
 /// question unanswered), checked once a second.
-pub async fn run(relay: Arc<Relay>) {
+pub async fn run(inbox: Arc<Inbox>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
         let now = time::now();
-        for item in relay.inbox.open_items(None).into_iter().filter(|i| i.expires_at.is_some_and(|e| e <= now)) {
-            if let Err(e) = answers::expire(&relay, &item).await {
+        for item in inbox.open_items(None).into_iter().filter(|i| i.expires_at.is_some_and(|e| e <= now)) {
+            if let Err(e) = answers::expire(&inbox, &item).await {
                 events::InboxTrouble { item: &item.id, error: &e.to_string() }.emit();
             }
         }

@@ -21,9 +21,9 @@ use serde_json::json;
 use super::{new_item, of_session, open, tell_session};
 use crate::sandboxes::run::User;
 use crate::{
-    app::Relay,
     error::{daemon_error, Error, Result},
     events,
+    inbox::Inbox,
     sessions::{
         self,
         supervisor::{Place, Shell, SCRIPT_TIMEOUT},
@@ -52,21 +52,21 @@ const MAX_WAITING: usize = 256;
 const REFUSALS_BYTES: usize = 64 * 1024;
 
 /// Starts the sandbox's watcher unless one runs.
-pub fn ensure(relay: &Arc<Relay>, sandbox_id: &str) {
-    if !relay.inbox.watchers().insert(sandbox_id.to_string()) {
+pub fn ensure(inbox: &Arc<Inbox>, sandbox_id: &str) {
+    if !inbox.watchers().insert(sandbox_id.to_string()) {
         return;
     }
-    let relay = relay.clone();
+    let inbox = inbox.clone();
     let sandbox_id = sandbox_id.to_string();
     tokio::spawn(async move {
         let mut seen = HashMap::new();
         let mut wait = Duration::from_secs(1);
         loop {
-            match watch(&relay, &sandbox_id, &mut seen).await {
+            match watch(&inbox, &sandbox_id, &mut seen).await {
                 Ok(()) => return,
                 Err(e) => {
                     events::InboxTrouble { item: &sandbox_id, error: &e.to_string() }.emit();
-                    if matches!(e, Error::NotFound(_)) || stop(&relay, &sandbox_id).await {
+                    if matches!(e, Error::NotFound(_)) || stop(&inbox, &sandbox_id).await {
                         return;
                     }
                 }
@@ -81,20 +81,20 @@ pub fn ensure(relay: &Arc<Relay>, sandbox_id: &str) {
 /// starts between the look and the watcher's end found the watcher running and started none, so
 /// the store is asked again once the watcher is gone: a live turn then takes the watcher back
 /// (unless that turn started a new one).
-async fn stop(relay: &Relay, sandbox_id: &str) -> bool {
+async fn stop(inbox: &Inbox, sandbox_id: &str) -> bool {
     let live = |l: Result<Vec<_>>| l.map_or(true, |l| !l.is_empty());
-    if live(live_sessions(relay, sandbox_id).await) {
+    if live(live_sessions(inbox, sandbox_id).await) {
         return false;
     }
-    relay.inbox.watchers().remove(sandbox_id);
-    !(live(live_sessions(relay, sandbox_id).await) && relay.inbox.watchers().insert(sandbox_id.to_string()))
+    inbox.watchers().remove(sandbox_id);
+    !(live(live_sessions(inbox, sandbox_id).await) && inbox.watchers().insert(sandbox_id.to_string()))
 }
 
 /// The sandbox's sessions with a live turn, and that turn.
-async fn live_sessions(relay: &Relay, sandbox_id: &str) -> Result<Vec<(SessionRow, TurnRow)>> {
+async fn live_sessions(inbox: &Inbox, sandbox_id: &str) -> Result<Vec<(SessionRow, TurnRow)>> {
     let mut live = Vec::new();
-    for s in relay.store.sessions_in_sandbox(sandbox_id).await? {
-        if let Some(t) = relay.store.live_turns_of(&s.id).await?.into_iter().next() {
+    for s in inbox.store.sessions_in_sandbox(sandbox_id).await? {
+        if let Some(t) = inbox.store.live_turns_of(&s.id).await?.into_iter().next() {
             live.push((s, t));
         }
     }
@@ -168,11 +168,11 @@ impl Pending {
     }
 }
 
-async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut SeenByTurn) -> Result<()> {
-    let row = relay.sandboxes.get(sandbox_id).await?;
-    let shell = Shell::open(relay, row).await?;
+async fn watch(inbox: &Inbox, sandbox_id: &str, seen: &mut SeenByTurn) -> Result<()> {
+    let row = inbox.sandboxes.get(sandbox_id).await?;
+    let shell = Shell::open(&inbox.sessions, row).await?;
     let place = shell.place().await?;
-    let mut pending = scan(relay, &shell, &place, seen, &Pending::all()).await?;
+    let mut pending = scan(inbox, &shell, &place, seen, &Pending::all()).await?;
     let e2b = shell.envd.as_ref().is_some_and(|e| e.is_e2b());
     let mut changes: Option<Changes> = match &shell.envd {
         // The agent's commands write in the same sandbox through the same mount: inotify sees
@@ -210,7 +210,7 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut SeenByTurn) -> Result
         None => None,
     };
     // A request written between the first scan and the watch's start.
-    pending.merge(scan(relay, &shell, &place, seen, &Pending::all()).await?);
+    pending.merge(scan(inbox, &shell, &place, seen, &Pending::all()).await?);
     loop {
         // Directories left with files by the last scan are listed again at once.
         if pending.is_empty() {
@@ -225,12 +225,12 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut SeenByTurn) -> Result
                     _ = tokio::time::sleep(RECHECK) => pending.all = e2b,
                 },
                 None => {
-                    tokio::time::sleep(relay.sessions.settings.poll).await;
+                    tokio::time::sleep(inbox.sessions.settings.poll).await;
                     pending.all = true;
                 }
             }
         }
-        if stop(relay, sandbox_id).await {
+        if stop(inbox, sandbox_id).await {
             return Ok(());
         }
         if pending.is_empty() {
@@ -245,20 +245,20 @@ async fn watch(relay: &Relay, sandbox_id: &str, seen: &mut SeenByTurn) -> Result
                 }
             }
         }
-        pending = scan(relay, &shell, &place, seen, &pending).await?;
+        pending = scan(inbox, &shell, &place, seen, &pending).await?;
     }
 }
 
 /// Scans the inbox of each live turn `pending` lists (`scan_turn`), one script run each;
 /// forgets the turns no longer live. The turns whose files are left for the next scan.
 async fn scan(
-    relay: &Relay,
+    inbox: &Inbox,
     shell: &Shell<'_>,
     place: &Place,
     seen: &mut SeenByTurn,
     pending: &Pending,
 ) -> Result<Pending> {
-    let live = live_sessions(relay, &shell.row.id).await?;
+    let live = live_sessions(inbox, &shell.row.id).await?;
     seen.retain(|turn, _| live.iter().any(|(_, t)| &t.id == turn));
     let mut more = Pending::default();
     for (session, turn) in &live {
@@ -266,7 +266,7 @@ async fn scan(
             continue;
         }
         let seen = seen.entry(turn.id.clone()).or_default();
-        if scan_turn(relay, shell, place, (session, turn), seen).await? {
+        if scan_turn(inbox, shell, place, (session, turn), seen).await? {
             more.add(Dirty::Turn(turn.id.clone()));
         }
     }
@@ -277,7 +277,7 @@ async fn scan(
 /// it, in one script run; what is no request is moved aside there, into `refused/`, with a line
 /// `<name>: <why>` in `refused/.reasons`, as the agent. Whether files are left for the next scan.
 async fn scan_turn(
-    relay: &Relay,
+    inbox: &Inbox,
     shell: &Shell<'_>,
     place: &Place,
     (session, turn): (&SessionRow, &TurnRow),
@@ -318,12 +318,12 @@ async fn scan_turn(
         if name.starts_with("progress-") {
             if seen.progress.get(name) != Some(body) {
                 seen.progress.insert(name.clone(), body.clone());
-                take(relay, shell, place, (session, turn), name, body).await?;
+                take(inbox, shell, place, (session, turn), name, body).await?;
             }
             continue;
         }
         let id = name.trim_end_matches(".json");
-        if relay.store.has_request(&shell.row.id, id).await? {
+        if inbox.store.has_request(&shell.row.id, id).await? {
             seen.requests.insert(name.clone());
             continue;
         }
@@ -332,8 +332,8 @@ async fn scan_turn(
             continue;
         }
         seen.requests.insert(name.clone());
-        take(relay, shell, place, (session, turn), name, body).await?;
-        if !relay.store.has_request(&shell.row.id, id).await? {
+        take(inbox, shell, place, (session, turn), name, body).await?;
+        if !inbox.store.has_request(&shell.row.id, id).await? {
             // `take` said why in its event; the agent reads the gist.
             refuse(seen, name, NOT_TAKEN.to_string());
         }
@@ -496,7 +496,7 @@ impl Listing {
 
 /// One request file read from the inbox of `turn`: its item opened, or its progress recorded.
 async fn take(
-    relay: &Relay,
+    inbox: &Inbox,
     shell: &Shell<'_>,
     place: &Place,
     (session, turn): (&SessionRow, &TurnRow),
@@ -515,19 +515,19 @@ async fn take(
             return Ok(());
         }
     };
-    let redactor = relay.secrets.redactor();
+    let redactor = inbox.secrets.redactor();
     match &req.ask {
         Ask::Progress { text, pct } => {
             let data = json!({ "text": redactor.text(text), "pct": pct, "source": "agent" });
-            sessions::record_event(relay, &session.id, &turn.id, "agent.progress", data).await?;
+            sessions::record_event(&inbox.sessions, &session.id, &turn.id, "agent.progress", data).await?;
         }
         Ask::Question { text, options } => {
             let title = format!("Question from {}", session.name);
             let mut item = new_item(ItemKind::Question, &session.person, title, redactor.text(text).into_owned());
             item.options = options.iter().map(|o| redactor.text(o).into_owned()).collect();
             item.request = Some(req.id.clone());
-            item.expires_at = Some(item.created_at + relay.inbox.expiry.as_secs_f64());
-            open(relay, of_session(item, session, Some(turn))).await?;
+            item.expires_at = Some(item.created_at + inbox.expiry.as_secs_f64());
+            open(inbox, of_session(item, session, Some(turn))).await?;
         }
         Ask::Approval { tool } => {
             if session.approvals.is_empty() || !place.split {
@@ -544,12 +544,12 @@ async fn take(
             // What a person's allow will name: the call as read here, before redaction.
             item.call = Some(tool.digest());
             item.request = Some(req.id.clone());
-            item.expires_at = Some(item.created_at + relay.inbox.expiry.as_secs_f64());
-            open(relay, of_session(item, session, Some(turn))).await?;
+            item.expires_at = Some(item.created_at + inbox.expiry.as_secs_f64());
+            open(inbox, of_session(item, session, Some(turn))).await?;
         }
         Ask::Tampered { request, held } => {
             // The hook's word, about one of its turn's approvals that a person allowed.
-            let approval = relay.store.item_of_request(sandbox_id, request).await?;
+            let approval = inbox.store.item_of_request(sandbox_id, request).await?;
             let Some(approval) = approval.filter(|a| {
                 a.kind == ItemKind::Approval && a.state == ItemState::Allowed && a.turn_id.as_deref() == Some(&turn.id)
             }) else {
@@ -570,8 +570,8 @@ async fn take(
             let item = of_session(item, session, Some(turn));
             let data = json!({ "item": item.id, "approval": approval.ask_id, "shown": approval.title,
                                "held": held_title, "source": "agent" });
-            if open(relay, item.clone()).await? {
-                tell_session(relay, &item, "inbox.tampered", data).await?;
+            if open(inbox, item.clone()).await? {
+                tell_session(inbox, &item, "inbox.tampered", data).await?;
             }
         }
     }

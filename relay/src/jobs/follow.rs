@@ -6,9 +6,9 @@
 use std::{sync::Arc, time::Duration};
 
 use crate::{
-    app::Relay,
     auth::Caller,
     error::Result,
+    jobs::Jobs,
     sessions::follow::{self as session, Charge, End, Follower, Gate, Mark, Next, Pages, Step, Until, PAGE},
     streams::Front,
 };
@@ -23,7 +23,7 @@ const END_GRACE: Duration = Duration::from_secs(2);
 
 /// A job's events followed on an admitted stream.
 pub struct JobFollow {
-    relay: Arc<Relay>,
+    jobs: Arc<Jobs>,
     caller: Caller,
     id: String,
     since: i64,
@@ -40,17 +40,17 @@ pub struct JobFollow {
 /// admitted stream (refused over the stream limits) under the job's sandbox (under none while
 /// it has none).
 pub async fn follow(
-    relay: &Arc<Relay>,
+    jobs: &Arc<Jobs>,
     caller: &Caller,
     id: &str,
     since: i64,
     front: Front,
     charge: Charge,
 ) -> Result<JobFollow> {
-    let job = super::find(relay, caller, id).await?;
-    let gate = Gate::open(relay, caller, job.sandbox_id.as_deref().unwrap_or_default(), front, charge)?;
+    let job = super::find(jobs, caller, id).await?;
+    let gate = Gate::open(&jobs.sessions, caller, job.sandbox_id.as_deref().unwrap_or_default(), front, charge)?;
     Ok(JobFollow {
-        relay: relay.clone(),
+        jobs: jobs.clone(),
         caller: caller.clone(),
         id: job.id,
         since,
@@ -67,12 +67,12 @@ impl Pages for JobFollow {
             if let Some(end) = self.gate.ended() {
                 return Step::End(end);
             }
-            let job = match super::find(&self.relay, &self.caller, &self.id).await {
+            let job = match super::find(&self.jobs, &self.caller, &self.id).await {
                 Ok(job) => job,
                 Err(e) => return self.gate.end(End::Failed(e.to_string())),
             };
             if let (None, Some(s)) = (&self.follower, &job.session_id) {
-                match session::follower(&self.relay, s, self.since, Until::Never).await {
+                match session::follower(&self.jobs.sessions, s, self.since, Until::Never).await {
                     Ok(f) => self.follower = Some(f),
                     Err(e) => return self.gate.end(End::Failed(e.to_string())),
                 }

@@ -28,13 +28,14 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use crate::{
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
     events,
-    feed::Change,
-    sessions::{self, EventsPage, MAX_PROMPT_BYTES},
-    store::{JobRow, JobsOf, NewJob, Scope},
+    feed::{Change, Feed},
+    sandboxes::Sandboxes,
+    secrets::Secrets,
+    sessions::{self, EventsPage, Sessions, MAX_PROMPT_BYTES},
+    store::{JobRow, JobsOf, NewJob, Scope, Store},
     time,
 };
 
@@ -46,9 +47,23 @@ pub const MAX_VERIFY_BYTES: usize = 8 * 1024;
 /// The longest a verification runs (less when the job's timeout is shorter).
 pub const MAX_VERIFY_MINUTES: i64 = 30;
 
-/// The jobs' shared state: the drivers' wake-ups and the prompts of jobs not yet started.
-#[derive(Default)]
+/// What jobs use of the relay: handles the wiring builds once and shares.
+pub struct Uses {
+    pub store: Arc<Store>,
+    pub sandboxes: Arc<Sandboxes>,
+    pub sessions: Arc<Sessions>,
+    pub secrets: Arc<Secrets>,
+    pub feed: Arc<Feed>,
+}
+
+/// The jobs' handles and shared state: the drivers' wake-ups and the prompts of jobs not yet
+/// started.
 pub struct Jobs {
+    store: Arc<Store>,
+    sandboxes: Arc<Sandboxes>,
+    sessions: Arc<Sessions>,
+    secrets: Arc<Secrets>,
+    feed: Arc<Feed>,
     /// Per running driver: woken when its job is cancelled.
     drivers: Mutex<HashMap<String, Arc<Notify>>>,
     /// The prompts as the caller wrote them, in memory only until the session starts: the store
@@ -57,6 +72,19 @@ pub struct Jobs {
 }
 
 impl Jobs {
+    pub fn new(uses: Uses) -> Arc<Jobs> {
+        let Uses { store, sandboxes, sessions, secrets, feed } = uses;
+        Arc::new(Jobs {
+            store,
+            sandboxes,
+            sessions,
+            secrets,
+            feed,
+            drivers: Mutex::default(),
+            prompts: Mutex::default(),
+        })
+    }
+
     fn drivers(&self) -> MutexGuard<'_, HashMap<String, Arc<Notify>>> {
         self.drivers.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -133,9 +161,9 @@ pub struct JobView {
 
 const AGENT_TEXT: &[&str] = &["result.pr_url"];
 
-async fn view(relay: &Relay, job: JobRow, replay: bool) -> Result<JobView> {
+async fn view(jobs: &Jobs, job: JobRow, replay: bool) -> Result<JobView> {
     let events_cursor = match &job.session_id {
-        Some(s) => relay.store.session_by_id(s).await?.map_or(0, |s| s.event_seq),
+        Some(s) => jobs.store.session_by_id(s).await?.map_or(0, |s| s.event_seq),
         None => 0,
     };
     Ok(JobView { job, events_cursor, agent_text: AGENT_TEXT, idempotent_replay: replay })
@@ -184,25 +212,25 @@ fn check(req: &StartRequest) -> Result<i64> {
 /// Creates a job and starts its driver; answers at once (`queued`). Bad input is refused here,
 /// before anything is created; what goes wrong later (a sandbox that cannot be created, a
 /// session refused) ends the job `failed` with the reason.
-pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Result<JobView> {
+pub async fn start(jobs: &Arc<Jobs>, caller: &Caller, req: StartRequest) -> Result<JobView> {
     let timeout = check(&req)?;
     let harness = req.harness.as_deref().unwrap_or("claude-code");
-    let Some(profile) = relay.sessions.harnesses.get(harness) else {
-        let known: Vec<&str> = relay.sessions.harnesses.iter().map(|h| h.name.as_str()).collect();
+    let Some(profile) = jobs.sessions.harnesses.get(harness) else {
+        let known: Vec<&str> = jobs.sessions.harnesses.iter().map(|h| h.name.as_str()).collect();
         return Err(Error::invalid(format!("harness {harness:?}: one of {}", known.join(", "))));
     };
     let (sandbox, spec) = match (&req.sandbox, &req.sandbox_spec) {
         (Some(name), None) => {
             // A jobs token may name a sandbox to run in, under the same isolation rule as
             // anyone working inside it; it still never reaches the sandbox routes.
-            let row = relay.sandboxes.enter(name, caller).await?;
+            let row = jobs.sandboxes.enter(name, caller).await?;
             if let Some(cwd) = &req.cwd {
-                relay.sandboxes.resolve_cwd(&row, cwd)?;
+                jobs.sandboxes.resolve_cwd(&row, cwd)?;
             }
             (Some(row), None)
         }
         (None, Some(spec)) => {
-            relay.sandboxes.check_provider(&spec.provider)?;
+            jobs.sandboxes.check_provider(&spec.provider)?;
             if !spec.options.is_object() {
                 return Err(Error::invalid("sandbox_spec.options: an object"));
             }
@@ -211,7 +239,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         _ => return Err(Error::invalid("name exactly one of sandbox (an existing sandbox) and sandbox_spec")),
     };
     // Refused now, as a session's start would be, rather than as the job's failure later.
-    let (_, _, credential) = sessions::choose_secrets(relay, caller, profile, &req.secrets).await?;
+    let (_, _, credential) = sessions::choose_secrets(&jobs.sessions, caller, profile, &req.secrets).await?;
     sessions::check_credential(profile, credential.as_deref(), req.sandbox_login)?;
     let owner = match caller.scope {
         Scope::Jobs => format!("token:{}", caller.token_id),
@@ -229,7 +257,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         created_sandbox: false,
         session_id: None,
         harness: harness.to_string(),
-        prompt: relay.secrets.redactor().text(&req.prompt).into_owned(),
+        prompt: jobs.secrets.redactor().text(&req.prompt).into_owned(),
         prompt_sha256: sha256_hex(&req.prompt),
         cwd: req.cwd.clone(),
         verify: req.verify.clone(),
@@ -248,15 +276,15 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
         secrets: req.secrets.clone(),
         sandbox_login: req.sandbox_login,
     };
-    match relay.store.create_job(&job).await? {
+    match jobs.store.create_job(&job).await? {
         NewJob::New(job) => {
             events::JobState { job: &job.id, person: &job.person, from: "", to: "queued", reason: None }.emit();
-            relay.feed.publish(Change::Job(&job)).await;
-            relay.jobs.prompts().insert(job.id.clone(), req.prompt);
-            spawn_driver(relay, &job.id);
-            view(relay, job, false).await
+            jobs.feed.publish(Change::Job(&job)).await;
+            jobs.prompts().insert(job.id.clone(), req.prompt);
+            spawn_driver(jobs, &job.id);
+            view(jobs, job, false).await
         }
-        NewJob::Replayed(job) => view(relay, job, true).await,
+        NewJob::Replayed(job) => view(jobs, job, true).await,
         NewJob::KeyConflict => {
             Err(Error::Conflict("idempotency_key: already used for a job with another prompt".into()))
         }
@@ -264,27 +292,27 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
 }
 
 /// The job `id` if the caller sees it.
-pub async fn find(relay: &Relay, caller: &Caller, id: &str) -> Result<JobRow> {
-    relay.store.job(id, jobs_of(caller)).await?.ok_or_else(|| Error::not_found(format!("no job {id:?}")))
+pub async fn find(jobs: &Jobs, caller: &Caller, id: &str) -> Result<JobRow> {
+    jobs.store.job(id, jobs_of(caller)).await?.ok_or_else(|| Error::not_found(format!("no job {id:?}")))
 }
 
-pub async fn get(relay: &Relay, caller: &Caller, id: &str) -> Result<JobView> {
-    view(relay, find(relay, caller, id).await?, false).await
+pub async fn get(jobs: &Jobs, caller: &Caller, id: &str) -> Result<JobView> {
+    view(jobs, find(jobs, caller, id).await?, false).await
 }
 
-pub async fn list(relay: &Relay, caller: &Caller) -> Result<Vec<JobView>> {
+pub async fn list(jobs: &Jobs, caller: &Caller) -> Result<Vec<JobView>> {
     let mut views = Vec::new();
-    for j in relay.store.jobs(jobs_of(caller)).await? {
-        views.push(view(relay, j, false).await?);
+    for j in jobs.store.jobs(jobs_of(caller)).await? {
+        views.push(view(jobs, j, false).await?);
     }
     Ok(views)
 }
 
 /// The job's events after `since`: its session's, among which hangar records the job's own
 /// `job.state` and `job.result`. None before the job has a session (there are no events yet).
-pub async fn read_events(relay: &Relay, job: &JobRow, since: i64, limit: usize) -> Result<Option<EventsPage>> {
+pub async fn read_events(jobs: &Jobs, job: &JobRow, since: i64, limit: usize) -> Result<Option<EventsPage>> {
     match job.session_id.as_deref() {
-        Some(s) => sessions::read_page(relay, s, since, limit).await.map(Some),
+        Some(s) => sessions::read_page(&jobs.sessions, s, since, limit).await.map(Some),
         None => Ok(None),
     }
 }
@@ -293,28 +321,28 @@ pub async fn read_events(relay: &Relay, job: &JobRow, since: i64, limit: usize) 
 /// driver ends the job when the turn has ended); a verifying one by stopping its verification
 /// (the driver, woken here, stops it in the sandbox).
 /// Idempotent; a job that has ended is answered as it is.
-pub async fn cancel(relay: &Arc<Relay>, caller: &Caller, id: &str) -> Result<JobView> {
-    let job = find(relay, caller, id).await?;
+pub async fn cancel(jobs: &Arc<Jobs>, caller: &Caller, id: &str) -> Result<JobView> {
+    let job = find(jobs, caller, id).await?;
     if !job.state.is_terminal() {
-        relay.store.request_job_cancel(&job.id, time::now()).await?;
+        jobs.store.request_job_cancel(&job.id, time::now()).await?;
         match (job.state, &job.session_id) {
             (JobState::Queued, None) => {
-                driver::to(relay, &job, JobState::Cancelled, Some("cancel_requested"), None).await?;
+                driver::to(jobs, &job, JobState::Cancelled, Some("cancel_requested"), None).await?;
             }
             (JobState::Running | JobState::Queued, Some(session)) => {
-                sessions::cancel(relay, &driver::caller_of(&job), session).await?;
+                sessions::cancel(&jobs.sessions, &driver::caller_of(&job), session).await?;
             }
             _ => {}
         }
-        relay.jobs.poke(&job.id);
+        jobs.poke(&job.id);
     }
-    get(relay, caller, &job.id).await
+    get(jobs, caller, &job.id).await
 }
 
 /// Starts a driver for the job unless one runs.
-fn spawn_driver(relay: &Arc<Relay>, id: &str) {
+fn spawn_driver(jobs: &Arc<Jobs>, id: &str) {
     let notify = {
-        let mut drivers = relay.jobs.drivers();
+        let mut drivers = jobs.drivers();
         if drivers.contains_key(id) {
             return;
         }
@@ -322,19 +350,19 @@ fn spawn_driver(relay: &Arc<Relay>, id: &str) {
         drivers.insert(id.to_string(), n.clone());
         n
     };
-    let relay = relay.clone();
+    let jobs = jobs.clone();
     let id = id.to_string();
     tokio::spawn(async move {
-        driver::drive(&relay, &id, &notify).await;
-        relay.jobs.drivers().remove(&id);
-        relay.jobs.prompts().remove(&id);
+        driver::drive(&jobs, &id, &notify).await;
+        jobs.drivers().remove(&id);
+        jobs.prompts().remove(&id);
     });
 }
 
 /// At start: a driver for every live job (each carries on from its recorded state).
-pub async fn resume(relay: &Arc<Relay>) {
-    match relay.store.live_jobs().await {
-        Ok(jobs) => jobs.iter().for_each(|j| spawn_driver(relay, &j.id)),
+pub async fn resume(jobs: &Arc<Jobs>) {
+    match jobs.store.live_jobs().await {
+        Ok(live) => live.iter().for_each(|j| spawn_driver(jobs, &j.id)),
         Err(e) => events::JobFailed { job: "*", error: &e.to_string() }.emit(),
     }
 }
@@ -342,9 +370,9 @@ pub async fn resume(relay: &Arc<Relay>) {
 /// Tells the feed of a job's row as stored after its driver changed it (state, sandbox,
 /// session, result). A store that cannot be read leaves the views as they were (the next change
 /// brings them up to date) and says so in the log.
-pub(crate) async fn changed(relay: &Relay, job_id: &str) {
-    match relay.store.job(job_id, JobsOf::Everyone).await {
-        Ok(Some(j)) => relay.feed.publish(Change::Job(&j)).await,
+pub(crate) async fn changed(jobs: &Jobs, job_id: &str) {
+    match jobs.store.job(job_id, JobsOf::Everyone).await {
+        Ok(Some(j)) => jobs.feed.publish(Change::Job(&j)).await,
         Ok(None) => {}
         Err(e) => events::FleetTrouble { what: job_id, error: &e.to_string() }.emit(),
     }

@@ -18,12 +18,12 @@ use super::{
 };
 use crate::sandboxes::run::User;
 use crate::{
-    app::Relay,
     envd::Envd,
     error::{Error, Result},
     events,
     feed::Change,
     providers::ProviderError,
+    sessions::Sessions,
     store::{SessionRow, TurnRow, TurnState},
     streams::{Kind, Reason, Stream},
     text::sh_quote,
@@ -45,17 +45,17 @@ const UNREACHABLE_FOR: Duration = Duration::from_secs(600);
 
 /// The supervisor's tag in the daemon: MAC'd under the relay's key, so a process the agent
 /// starts through its daemon cannot pass for it.
-pub fn tag(relay: &Relay, session: &SessionRow, turn_id: &str) -> String {
-    format!("hangar-turn:{turn_id}:{}", relay.key.mac(&["turn", turn_id, &session.sandbox_id]))
+pub fn tag(sessions: &Sessions, session: &SessionRow, turn_id: &str) -> String {
+    format!("hangar-turn:{turn_id}:{}", sessions.key.mac(&["turn", turn_id, &session.sandbox_id]))
 }
 
-pub async fn drive(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) {
+pub async fn drive(sessions: &Arc<Sessions>, turn_id: &str, poke: &Notify) {
     let span = tracing::info_span!("turn", turn = turn_id);
     async {
         let mut failing_since: Option<Instant> = None;
         let mut wait = RETRY_FIRST;
         loop {
-            match step(relay, turn_id, poke).await {
+            match step(sessions, turn_id, poke).await {
                 Ok(true) => return,
                 Ok(false) => {
                     failing_since = None;
@@ -65,7 +65,7 @@ pub async fn drive(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) {
                     events::TurnTrouble { turn: turn_id, error: &e.to_string() }.emit();
                     let since = *failing_since.get_or_insert_with(Instant::now);
                     if let Some((to, reason)) = lost(&e, since) {
-                        if let Err(e) = end_from(relay, turn_id, to, reason, &e.to_string()).await {
+                        if let Err(e) = end_from(sessions, turn_id, to, reason, &e.to_string()).await {
                             events::TurnTrouble { turn: turn_id, error: &e.to_string() }.emit();
                         }
                         return;
@@ -93,52 +93,61 @@ fn lost(e: &Error, failing_since: Instant) -> Option<(TurnState, &'static str)> 
     }
 }
 
-async fn end_from(relay: &Relay, turn_id: &str, to: TurnState, reason: &str, detail: &str) -> Result<()> {
-    if let Some(t) = relay.store.turn(turn_id).await? {
-        transition(relay, &t.session_id, turn_id, t.state, to, Some(reason), Some(detail)).await?;
+async fn end_from(sessions: &Sessions, turn_id: &str, to: TurnState, reason: &str, detail: &str) -> Result<()> {
+    if let Some(t) = sessions.store.turn(turn_id).await? {
+        transition(sessions, &t.session_id, turn_id, t.state, to, Some(reason), Some(detail)).await?;
     }
     Ok(())
 }
 
 /// One step of the turn's life; `true` once there is nothing more to do.
-async fn step(relay: &Arc<Relay>, turn_id: &str, poke: &Notify) -> Result<bool> {
-    let Some(turn) = relay.store.turn(turn_id).await? else { return Ok(true) };
+async fn step(sessions: &Arc<Sessions>, turn_id: &str, poke: &Notify) -> Result<bool> {
+    let Some(turn) = sessions.store.turn(turn_id).await? else { return Ok(true) };
     if turn.state.is_terminal() {
         return Ok(true);
     }
-    let Some(session) = relay.store.session_by_id(&turn.session_id).await? else { return Ok(true) };
-    if turn.state != TurnState::Queued && relay.store.sandbox(&session.sandbox_id).await?.is_none() {
-        transition(relay, &session.id, &turn.id, turn.state, TurnState::Crashed, Some("sandbox_gone"), None).await?;
+    let Some(session) = sessions.store.session_by_id(&turn.session_id).await? else { return Ok(true) };
+    if turn.state != TurnState::Queued && sessions.store.sandbox(&session.sandbox_id).await?.is_none() {
+        transition(sessions, &session.id, &turn.id, turn.state, TurnState::Crashed, Some("sandbox_gone"), None).await?;
         return Ok(true);
     }
     if turn.state != TurnState::Queued {
-        relay.feed.publish(Change::TurnLive { session: &session }).await;
+        sessions.feed.publish(Change::TurnLive { session: &session }).await;
     }
     match turn.state {
-        TurnState::Queued => queued(relay, &turn, poke).await?,
-        TurnState::Starting => starting(relay, &session, &turn, poke).await?,
-        _ => running(relay, &session, &turn, poke).await?,
+        TurnState::Queued => queued(sessions, &turn, poke).await?,
+        TurnState::Starting => starting(sessions, &session, &turn, poke).await?,
+        _ => running(sessions, &session, &turn, poke).await?,
     }
     Ok(false)
 }
 
-async fn queued(relay: &Relay, turn: &TurnRow, poke: &Notify) -> Result<()> {
+async fn queued(sessions: &Sessions, turn: &TurnRow, poke: &Notify) -> Result<()> {
     loop {
-        let slot = relay.sessions.slots.notified();
+        let slot = sessions.slots.notified();
         {
-            let _admission = relay.sessions.admission.lock().await;
-            let Some(turn) = relay.store.turn(&turn.id).await? else { return Ok(()) };
+            let _admission = sessions.admission.lock().await;
+            let Some(turn) = sessions.store.turn(&turn.id).await? else { return Ok(()) };
             if turn.state != TurnState::Queued {
                 return Ok(());
             }
-            match queue::admit(relay, &turn).await? {
+            match queue::admit(sessions, &turn).await? {
                 Admission::Go => {
-                    transition(relay, &turn.session_id, &turn.id, turn.state, TurnState::Starting, None, None).await?;
+                    transition(sessions, &turn.session_id, &turn.id, turn.state, TurnState::Starting, None, None)
+                        .await?;
                     return Ok(());
                 }
                 Admission::Wait { reason, detail } if turn.reason.as_deref() != Some(reason) => {
-                    transition(relay, &turn.session_id, &turn.id, turn.state, turn.state, Some(reason), Some(&detail))
-                        .await?;
+                    transition(
+                        sessions,
+                        &turn.session_id,
+                        &turn.id,
+                        turn.state,
+                        turn.state,
+                        Some(reason),
+                        Some(&detail),
+                    )
+                    .await?;
                 }
                 Admission::Wait { .. } => {}
             }
@@ -151,37 +160,38 @@ async fn queued(relay: &Relay, turn: &TurnRow, poke: &Notify) -> Result<()> {
     }
 }
 
-async fn shell<'a>(relay: &'a Relay, session: &SessionRow) -> Result<Shell<'a>> {
-    let row = relay.sandboxes.get(&session.sandbox_id).await?;
-    Shell::open(relay, row).await
+async fn shell<'a>(sessions: &'a Sessions, session: &SessionRow) -> Result<Shell<'a>> {
+    let row = sessions.sandboxes.get(&session.sandbox_id).await?;
+    Shell::open(sessions, row).await
 }
 
-async fn starting(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Notify) -> Result<()> {
+async fn starting(sessions: &Sessions, session: &SessionRow, turn: &TurnRow, poke: &Notify) -> Result<()> {
     // A permit of `max_starting`: a start runs scripts in its sandbox, and a thousand at once on
     // the machine that runs the sandboxes starved each other past their timeout. A poke (a
     // cancel, a deletion) has the turn looked at again.
     let _permit = tokio::select! {
-        p = relay.sessions.starting.acquire() => p.map_err(|_| Error::unavailable("the relay is stopping"))?,
+        p = sessions.starting.acquire() => p.map_err(|_| Error::unavailable("the relay is stopping"))?,
         _ = poke.notified() => return Ok(()),
     };
-    let shell = match shell(relay, session).await {
+    let shell = match shell(sessions, session).await {
         Ok(s) => s,
         Err(Error::Paused { sandbox }) => {
             let detail = format!("sandbox {sandbox:?} is paused");
             let to = TurnState::Queued;
-            transition(relay, &session.id, &turn.id, turn.state, to, Some("sandbox_not_ready"), Some(&detail)).await?;
+            transition(sessions, &session.id, &turn.id, turn.state, to, Some("sandbox_not_ready"), Some(&detail))
+                .await?;
             return Ok(());
         }
         Err(e) => return Err(e),
     };
-    match start(relay, &shell, session, turn).await {
+    match start(sessions, &shell, session, turn).await {
         Ok(()) => Ok(()),
         Err(
             e @ (Error::Invalid(_) | Error::NotFound(_) | Error::Forbidden(_) | Error::Daemon(_) | Error::Provider(_)),
         ) => {
             let detail = e.to_string();
             transition(
-                relay,
+                sessions,
                 &session.id,
                 &turn.id,
                 turn.state,
@@ -196,19 +206,18 @@ async fn starting(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &No
     }
 }
 
-async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &TurnRow) -> Result<()> {
+async fn start(sessions: &Sessions, shell: &Shell<'_>, session: &SessionRow, turn: &TurnRow) -> Result<()> {
     // First: a secret deleted or no longer shared since the session started fails the turn
     // before anything is written into the sandbox.
-    let mut env = relay.secrets.values(&session.person, &super::chosen_secrets(session)).await?;
+    let mut env = sessions.secrets.values(&session.person, &super::chosen_secrets(session)).await?;
     let place = shell.place().await?;
-    let tag = tag(relay, session, &turn.id);
+    let tag = tag(sessions, session, &turn.id);
     // A relay stopped between starting the supervisor and recording it finds it again.
     let found = probe(shell, &place, &turn.id, 0, 0).await?;
     if let Some(pid) = found.pid.filter(|_| found.alive || found.exit.is_some()) {
-        return started(relay, session, turn, &place, pid).await;
+        return started(sessions, session, turn, &place, pid).await;
     }
-    let harness = relay
-        .sessions
+    let harness = sessions
         .harnesses
         .get(&session.harness)
         .ok_or_else(|| Error::invalid(format!("harness {:?} is no longer configured", session.harness)))?;
@@ -223,7 +232,7 @@ async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &Tu
     let settings = match session.approvals.is_empty() {
         true => None,
         false => {
-            let settings = hook_settings(relay.sessions.settings.ask_expiry, &place, session, &turn.id)?;
+            let settings = hook_settings(sessions.settings.ask_expiry, &place, session, &turn.id)?;
             match harness.approval_argv(&vars, &place.settings(&turn.id)) {
                 Some(extra) => argv.extend(extra.map_err(|e| Error::invalid(e.to_string()))?),
                 None => return Err(Error::invalid(format!("harness {:?} has no approval hook", harness.name))),
@@ -231,7 +240,7 @@ async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &Tu
             Some(settings)
         }
     };
-    let prompt = relay.sessions.prompts().get(&turn.id).cloned().unwrap_or_else(|| turn.prompt.clone());
+    let prompt = sessions.prompts().get(&turn.id).cloned().unwrap_or_else(|| turn.prompt.clone());
     shell.install(&place, &turn.id, &prompt, settings.as_deref()).await?;
     env.push(("HANGAR_SESSION".into(), session.name.clone()));
     env.push(("HANGAR_TURN".into(), turn.id.clone()));
@@ -242,14 +251,14 @@ async fn start(relay: &Relay, shell: &Shell<'_>, session: &SessionRow, turn: &Tu
         env.push(("HANGAR_AGENT".into(), bin.clone()));
     }
     let pid = shell.start(&place, &turn.id, &session.cwd, &argv, &env, &tag).await?;
-    started(relay, session, turn, &place, pid).await
+    started(sessions, session, turn, &place, pid).await
 }
 
-async fn started(relay: &Relay, session: &SessionRow, turn: &TurnRow, place: &Place, pid: i64) -> Result<()> {
-    relay.store.set_turn_started(&turn.id, Some(pid)).await?;
-    relay.store.update_session_start(&session.id, None, Some(place.split), time::now()).await?;
+async fn started(sessions: &Sessions, session: &SessionRow, turn: &TurnRow, place: &Place, pid: i64) -> Result<()> {
+    sessions.store.set_turn_started(&turn.id, Some(pid)).await?;
+    sessions.store.update_session_start(&session.id, None, Some(place.split), time::now()).await?;
     events::TurnStarted { turn: &turn.id, pid, split: place.split }.emit();
-    transition(relay, &session.id, &turn.id, turn.state, TurnState::Running, None, None).await?;
+    transition(sessions, &session.id, &turn.id, turn.state, TurnState::Running, None, None).await?;
     Ok(())
 }
 
@@ -275,7 +284,7 @@ struct Stop {
 /// A running turn as its driver watches it: where it runs, the supervisor's tag, what wakes the
 /// driver.
 struct Watch<'a> {
-    relay: &'a Relay,
+    sessions: &'a Sessions,
     shell: &'a Shell<'a>,
     place: &'a Place,
     tag: &'a str,
@@ -283,20 +292,20 @@ struct Watch<'a> {
     poke: &'a Notify,
 }
 
-async fn running(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Notify) -> Result<()> {
-    let shell = shell(relay, session).await?;
+async fn running(sessions: &Sessions, session: &SessionRow, turn: &TurnRow, poke: &Notify) -> Result<()> {
+    let shell = shell(sessions, session).await?;
     let place = shell.place().await?;
-    let harness = relay.sessions.harnesses.get(&session.harness);
+    let harness = sessions.harnesses.get(&session.harness);
     let format = harness.map_or(hangar_agents::Format::Text, |h| h.format);
     let keep_id = harness.is_some_and(|h| h.session_ids == SessionIds::Report);
     // Where a relay before this one stopped reading, its parser's memory goes on.
     let parser = turn.parser.as_deref().map_or_else(|| Parser::new(format), |p| Parser::resume(format, p));
-    let mut ingest = Ingest::new(relay, session, turn, parser, keep_id).await?;
+    let mut ingest = Ingest::new(sessions, session, turn, parser, keep_id).await?;
     let started = turn.started_at.unwrap_or(turn.created_at);
     let left = (started + turn.timeout_minutes as f64 * 60.0 - time::now()).max(0.0);
     let mut stop = Stop { deadline: Instant::now() + Duration::from_secs_f64(left), signalled: false };
-    let tag = tag(relay, session, &turn.id);
-    let w = Watch { relay, shell: &shell, place: &place, tag: &tag, turn, poke };
+    let tag = tag(sessions, session, &turn.id);
+    let w = Watch { sessions, shell: &shell, place: &place, tag: &tag, turn, poke };
     // A cancel asked for before the turn ran: its poke may have woken the start instead.
     if turn.cancel_requested_at.is_some() {
         w.signal(&mut stop).await?;
@@ -314,7 +323,7 @@ async fn running(relay: &Relay, session: &SessionRow, turn: &TurnRow, poke: &Not
 impl Watch<'_> {
     /// Looks at the turn again after a poke: ended from outside, or asked to stop.
     async fn poked(&self, stop: &mut Stop) -> Result<bool> {
-        let Some(now) = self.relay.store.turn(&self.turn.id).await? else {
+        let Some(now) = self.sessions.store.turn(&self.turn.id).await? else {
             self.signal(stop).await?;
             return Ok(true);
         };
@@ -338,7 +347,7 @@ impl Watch<'_> {
     }
 
     async fn deadline_passed(&self, stop: &mut Stop) -> Result<()> {
-        self.relay.store.request_cancel(&self.turn.id, time::now()).await?;
+        self.sessions.store.request_cancel(&self.turn.id, time::now()).await?;
         self.signal(stop).await
     }
 
@@ -346,7 +355,7 @@ impl Watch<'_> {
     async fn daemon(&self, envd: &Envd, ingest: &mut Ingest, stop: &mut Stop) -> Result<End> {
         // A daemon without `Follow` (E2B's envd) is polled: no stream to count.
         let mut stream =
-            if envd.is_e2b() { None } else { self.relay.streams.open_own(&self.shell.row.id, Kind::TurnLog).ok() };
+            if envd.is_e2b() { None } else { self.sessions.streams.open_own(&self.shell.row.id, Kind::TurnLog).ok() };
         let result = {
             let end = self.shell.supervisor_end(envd, self.tag);
             let follow = self.follow_then_poll(envd, ingest, stream.as_mut());
@@ -420,28 +429,28 @@ impl FollowEnd {
 
 impl Watch<'_> {
     async fn follow_then_poll(&self, envd: &Envd, ingest: &mut Ingest, stream: Option<&mut Stream>) -> Result<()> {
-        let (relay, turn) = (self.relay, self.turn);
+        let (sessions, turn) = (self.sessions, self.turn);
         let why = match stream {
-            _ if !relay.sessions.settings.follow_logs => FollowEnd::Disabled,
+            _ if !sessions.settings.follow_logs => FollowEnd::Disabled,
             _ if envd.is_e2b() => FollowEnd::NoFollow,
             None => FollowEnd::Full,
-            Some(stream) => follow(relay, envd, self.place, turn, ingest, stream).await?,
+            Some(stream) => follow(sessions, envd, self.place, turn, ingest, stream).await?,
         };
         if matches!(why, FollowEnd::Truncated | FollowEnd::Replaced) {
             ingest.restart();
         }
-        relay.store.set_turn_polled(&turn.id, true).await?;
+        sessions.store.set_turn_polled(&turn.id, true).await?;
         events::TurnPolled { turn: &turn.id, why: &why.describe() }.emit();
         let mut inode = None;
         loop {
-            poll(relay, self.shell, self.place, &turn.id, ingest, &mut inode).await?;
-            tokio::time::sleep(relay.sessions.settings.poll).await;
+            poll(sessions, self.shell, self.place, &turn.id, ingest, &mut inode).await?;
+            tokio::time::sleep(sessions.settings.poll).await;
         }
     }
 }
 
 async fn follow(
-    relay: &Relay,
+    sessions: &Sessions,
     envd: &Envd,
     place: &Place,
     turn: &TurnRow,
@@ -490,7 +499,7 @@ async fn follow(
                         return Ok(FollowEnd::MaxBytes);
                     }
                 }
-                ingest.push(relay, &d.data).await?;
+                ingest.push(sessions, &d.data).await?;
             }
             Some(follow_event::Event::Truncated(_)) => return Ok(FollowEnd::Truncated),
             Some(follow_event::Event::Replaced(_)) => return Ok(FollowEnd::Replaced),
@@ -504,7 +513,7 @@ async fn follow(
 /// over from offset 0 of a log that was truncated or replaced. Returns the probe and whether
 /// there may be more to read.
 async fn poll(
-    relay: &Relay,
+    sessions: &Sessions,
     shell: &Shell<'_>,
     place: &Place,
     turn_id: &str,
@@ -520,7 +529,7 @@ async fn poll(
             ingest.restart();
             continue;
         }
-        ingest.push(relay, &p.data).await?;
+        ingest.push(sessions, &p.data).await?;
         let more = p.data.len() >= POLL_BYTES;
         return Ok((p, more));
     }
@@ -538,13 +547,13 @@ async fn probe(shell: &Shell<'_>, place: &Place, turn_id: &str, from: u64, max: 
 /// exit file, the supervisor's pid and start time, and its heartbeat.
 impl Watch<'_> {
     async fn polled(&self, ingest: &mut Ingest, stop: &mut Stop) -> Result<End> {
-        let relay = self.relay;
-        relay.store.set_turn_polled(&self.turn.id, true).await?;
-        let settings = &relay.sessions.settings;
+        let sessions = self.sessions;
+        sessions.store.set_turn_polled(&self.turn.id, true).await?;
+        let settings = &sessions.settings;
         let mut inode = None;
         let mut decided = Instant::now() - settings.probe;
         loop {
-            let (p, more) = poll(relay, self.shell, self.place, &self.turn.id, ingest, &mut inode).await?;
+            let (p, more) = poll(sessions, self.shell, self.place, &self.turn.id, ingest, &mut inode).await?;
             if let Some(exit) = &p.exit {
                 return Ok(exit_file(exit));
             }
@@ -580,7 +589,7 @@ fn exit_file(text: &str) -> End {
 impl Watch<'_> {
     /// Reads the rest of the log, then records the turn's end.
     async fn conclude(&self, session: &SessionRow, ingest: &mut Ingest, end: End) -> Result<()> {
-        let Watch { relay, shell, place, turn, .. } = *self;
+        let Watch { sessions, shell, place, turn, .. } = *self;
         if let End::Outside = end {
             return Ok(());
         }
@@ -598,17 +607,17 @@ impl Watch<'_> {
         }
         let mut inode = None;
         for _ in 0..MAX_DRAIN_POLLS {
-            if !poll(relay, shell, place, &turn.id, ingest, &mut inode).await?.1 {
+            if !poll(sessions, shell, place, &turn.id, ingest, &mut inode).await?.1 {
                 break;
             }
         }
-        let now = relay.store.turn(&turn.id).await?.unwrap_or_else(|| turn.clone());
+        let now = sessions.store.turn(&turn.id).await?.unwrap_or_else(|| turn.clone());
         let deadline = now.started_at.unwrap_or(now.created_at) + now.timeout_minutes as f64 * 60.0;
         let (code, signal) = match &end {
             End::Exited { code, signal } => (Some(*code), signal.clone()),
             _ => (None, None),
         };
-        relay.store.set_turn_exit(&turn.id, code, signal.as_deref()).await?;
+        sessions.store.set_turn_exit(&turn.id, code, signal.as_deref()).await?;
         let o = ingest.outcome;
         let (to, reason, detail) = match &end {
             _ if now.cancel_requested_at.is_some() && time::now() >= deadline => {
@@ -631,7 +640,7 @@ impl Watch<'_> {
             End::Exited { code, .. } => (TurnState::Failed, "nonzero_exit", format!("exit code {code}")),
             End::Outside | End::Unknown => return Ok(()),
         };
-        transition(relay, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail)).await?;
+        transition(sessions, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail)).await?;
         Ok(())
     }
 }

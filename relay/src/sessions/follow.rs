@@ -22,9 +22,9 @@ use super::{
     EventsPage, EventsRead,
 };
 use crate::{
-    app::Relay,
     auth::Caller,
     error::Result,
+    sessions::Sessions,
     store::{EventRow, JobState, SessionRow, Store, TurnState},
     streams::{self, Front, Kind, Reason},
 };
@@ -226,8 +226,8 @@ pub struct Gate {
 
 impl Gate {
     /// Admits a follow under `sandbox` (empty: under none, so no pause or destroy closes it).
-    pub fn open(relay: &Relay, caller: &Caller, sandbox: &str, front: Front, charge: Charge) -> Result<Gate> {
-        Ok(Gate::over(relay.streams.open(caller, sandbox, Kind::Events, front)?, charge))
+    pub fn open(sessions: &Sessions, caller: &Caller, sandbox: &str, front: Front, charge: Charge) -> Result<Gate> {
+        Ok(Gate::over(sessions.streams.open(caller, sandbox, Kind::Events, front)?, charge))
     }
 
     fn over(admitted: streams::Stream, charge: Charge) -> Gate {
@@ -315,27 +315,26 @@ pub struct SessionFollow {
 /// Follows the caller's session `reference` (not found unless the caller sees it) as one
 /// admitted stream (refused over the stream limits).
 pub async fn follow(
-    relay: &Relay,
+    sessions: &Sessions,
     caller: &Caller,
     reference: &str,
     start: Start,
     front: Front,
     charge: Charge,
 ) -> Result<SessionFollow> {
-    let session = super::find(relay, caller, reference).await?;
-    let gate = Gate::open(relay, caller, &session.sandbox_id, front, charge)?;
+    let session = super::find(sessions, caller, reference).await?;
+    let gate = Gate::open(sessions, caller, &session.sandbox_id, front, charge)?;
     let since = start.since.unwrap_or(session.event_seq);
-    let follower =
-        Follower::new(&relay.store, &relay.sessions.live, &session.id, session.event_seq, since, start.until);
+    let follower = Follower::new(&sessions.store, &sessions.live, &session.id, session.event_seq, since, start.until);
     let deadline = start.wait.map(|w| Instant::now() + w);
     Ok(SessionFollow { session, gate, follower, deadline, left: start.limit })
 }
 
 /// A follower of the session `session_id`'s events after `since`, for a follow of its own (a
 /// job's).
-pub async fn follower(relay: &Relay, session_id: &str, since: i64, until: Until) -> Result<Follower> {
-    let at = relay.store.session_by_id(session_id).await?.map_or(0, |s| s.event_seq);
-    Ok(Follower::new(&relay.store, &relay.sessions.live, session_id, at, since, until))
+pub async fn follower(sessions: &Sessions, session_id: &str, since: i64, until: Until) -> Result<Follower> {
+    let at = sessions.store.session_by_id(session_id).await?.map_or(0, |s| s.event_seq);
+    Ok(Follower::new(&sessions.store, &sessions.live, session_id, at, since, until))
 }
 
 impl SessionFollow {
@@ -383,17 +382,17 @@ impl Pages for SessionFollow {
 /// `sessions::events`' answer, or, when a close of the relay's cuts the wait short, what is
 /// there and that close. The session as found, too.
 pub async fn wait(
-    relay: &Relay,
+    sessions: &Sessions,
     caller: &Caller,
     reference: &str,
     read: EventsRead,
     front: Front,
 ) -> Result<(SessionRow, EventsPage, Option<Reason>)> {
-    let session = super::find(relay, caller, reference).await?;
-    let mut gate = Gate::open(relay, caller, &session.sandbox_id, front, Charge::Events)?;
-    let (page, closed) = match gate.first(super::events(relay, caller, &session.id, read)).await {
+    let session = super::find(sessions, caller, reference).await?;
+    let mut gate = Gate::open(sessions, caller, &session.sandbox_id, front, Charge::Events)?;
+    let (page, closed) = match gate.first(super::events(sessions, caller, &session.id, read)).await {
         Ok(page) => (page?, None),
-        Err(reason) => (super::read_page(relay, &session.id, read.since(), read.limit()).await?, Some(reason)),
+        Err(reason) => (super::read_page(sessions, &session.id, read.since(), read.limit()).await?, Some(reason)),
     };
     gate.admitted.end(closed.unwrap_or(Reason::Done));
     Ok((session, page, closed))

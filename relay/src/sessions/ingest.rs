@@ -6,9 +6,9 @@ use serde_json::{json, Value};
 
 use super::transition;
 use crate::{
-    app::Relay,
     error::Result,
     feed::Change,
+    sessions::Sessions,
     store::{NewEvent, SessionRow, TurnRow, TurnState, UsageRow, CURRENT_OFFSET},
     time,
 };
@@ -62,8 +62,8 @@ struct Tally {
 
 impl Tally {
     /// From what the store holds for the turn, so a restarted relay counts on.
-    async fn load(relay: &Relay, turn_id: &str, max: u64) -> Result<Tally> {
-        let (placed, current) = relay.store.turn_event_tally(turn_id).await?;
+    async fn load(sessions: &Sessions, turn_id: &str, max: u64) -> Result<Tally> {
+        let (placed, current) = sessions.store.turn_event_tally(turn_id).await?;
         let mut t = Tally { max, placed, ..Tally::default() };
         for (part, data) in current {
             if part == DROPPED_PART {
@@ -122,14 +122,14 @@ pub struct Ingest {
 
 impl Ingest {
     pub async fn new(
-        relay: &Relay,
+        sessions: &Sessions,
         session: &SessionRow,
         turn: &TurnRow,
         parser: Parser,
         keep_session_id: bool,
     ) -> Result<Ingest> {
         let summary = serde_json::from_value(session.summary.clone()).unwrap_or_default();
-        let tally = Tally::load(relay, &turn.id, relay.sessions.settings.turn_event_max).await?;
+        let tally = Tally::load(sessions, &turn.id, sessions.settings.turn_event_max).await?;
         Ok(Ingest {
             session_id: session.id.clone(),
             turn_id: turn.id.clone(),
@@ -160,9 +160,9 @@ impl Ingest {
     }
 
     /// Records the events in `bytes`, the log's bytes from `next_offset()` on.
-    pub async fn push(&mut self, relay: &Relay, bytes: &[u8]) -> Result<()> {
+    pub async fn push(&mut self, sessions: &Sessions, bytes: &[u8]) -> Result<()> {
         let lines = self.lines.push(bytes);
-        let redactor = relay.secrets.redactor();
+        let redactor = sessions.secrets.redactor();
         let ts = time::now();
         let mut new = Vec::new();
         let mut in_batch = 0usize;
@@ -198,7 +198,7 @@ impl Ingest {
                 };
                 in_batch += usize::from(place == Place::Log);
                 redactor.json(&mut event.data);
-                self.note(relay, &event, ts).await?;
+                self.note(sessions, &event, ts).await?;
                 self.summary.apply(&event, ts, self.started_at);
                 new.push(NewEvent { kind: event.kind.as_str(), data: event.data, src_offset: Some(src_offset), part });
             }
@@ -222,13 +222,13 @@ impl Ingest {
         let summary = serde_json::to_value(&self.summary).unwrap_or(Value::Null);
         // The parser's memory goes with the position: a relay restarted there parses on as this one.
         let position = (self.base, self.lines.consumed() as i64, self.parser.snapshot());
-        let (seq, recorded) = relay
+        let (seq, recorded) = sessions
             .store
             .record_events(&self.session_id, &self.turn_id, new.clone(), ts, Some(position), Some(&summary))
             .await?;
-        relay.sessions.live.publish_events(&self.session_id, &self.turn_id, ts, &new, &recorded, seq);
+        sessions.live.publish_events(&self.session_id, &self.turn_id, ts, &new, &recorded, seq);
         let change = Change::Events { session_id: &self.session_id, turn_id: &self.turn_id, events: &new, ts };
-        relay.feed.publish(change).await;
+        sessions.feed.publish(change).await;
         // Waiting for input starts with the harness's request and ends with its next event.
         let to = match (self.state, asked_input, other_agent_event) {
             (TurnState::Running, true, _) => Some(TurnState::WaitingInput),
@@ -238,25 +238,25 @@ impl Ingest {
         if let Some(to) = to {
             let from = self.state;
             self.state = to;
-            transition(relay, &self.session_id, &self.turn_id, from, to, None, None).await?;
+            transition(sessions, &self.session_id, &self.turn_id, from, to, None, None).await?;
         }
         Ok(())
     }
 
     /// What an event tells hangar beyond itself: the CLI's conversation id, plan usage, how
     /// the turn went.
-    async fn note(&mut self, relay: &Relay, event: &Event, ts: f64) -> Result<()> {
+    async fn note(&mut self, sessions: &Sessions, event: &Event, ts: f64) -> Result<()> {
         let d = &event.data;
         match event.kind {
             EventType::RunStarted if self.keep_session_id => {
                 if let Some(id) = d.get("session_id").and_then(Value::as_str).filter(|s| valid_session_id(s)) {
-                    relay.store.update_session_start(&self.session_id, Some(id), None, ts).await?;
+                    sessions.store.update_session_start(&self.session_id, Some(id), None, ts).await?;
                 }
             }
             EventType::RateLimit => {
                 let Some(credential) = &self.credential else { return Ok(()) };
                 let Some(window) = d.get("window").and_then(Value::as_str) else { return Ok(()) };
-                relay
+                sessions
                     .store
                     .put_usage(&UsageRow {
                         credential: credential.clone(),

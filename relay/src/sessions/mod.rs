@@ -38,13 +38,14 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use crate::{
-    app::Relay,
-    auth::Caller,
+    auth::{Caller, MacKey},
     error::{Error, Result},
     events,
-    feed::Change,
-    secrets::Chosen,
-    store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, TurnRow},
+    feed::{Change, Feed},
+    sandboxes::Sandboxes,
+    secrets::{Chosen, Secrets},
+    store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, Store, TurnRow},
+    streams::Streams,
     time,
 };
 
@@ -91,8 +92,25 @@ pub struct Settings {
     pub ask_expiry: Duration,
 }
 
-/// The sessions' shared state: harness profiles, live readers, and the drivers' cancel signals.
+/// What sessions use of the relay: handles the wiring builds once and shares.
+pub struct Uses {
+    pub store: Arc<Store>,
+    pub sandboxes: Arc<Sandboxes>,
+    pub secrets: Arc<Secrets>,
+    pub feed: Arc<Feed>,
+    pub streams: Arc<Streams>,
+    pub key: MacKey,
+}
+
+/// The sessions' handles and shared state: harness profiles, live readers, and the drivers'
+/// cancel signals.
 pub struct Sessions {
+    pub store: Arc<Store>,
+    pub sandboxes: Arc<Sandboxes>,
+    pub secrets: Arc<Secrets>,
+    feed: Arc<Feed>,
+    streams: Arc<Streams>,
+    key: MacKey,
     pub harnesses: Harnesses,
     pub settings: Settings,
     pub live: Arc<live::Live>,
@@ -113,9 +131,16 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(harnesses: Harnesses, settings: Settings) -> Sessions {
+    pub fn new(uses: Uses, harnesses: Harnesses, settings: Settings) -> Arc<Sessions> {
         let starting = tokio::sync::Semaphore::new(settings.max_starting);
-        Sessions {
+        let Uses { store, sandboxes, secrets, feed, streams, key } = uses;
+        Arc::new(Sessions {
+            store,
+            sandboxes,
+            secrets,
+            feed,
+            streams,
+            key,
             harnesses,
             settings,
             live: Arc::default(),
@@ -125,7 +150,7 @@ impl Sessions {
             slots: Notify::new(),
             starting,
             prompts: Mutex::default(),
-        }
+        })
     }
 
     fn prompts(&self) -> MutexGuard<'_, HashMap<String, String>> {
@@ -223,8 +248,8 @@ const AGENT_TEXT: &[&str] = &[
     "summary.tests",
 ];
 
-async fn view(relay: &Relay, session: SessionRow, warnings: Vec<String>, replay: bool) -> Result<SessionView> {
-    let turns = relay.store.turns(&session.id).await?;
+async fn view(sessions: &Sessions, session: SessionRow, warnings: Vec<String>, replay: bool) -> Result<SessionView> {
+    let turns = sessions.store.turns(&session.id).await?;
     Ok(view_of(session, turns, warnings, replay))
 }
 
@@ -320,7 +345,7 @@ fn credential_of(harness: &Harness, chosen: &[Chosen]) -> Option<String> {
 /// The secrets a session passes (the harness's, then those asked for), each chosen for the
 /// caller, and the credential among them. Jobs choose theirs here too.
 pub async fn choose_secrets(
-    relay: &Relay,
+    sessions: &Sessions,
     caller: &Caller,
     harness: &Harness,
     asked: &[String],
@@ -331,7 +356,7 @@ pub async fn choose_secrets(
             secrets.push(s.clone());
         }
     }
-    let chosen = relay.secrets.choose(caller, &secrets, &harness.secrets).await?;
+    let chosen = sessions.secrets.choose(caller, &secrets, &harness.secrets).await?;
     let credential = credential_of(harness, &chosen);
     Ok((secrets, chosen, credential))
 }
@@ -359,7 +384,7 @@ pub fn chosen_secrets(session: &SessionRow) -> Vec<Chosen> {
 }
 
 /// Starts a session and its first turn; answers at once (the turn is queued or starting).
-pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Result<SessionView> {
+pub async fn start(sessions: &Arc<Sessions>, caller: &Caller, req: StartRequest) -> Result<SessionView> {
     if !valid_name(&req.name) {
         return Err(Error::invalid(format!(
             "name {:?}: 1 to 64 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
@@ -370,19 +395,19 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
     check_key(&req.idempotency_key)?;
     let timeout = check_timeout(req.timeout_minutes)?;
     let harness_name = req.harness.as_deref().unwrap_or("claude-code");
-    let harness = relay.sessions.harnesses.get(harness_name).ok_or_else(|| {
-        let known: Vec<&str> = relay.sessions.harnesses.iter().map(|h| h.name.as_str()).collect();
+    let harness = sessions.harnesses.get(harness_name).ok_or_else(|| {
+        let known: Vec<&str> = sessions.harnesses.iter().map(|h| h.name.as_str()).collect();
         Error::invalid(format!("harness {harness_name:?}: one of {}", known.join(", ")))
     })?;
-    let (secrets, chosen, credential) = choose_secrets(relay, caller, harness, &req.secrets).await?;
-    let row = relay.sandboxes.enter(&req.sandbox, caller).await?;
-    let approvals = approval_policy(relay, harness, &row, &req.approvals).await?;
+    let (secrets, chosen, credential) = choose_secrets(sessions, caller, harness, &req.secrets).await?;
+    let row = sessions.sandboxes.enter(&req.sandbox, caller).await?;
+    let approvals = approval_policy(sessions, harness, &row, &req.approvals).await?;
     let cwd = match req.cwd.as_deref().or(row.workdir.as_deref()) {
-        Some(cwd) => relay.sandboxes.resolve_cwd(&row, cwd)?,
+        Some(cwd) => sessions.sandboxes.resolve_cwd(&row, cwd)?,
         None => return Err(Error::invalid("cwd: the sandbox has no working directory; name one")),
     };
     check_credential(harness, credential.as_deref(), req.sandbox_login)?;
-    let redactor = relay.secrets.redactor();
+    let redactor = sessions.secrets.redactor();
     let session = SessionRow {
         id: format!("ses_{}", crate::random::hex(6)),
         name: req.name.clone(),
@@ -412,7 +437,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
     };
     let mut turn = new_turn(&session.id, &req.prompt, &turn_req, credential, timeout);
     turn.prompt = redactor.text(&req.prompt).into_owned();
-    match relay.store.create_session(&session, &turn).await? {
+    match sessions.store.create_session(&session, &turn).await? {
         Created::New((session, turn)) => {
             events::SessionStarted {
                 session: &session.name,
@@ -421,13 +446,13 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
                 sandbox: &session.sandbox_name,
             }
             .emit();
-            relay.feed.publish(Change::TurnQueued { session: &session, turn: &turn }).await;
-            relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
-            let warnings = queue::warnings(relay, turn.credential.as_deref()).await?;
-            spawn_driver(relay, &turn.id);
-            view(relay, session, warnings, false).await
+            sessions.feed.publish(Change::TurnQueued { session: &session, turn: &turn }).await;
+            sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
+            let warnings = queue::warnings(sessions, turn.credential.as_deref()).await?;
+            spawn_driver(sessions, &turn.id);
+            view(sessions, session, warnings, false).await
         }
-        Created::Replayed((session, _)) => view(relay, session, Vec::new(), true).await,
+        Created::Replayed((session, _)) => view(sessions, session, Vec::new(), true).await,
         Created::KeyConflict => {
             Err(Error::Conflict("idempotency_key: already used for a session with another prompt".into()))
         }
@@ -438,7 +463,7 @@ pub async fn start(relay: &Arc<Relay>, caller: &Caller, req: StartRequest) -> Re
 /// Checks a session's approval policy: patterns that parse, a harness with an approval hook,
 /// and a sandbox where the uid split holds (elsewhere the agent could write its own answers).
 async fn approval_policy(
-    relay: &Relay,
+    sessions: &Sessions,
     harness: &Harness,
     row: &SandboxRow,
     patterns: &[String],
@@ -454,7 +479,7 @@ async fn approval_policy(
             harness.name
         )));
     }
-    let shell = supervisor::Shell::open(relay, row.clone()).await?;
+    let shell = supervisor::Shell::open(sessions, row.clone()).await?;
     let place = shell.place().await?;
     if !place.split {
         return Err(Error::invalid(format!(
@@ -473,8 +498,8 @@ async fn approval_policy(
 }
 
 /// The session `reference` names among the caller's (any person's for an admin).
-pub async fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionRow> {
-    relay
+pub async fn find(sessions: &Sessions, caller: &Caller, reference: &str) -> Result<SessionRow> {
+    sessions
         .store
         .session(reference, caller.sees())
         .await?
@@ -482,32 +507,36 @@ pub async fn find(relay: &Relay, caller: &Caller, reference: &str) -> Result<Ses
 }
 
 /// A follow-up in the same conversation.
-pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req: TurnRequest) -> Result<SessionView> {
+pub async fn follow_up(
+    sessions: &Arc<Sessions>,
+    caller: &Caller,
+    reference: &str,
+    req: TurnRequest,
+) -> Result<SessionView> {
     check_prompt(&req.prompt)?;
     check_key(&req.idempotency_key)?;
     let timeout = check_timeout(req.timeout_minutes)?;
-    let session = find(relay, caller, reference).await?;
-    let harness = relay
-        .sessions
+    let session = find(sessions, caller, reference).await?;
+    let harness = sessions
         .harnesses
         .get(&session.harness)
         .ok_or_else(|| Error::invalid(format!("harness {:?} is no longer configured", session.harness)))?;
     if harness.follow_up.is_none() {
         return Err(Error::invalid(format!("harness {:?} has no follow-up command", harness.name)));
     }
-    relay.sandboxes.enter(&session.sandbox_id, caller).await?;
+    sessions.sandboxes.enter(&session.sandbox_id, caller).await?;
     let mut turn = new_turn(&session.id, &req.prompt, &req, session.credential.clone(), timeout);
-    turn.prompt = relay.secrets.redactor().text(&req.prompt).into_owned();
-    match relay.store.create_turn(&turn).await? {
+    turn.prompt = sessions.secrets.redactor().text(&req.prompt).into_owned();
+    match sessions.store.create_turn(&turn).await? {
         Created::New(turn) => {
-            relay.feed.publish(Change::TurnQueued { session: &session, turn: &turn }).await;
-            relay.sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
-            let warnings = queue::warnings(relay, turn.credential.as_deref()).await?;
-            spawn_driver(relay, &turn.id);
-            let session = relay.store.session_by_id(&session.id).await?.unwrap_or(session);
-            view(relay, session, warnings, false).await
+            sessions.feed.publish(Change::TurnQueued { session: &session, turn: &turn }).await;
+            sessions.prompts().insert(turn.id.clone(), req.prompt.clone());
+            let warnings = queue::warnings(sessions, turn.credential.as_deref()).await?;
+            spawn_driver(sessions, &turn.id);
+            let session = sessions.store.session_by_id(&session.id).await?.unwrap_or(session);
+            view(sessions, session, warnings, false).await
         }
-        Created::Replayed(_) => view(relay, session, Vec::new(), true).await,
+        Created::Replayed(_) => view(sessions, session, Vec::new(), true).await,
         Created::KeyConflict => {
             Err(Error::Conflict("idempotency_key: already used for a turn with another prompt".into()))
         }
@@ -518,52 +547,53 @@ pub async fn follow_up(relay: &Arc<Relay>, caller: &Caller, reference: &str, req
     }
 }
 
-pub async fn get(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionView> {
-    view(relay, find(relay, caller, reference).await?, Vec::new(), false).await
+pub async fn get(sessions: &Sessions, caller: &Caller, reference: &str) -> Result<SessionView> {
+    view(sessions, find(sessions, caller, reference).await?, Vec::new(), false).await
 }
 
-pub async fn list(relay: &Relay, caller: &Caller) -> Result<Vec<SessionView>> {
-    let listed = relay.store.sessions_with_turns(caller.sees()).await?;
+pub async fn list(sessions: &Sessions, caller: &Caller) -> Result<Vec<SessionView>> {
+    let listed = sessions.store.sessions_with_turns(caller.sees()).await?;
     Ok(listed.into_iter().map(|(s, turns)| view_of(s, turns, Vec::new(), false)).collect())
 }
 
 /// Cancels the session's live turn, if any: TERM to its process group, KILL after a grace
 /// period. Idempotent.
-pub async fn cancel(relay: &Relay, caller: &Caller, reference: &str) -> Result<SessionView> {
-    let session = find(relay, caller, reference).await?;
-    for turn in relay.store.live_turns_of(&session.id).await? {
-        cancel_turn(relay, &session, &turn).await?;
+pub async fn cancel(sessions: &Sessions, caller: &Caller, reference: &str) -> Result<SessionView> {
+    let session = find(sessions, caller, reference).await?;
+    for turn in sessions.store.live_turns_of(&session.id).await? {
+        cancel_turn(sessions, &session, &turn).await?;
     }
-    get(relay, caller, &session.id).await
+    get(sessions, caller, &session.id).await
 }
 
-async fn cancel_turn(relay: &Relay, session: &SessionRow, turn: &TurnRow) -> Result<()> {
-    relay.store.request_cancel(&turn.id, time::now()).await?;
+async fn cancel_turn(sessions: &Sessions, session: &SessionRow, turn: &TurnRow) -> Result<()> {
+    sessions.store.request_cancel(&turn.id, time::now()).await?;
     if turn.state == TurnState::Queued {
-        transition(relay, &session.id, &turn.id, turn.state, TurnState::Cancelled, Some("cancel_agent"), None).await?;
+        transition(sessions, &session.id, &turn.id, turn.state, TurnState::Cancelled, Some("cancel_agent"), None)
+            .await?;
     }
-    relay.sessions.poke(&turn.id);
+    sessions.poke(&turn.id);
     Ok(())
 }
 
 /// Deletes a session with its turns and events, cancelling a live turn first.
-pub async fn delete(relay: &Relay, caller: &Caller, reference: &str) -> Result<()> {
-    let session = find(relay, caller, reference).await?;
-    for turn in relay.store.live_turns_of(&session.id).await? {
-        cancel_turn(relay, &session, &turn).await?;
+pub async fn delete(sessions: &Sessions, caller: &Caller, reference: &str) -> Result<()> {
+    let session = find(sessions, caller, reference).await?;
+    for turn in sessions.store.live_turns_of(&session.id).await? {
+        cancel_turn(sessions, &session, &turn).await?;
     }
-    relay.store.delete_session(&session.id).await?;
-    relay.feed.publish(Change::SessionDeleted(&session)).await;
+    sessions.store.delete_session(&session.id).await?;
+    sessions.feed.publish(Change::SessionDeleted(&session)).await;
     events::SessionDeleted { session: &session.name, person: &session.person }.emit();
     Ok(())
 }
 
 /// Ends every live turn in a sandbox that is going away, then lets its drivers go.
-pub async fn end_in_sandbox(relay: &Relay, sandbox: &SandboxRow, to: TurnState, reason: &str) -> Result<()> {
-    for session in relay.store.sessions_in_sandbox(&sandbox.id).await? {
-        for turn in relay.store.live_turns_of(&session.id).await? {
-            transition(relay, &session.id, &turn.id, turn.state, to, Some(reason), None).await?;
-            relay.sessions.poke(&turn.id);
+pub async fn end_in_sandbox(sessions: &Sessions, sandbox: &SandboxRow, to: TurnState, reason: &str) -> Result<()> {
+    for session in sessions.store.sessions_in_sandbox(&sandbox.id).await? {
+        for turn in sessions.store.live_turns_of(&session.id).await? {
+            transition(sessions, &session.id, &turn.id, turn.state, to, Some(reason), None).await?;
+            sessions.poke(&turn.id);
         }
     }
     Ok(())
@@ -571,11 +601,11 @@ pub async fn end_in_sandbox(relay: &Relay, sandbox: &SandboxRow, to: TurnState, 
 
 /// Destroys a sandbox: its live turns end `cancelled/sandbox_destroyed` first. A local
 /// sandbox's split directory is on the relay's host, and goes with it.
-pub async fn destroy_sandbox(relay: &Relay, row: &SandboxRow) -> Result<()> {
-    end_in_sandbox(relay, row, TurnState::Cancelled, "sandbox_destroyed").await?;
-    let on_host = relay.sandboxes.on_host(row);
-    relay.sandboxes.destroy(row).await?;
-    relay.sessions.places.forget(&row.id);
+pub async fn destroy_sandbox(sessions: &Sessions, row: &SandboxRow) -> Result<()> {
+    end_in_sandbox(sessions, row, TurnState::Cancelled, "sandbox_destroyed").await?;
+    let on_host = sessions.sandboxes.on_host(row);
+    sessions.sandboxes.destroy(row).await?;
+    sessions.places.forget(&row.id);
     if on_host {
         // Best effort: it is there only where the relay is root.
         let _ = std::fs::remove_dir_all(std::path::Path::new(supervisor::SPLIT_DIR).join(&row.id));
@@ -645,25 +675,25 @@ pub fn check_since(since: i64) -> Result<i64> {
 
 /// Events after `since`; with `wait`, as soon as there is one (or the wait ends, or the
 /// session's turn ends).
-pub async fn events(relay: &Relay, caller: &Caller, reference: &str, read: EventsRead) -> Result<EventsPage> {
-    let session = find(relay, caller, reference).await?;
+pub async fn events(sessions: &Sessions, caller: &Caller, reference: &str, read: EventsRead) -> Result<EventsPage> {
+    let session = find(sessions, caller, reference).await?;
     let EventsRead { since, limit, wait } = read;
-    let mut rx = relay.sessions.live.subscribe(&session.id, session.event_seq);
+    let mut rx = sessions.live.subscribe(&session.id, session.event_seq);
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        let page = read_page(relay, &session.id, since, limit).await?;
+        let page = read_page(sessions, &session.id, since, limit).await?;
         if !page.events.is_empty() || page.state.is_terminal() || tokio::time::Instant::now() >= deadline {
             return Ok(page);
         }
         match tokio::time::timeout_at(deadline, rx.changed()).await {
             Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => return read_page(relay, &session.id, since, limit).await,
+            Ok(Err(_)) | Err(_) => return read_page(sessions, &session.id, since, limit).await,
         }
     }
 }
 
-pub async fn read_page(relay: &Relay, session_id: &str, since: i64, limit: usize) -> Result<EventsPage> {
-    let (mut events, state) = relay.store.events_page(session_id, since.max(0), limit + 1).await?;
+pub async fn read_page(sessions: &Sessions, session_id: &str, since: i64, limit: usize) -> Result<EventsPage> {
+    let (mut events, state) = sessions.store.events_page(session_id, since.max(0), limit + 1).await?;
     let more = events.len() > limit;
     events.truncate(limit);
     let next = events.last().map_or(since.max(0), |e| e.seq);
@@ -674,7 +704,7 @@ pub async fn read_page(relay: &Relay, session_id: &str, since: i64, limit: usize
 /// Moves a turn between states and records the `run.state` event hangar emits for it. A turn
 /// already terminal is left alone (its state is final).
 pub(crate) async fn transition(
-    relay: &Relay,
+    sessions: &Sessions,
     session_id: &str,
     turn_id: &str,
     from: TurnState,
@@ -682,25 +712,25 @@ pub(crate) async fn transition(
     reason: Option<&str>,
     detail: Option<&str>,
 ) -> Result<bool> {
-    let detail = detail.map(|d| relay.secrets.redactor().text(d).into_owned());
+    let detail = detail.map(|d| sessions.secrets.redactor().text(d).into_owned());
     let data =
         json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason, "detail": detail, "source": "hangar" });
     let event = NewEvent { kind: "run.state", data, src_offset: None, part: 0 };
     let ts = time::now();
-    let moved = relay.store.move_turn(session_id, turn_id, to, reason, detail.as_deref(), ts, event.clone());
+    let moved = sessions.store.move_turn(session_id, turn_id, to, reason, detail.as_deref(), ts, event.clone());
     let Some(seq) = moved.await? else { return Ok(false) };
-    relay.sessions.live.publish_events(session_id, turn_id, ts, &[event], &[(0, seq)], seq);
-    let turn = relay.store.turn(turn_id).await?;
+    sessions.live.publish_events(session_id, turn_id, ts, &[event], &[(0, seq)], seq);
+    let turn = sessions.store.turn(turn_id).await?;
     if let Some(turn) = &turn {
-        relay.feed.publish(Change::TurnMoved(turn)).await;
+        sessions.feed.publish(Change::TurnMoved(turn)).await;
     }
     events::TurnState { turn: turn_id, from: from.as_str(), to: to.as_str(), reason }.emit();
     if to.is_terminal() {
-        relay.sessions.prompts().remove(turn_id);
-        relay.sessions.slots.notify_waiters();
-        if let (Some(session), Some(turn)) = (relay.store.session_by_id(session_id).await?, &turn) {
+        sessions.prompts().remove(turn_id);
+        sessions.slots.notify_waiters();
+        if let (Some(session), Some(turn)) = (sessions.store.session_by_id(session_id).await?, &turn) {
             let failed = matches!(to, TurnState::Failed | TurnState::Crashed | TurnState::TimedOut);
-            relay.feed.publish(Change::TurnEnded { session: &session, turn, failed }).await;
+            sessions.feed.publish(Change::TurnEnded { session: &session, turn, failed }).await;
         }
     }
     Ok(true)
@@ -709,7 +739,7 @@ pub(crate) async fn transition(
 /// Records one event of hangar's own (an inbox ask, the agent's progress) in a session, and
 /// tells its live readers.
 pub(crate) async fn record_event(
-    relay: &Relay,
+    sessions: &Sessions,
     session_id: &str,
     turn_id: &str,
     kind: &'static str,
@@ -718,16 +748,16 @@ pub(crate) async fn record_event(
     let ts = time::now();
     let event = NewEvent { kind, data, src_offset: None, part: 0 };
     let events = vec![event];
-    let (seq, recorded) = relay.store.record_events(session_id, turn_id, events.clone(), ts, None, None).await?;
-    relay.sessions.live.publish_events(session_id, turn_id, ts, &events, &recorded, seq);
-    relay.feed.publish(Change::Events { session_id, turn_id, events: &events, ts }).await;
+    let (seq, recorded) = sessions.store.record_events(session_id, turn_id, events.clone(), ts, None, None).await?;
+    sessions.live.publish_events(session_id, turn_id, ts, &events, &recorded, seq);
+    sessions.feed.publish(Change::Events { session_id, turn_id, events: &events, ts }).await;
     Ok(seq)
 }
 
 /// Starts a driver for the turn unless one runs.
-fn spawn_driver(relay: &Arc<Relay>, turn_id: &str) {
+fn spawn_driver(sessions: &Arc<Sessions>, turn_id: &str) {
     let notify = {
-        let mut drivers = relay.sessions.lock();
+        let mut drivers = sessions.lock();
         if drivers.contains_key(turn_id) {
             return;
         }
@@ -735,22 +765,22 @@ fn spawn_driver(relay: &Arc<Relay>, turn_id: &str) {
         drivers.insert(turn_id.to_string(), n.clone());
         n
     };
-    let relay = relay.clone();
+    let sessions = sessions.clone();
     let turn_id = turn_id.to_string();
     tokio::spawn(async move {
-        driver::drive(&relay, &turn_id, &notify).await;
-        relay.sessions.lock().remove(&turn_id);
-        relay.sessions.slots.notify_waiters();
+        driver::drive(&sessions, &turn_id, &notify).await;
+        sessions.lock().remove(&turn_id);
+        sessions.slots.notify_waiters();
     });
 }
 
 /// At start: a driver for every live turn (they resume from their saved positions), and the
 /// retention sweep.
-pub async fn resume(relay: Arc<Relay>) {
-    match relay.store.live_turns().await {
+pub async fn resume(sessions: Arc<Sessions>) {
+    match sessions.store.live_turns().await {
         Ok(turns) => {
             for t in turns {
-                spawn_driver(&relay, &t.id);
+                spawn_driver(&sessions, &t.id);
             }
         }
         Err(e) => events::SessionsNotResumed { error: &e.to_string() }.emit(),
@@ -758,9 +788,9 @@ pub async fn resume(relay: Arc<Relay>) {
     let mut tick = tokio::time::interval(Duration::from_secs(3600));
     loop {
         tick.tick().await;
-        let s = &relay.sessions.settings;
+        let s = &sessions.settings;
         let before = time::now() - s.retention_days * 86_400.0;
-        match relay.store.prune_events(before, s.max_events).await {
+        match sessions.store.prune_events(before, s.max_events).await {
             Ok(n) if n > 0 => events::EventsPruned { events: n }.emit(),
             Ok(_) => {}
             Err(e) => events::SessionsNotResumed { error: &e.to_string() }.emit(),

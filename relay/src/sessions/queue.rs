@@ -6,8 +6,8 @@
 use serde::Serialize;
 
 use crate::{
-    app::Relay,
     error::Result,
+    sessions::Sessions,
     store::{SandboxState, TurnRow, TurnState, UsageRow},
     time,
 };
@@ -26,17 +26,17 @@ fn fresh(u: &UsageRow, now: f64) -> bool {
 }
 
 /// Whether `turn` may start now. Called under the admission lock.
-pub async fn admit(relay: &Relay, turn: &TurnRow) -> Result<Admission> {
-    let Some(session) = relay.store.session_by_id(&turn.session_id).await? else { return Ok(Admission::Go) };
-    if let Some(sandbox) = relay.store.sandbox(&session.sandbox_id).await? {
+pub async fn admit(sessions: &Sessions, turn: &TurnRow) -> Result<Admission> {
+    let Some(session) = sessions.store.session_by_id(&turn.session_id).await? else { return Ok(Admission::Go) };
+    if let Some(sandbox) = sessions.store.sandbox(&session.sandbox_id).await? {
         if sandbox.state == SandboxState::Paused {
             let detail = format!("sandbox {:?} is paused", sandbox.name);
             return Ok(Admission::Wait { reason: "sandbox_not_ready", detail });
         }
     }
     let Some(credential) = &turn.credential else { return Ok(Admission::Go) };
-    let s = &relay.sessions.settings;
-    let live = relay.store.live_turns().await?;
+    let s = &sessions.settings;
+    let live = sessions.store.live_turns().await?;
     let mine = live.iter().filter(|t| t.credential.as_ref() == Some(credential) && t.id != turn.id);
     let (mut running, mut ahead) = (0, 0);
     for t in mine {
@@ -62,7 +62,7 @@ pub async fn admit(relay: &Relay, turn: &TurnRow) -> Result<Admission> {
     }
     if !turn.ignore_limits {
         let now = time::now();
-        for u in relay.store.usage().await?.iter().filter(|u| &u.credential == credential && fresh(u, now)) {
+        for u in sessions.store.usage().await?.iter().filter(|u| &u.credential == credential && fresh(u, now)) {
             let over = u.used_pct.is_some_and(|p| p >= s.usage_gate_pct) || u.status.as_deref() == Some("rejected");
             if over && u.resets_at.is_none_or(|r| r > now) {
                 return Ok(Admission::Wait { reason: "plan_limit", detail: describe(u) });
@@ -81,11 +81,11 @@ fn describe(u: &UsageRow) -> String {
 }
 
 /// What a start says about its credential's plan usage at `HANGAR_USAGE_WARN_PCT` and above.
-pub async fn warnings(relay: &Relay, credential: Option<&str>) -> Result<Vec<String>> {
+pub async fn warnings(sessions: &Sessions, credential: Option<&str>) -> Result<Vec<String>> {
     let Some(credential) = credential else { return Ok(Vec::new()) };
     let now = time::now();
-    let warn = relay.sessions.settings.usage_warn_pct;
-    Ok(relay
+    let warn = sessions.settings.usage_warn_pct;
+    Ok(sessions
         .store
         .usage()
         .await?
@@ -121,9 +121,9 @@ pub struct CredentialLoad {
 }
 
 /// `GET /api/usage`: the latest report per credential and window, the thresholds, the load.
-pub async fn usage(relay: &Relay) -> Result<Usage> {
+pub async fn usage(sessions: &Sessions) -> Result<Usage> {
     let now = time::now();
-    let windows = relay
+    let windows = sessions
         .store
         .usage()
         .await?
@@ -131,7 +131,7 @@ pub async fn usage(relay: &Relay) -> Result<Usage> {
         .map(|row| UsageView { stale: !fresh(&row, now), row })
         .collect::<Vec<_>>();
     let mut credentials: Vec<CredentialLoad> = Vec::new();
-    for t in relay.store.live_turns().await? {
+    for t in sessions.store.live_turns().await? {
         let Some(c) = t.credential else { continue };
         let i = match credentials.iter().position(|l| l.credential == c) {
             Some(i) => i,
@@ -146,7 +146,7 @@ pub async fn usage(relay: &Relay) -> Result<Usage> {
             credentials[i].running += 1;
         }
     }
-    let s = &relay.sessions.settings;
+    let s = &sessions.settings;
     Ok(Usage {
         windows,
         warn_pct: s.usage_warn_pct,

@@ -25,7 +25,6 @@ use tonic::Code;
 
 use super::Sessions;
 use crate::{
-    app::Relay,
     envd::Envd,
     error::{daemon_error, Error, Result},
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
@@ -260,8 +259,8 @@ impl<'a> Deref for Shell<'a> {
 }
 
 impl<'a> Shell<'a> {
-    pub async fn open(relay: &'a Relay, row: SandboxRow) -> Result<Shell<'a>> {
-        Ok(Shell { runner: Runner::open(&relay.sandboxes, row).await?, sessions: &relay.sessions })
+    pub async fn open(sessions: &'a Sessions, row: SandboxRow) -> Result<Shell<'a>> {
+        Ok(Shell { runner: Runner::open(&sessions.sandboxes, row).await?, sessions })
     }
 
     /// Decides where the turn's files go: split where the daemon is root and its default user

@@ -36,7 +36,7 @@ use rmcp::{
 use tokio_util::sync::CancellationToken;
 
 use super::{auth, error::classify, extract::MAX_BODY_BYTES, ApiError};
-use crate::{app::Relay, auth::Caller, error::Error};
+use crate::{auth::Caller, error::Error, handles::Relay};
 
 /// Where the endpoint is served.
 pub const PATH: &str = "/mcp";

@@ -23,9 +23,9 @@ use tokio::sync::watch as signal;
 
 use super::tools::{AGENT_TEXT_META, SANDBOX_OUTPUT_META};
 use crate::{
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
+    handles::Relay,
     jobs,
     sessions::{
         self,
@@ -342,12 +342,15 @@ impl Hub {
             Resource::SessionEvents { session } => {
                 let start = Start { since: None, until: Until::Never, wait: None, limit: None };
                 let charge = Charge::Notice(UPDATE_BYTES);
-                follow_updates(sessions::follow(&self.relay, caller, session, start, Front::Mcp, charge).await?).boxed()
+                follow_updates(
+                    sessions::follow(&self.relay.sessions, caller, session, start, Front::Mcp, charge).await?,
+                )
+                .boxed()
             }
             // Every event of the job: the first update comes once it has any.
             Resource::JobEvents { job } => {
                 let charge = Charge::Notice(UPDATE_BYTES);
-                follow_updates(jobs::follow(&self.relay, caller, job, 0, Front::Mcp, charge).await?).boxed()
+                follow_updates(jobs::follow(&self.relay.jobs, caller, job, 0, Front::Mcp, charge).await?).boxed()
             }
         };
         let (changed, _) = signal::channel(0);
@@ -421,12 +424,12 @@ impl Hub {
         since: Option<u64>,
         followed: Option<Arc<Followed>>,
     ) -> Result<Value> {
-        let row = sessions::find(&self.relay, caller, session).await?;
+        let row = sessions::find(&self.relay.sessions, caller, session).await?;
         let since = match since {
             Some(s) => i64::try_from(s).unwrap_or(i64::MAX),
             None => (row.event_seq - KEPT_EVENTS as i64).max(0),
         };
-        let page = sessions::read_page(&self.relay, &row.id, since, KEPT_EVENTS).await?;
+        let page = sessions::read_page(&self.relay.sessions, &row.id, since, KEPT_EVENTS).await?;
         let closed = followed.as_ref().and_then(|f| f.seen().closed.clone());
         Ok(json!({
             "session": row.name,
@@ -449,12 +452,12 @@ impl Hub {
         since: Option<u64>,
         followed: Option<Arc<Followed>>,
     ) -> Result<Value> {
-        let view = jobs::get(&self.relay, caller, id).await?;
+        let view = jobs::get(&self.relay.jobs, caller, id).await?;
         let since = match since {
             Some(s) => i64::try_from(s).unwrap_or(i64::MAX),
             None => (view.events_cursor - KEPT_EVENTS as i64).max(0),
         };
-        let (events, next, more) = match jobs::read_events(&self.relay, &view.job, since, KEPT_EVENTS).await? {
+        let (events, next, more) = match jobs::read_events(&self.relay.jobs, &view.job, since, KEPT_EVENTS).await? {
             Some(p) => (p.events, p.next, p.more),
             None => (Vec::new(), since, false),
         };

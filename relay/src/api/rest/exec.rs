@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use super::sse;
 use crate::{
     api::{extract::Body, ApiError},
-    app::Relay,
     auth::Caller,
     exec::{self, ExecEvent, ExecRequest, ExecResult},
+    handles::Relay,
     streams::Front,
 };
 

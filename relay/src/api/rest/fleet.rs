@@ -16,9 +16,9 @@ use serde::Deserialize;
 use super::sse::{self, Next, Out, Source};
 use crate::{
     api::{auth::FLEET_STREAM, extract::Params, ApiError},
-    app::Relay,
     auth::Caller,
     fleet::{self, Filter, FleetView, Follower},
+    handles::Relay,
     streams::{Front, Kind, Reason},
 };
 

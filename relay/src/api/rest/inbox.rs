@@ -16,8 +16,8 @@ use crate::{
         extract::{Body, Params},
         ApiError,
     },
-    app::Relay,
     auth::Caller,
+    handles::Relay,
     inbox::{
         self,
         answers::{self, Decision},
@@ -58,7 +58,7 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     Params(q): Params<InboxQuery>,
 ) -> Result<Json<InboxView>, ApiError> {
-    Ok(Json(inbox::list(&relay, &caller, q.ended).await?))
+    Ok(Json(inbox::list(&relay.inbox, &caller, q.ended).await?))
 }
 
 pub async fn ack(
@@ -66,7 +66,7 @@ pub async fn ack(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<ItemRow>, ApiError> {
-    Ok(Json(inbox::ack(&relay, &caller, &id).await?))
+    Ok(Json(inbox::ack(&relay.inbox, &caller, &id).await?))
 }
 
 pub async fn decide(
@@ -79,7 +79,7 @@ pub async fn decide(
         DecisionBody::Allow => Decision::Allow,
         DecisionBody::Deny => Decision::Deny,
     };
-    Ok(Json(answers::decide(&relay, &caller, &id, decision, b.reason.as_deref()).await?))
+    Ok(Json(answers::decide(&relay.inbox, &caller, &id, decision, b.reason.as_deref()).await?))
 }
 
 pub async fn answer(
@@ -88,5 +88,5 @@ pub async fn answer(
     Path(id): Path<String>,
     Body(b): Body<AnswerBody>,
 ) -> Result<Json<ItemRow>, ApiError> {
-    Ok(Json(answers::answer(&relay, &caller, &id, &b.answer).await?))
+    Ok(Json(answers::answer(&relay.inbox, &caller, &id, &b.answer).await?))
 }

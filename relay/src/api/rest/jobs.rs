@@ -18,8 +18,8 @@ use crate::{
         extract::{Body, Params},
         ApiError,
     },
-    app::Relay,
     auth::Caller,
+    handles::Relay,
     jobs::{self, JobView, StartRequest},
     sessions::follow::Charge,
     streams::Front,
@@ -30,7 +30,7 @@ pub async fn create(
     Extension(caller): Extension<Caller>,
     Body(req): Body<StartRequest>,
 ) -> Result<(StatusCode, Json<JobView>), ApiError> {
-    let view = jobs::start(&relay, &caller, req).await?;
+    let view = jobs::start(&relay.jobs, &caller, req).await?;
     let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)))
 }
@@ -39,7 +39,7 @@ pub async fn list(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(serde_json::json!({ "jobs": jobs::list(&relay, &caller).await? })))
+    Ok(Json(serde_json::json!({ "jobs": jobs::list(&relay.jobs, &caller).await? })))
 }
 
 pub async fn get(
@@ -47,7 +47,7 @@ pub async fn get(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    Ok(Json(jobs::get(&relay, &caller, &id).await?))
+    Ok(Json(jobs::get(&relay.jobs, &caller, &id).await?))
 }
 
 pub async fn cancel(
@@ -55,7 +55,7 @@ pub async fn cancel(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    Ok(Json(jobs::cancel(&relay, &caller, &id).await?))
+    Ok(Json(jobs::cancel(&relay.jobs, &caller, &id).await?))
 }
 
 #[derive(Deserialize)]
@@ -73,6 +73,6 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let since = sse::resume_seq(&headers, q.since)?;
-    let followed = jobs::follow(&relay, &caller, &id, since, Front::Rest, Charge::Events).await?;
+    let followed = jobs::follow(&relay.jobs, &caller, &id, since, Front::Rest, Charge::Events).await?;
     Ok(Sse::new(sse::follow(followed)).keep_alive(sse::keep_alive()))
 }

@@ -27,7 +27,7 @@ use axum::{
 };
 
 use super::{auth, extract::MAX_BODY_BYTES, ApiError};
-use crate::app::Relay;
+use crate::handles::Relay;
 
 /// Every query string and JSON body the routes read, with the steps that parse them beyond
 /// deserializing: named so they can be exercised apart from the handlers (hangar-fuzz). The

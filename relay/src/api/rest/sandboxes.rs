@@ -13,8 +13,8 @@ use serde::Deserialize;
 
 use crate::{
     api::{extract::Body, ApiError},
-    app::Relay,
     auth::Caller,
+    handles::Relay,
     sandboxes::SandboxRow,
 };
 
@@ -75,7 +75,7 @@ pub async fn destroy(
     Path(reference): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let row = relay.sandboxes.manage(&reference, &caller).await?;
-    crate::sessions::destroy_sandbox(&relay, &row).await?;
+    crate::sessions::destroy_sandbox(&relay.sessions, &row).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -21,8 +21,8 @@ use crate::{
         extract::{Body, Params},
         ApiError,
     },
-    app::Relay,
     auth::Caller,
+    handles::Relay,
     secrets::{NewSecret, SecretView},
     sessions::{
         self,
@@ -37,7 +37,7 @@ pub async fn create(
     Extension(caller): Extension<Caller>,
     Body(req): Body<StartRequest>,
 ) -> Result<(StatusCode, Json<SessionView>), ApiError> {
-    let view = sessions::start(&relay, &caller, req).await?;
+    let view = sessions::start(&relay.sessions, &caller, req).await?;
     let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)))
 }
@@ -46,7 +46,7 @@ pub async fn list(
     State(relay): State<Arc<Relay>>,
     Extension(caller): Extension<Caller>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(serde_json::json!({ "sessions": sessions::list(&relay, &caller).await? })))
+    Ok(Json(serde_json::json!({ "sessions": sessions::list(&relay.sessions, &caller).await? })))
 }
 
 pub async fn get(
@@ -54,7 +54,7 @@ pub async fn get(
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(sessions::get(&relay, &caller, &reference).await?))
+    Ok(Json(sessions::get(&relay.sessions, &caller, &reference).await?))
 }
 
 pub async fn delete(
@@ -62,7 +62,7 @@ pub async fn delete(
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    sessions::delete(&relay, &caller, &reference).await?;
+    sessions::delete(&relay.sessions, &caller, &reference).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -72,7 +72,7 @@ pub async fn turn(
     Path(reference): Path<String>,
     Body(req): Body<TurnRequest>,
 ) -> Result<(StatusCode, Json<SessionView>), ApiError> {
-    let view = sessions::follow_up(&relay, &caller, &reference, req).await?;
+    let view = sessions::follow_up(&relay.sessions, &caller, &reference, req).await?;
     let status = if view.idempotent_replay { StatusCode::OK } else { StatusCode::CREATED };
     Ok((status, Json(view)))
 }
@@ -82,7 +82,7 @@ pub async fn cancel(
     Extension(caller): Extension<Caller>,
     Path(reference): Path<String>,
 ) -> Result<Json<SessionView>, ApiError> {
-    Ok(Json(sessions::cancel(&relay, &caller, &reference).await?))
+    Ok(Json(sessions::cancel(&relay.sessions, &caller, &reference).await?))
 }
 
 #[derive(Deserialize)]
@@ -104,7 +104,7 @@ pub async fn events(
     Params(q): Params<EventsQuery>,
 ) -> Result<Json<EventsPage>, ApiError> {
     let read = EventsRead::new(q.since, q.limit, q.wait, "wait")?;
-    Ok(Json(sessions::events(&relay, &caller, &reference, read).await?))
+    Ok(Json(sessions::events(&relay.sessions, &caller, &reference, read).await?))
 }
 
 #[derive(Deserialize)]
@@ -128,12 +128,12 @@ pub async fn stream(
     let since = sse::resume_seq(&headers, q.since)?;
     let until = if q.follow { Until::Never } else { Until::TurnEnds };
     let start = Start { since: Some(since), until, wait: None, limit: None };
-    let followed = sessions::follow(&relay, &caller, &reference, start, Front::Rest, Charge::Events).await?;
+    let followed = sessions::follow(&relay.sessions, &caller, &reference, start, Front::Rest, Charge::Events).await?;
     Ok(Sse::new(sse::follow(followed)).keep_alive(sse::keep_alive()))
 }
 
 pub async fn usage(State(relay): State<Arc<Relay>>) -> Result<Json<sessions::Usage>, ApiError> {
-    Ok(Json(sessions::usage(&relay).await?))
+    Ok(Json(sessions::usage(&relay.sessions).await?))
 }
 
 #[derive(Deserialize, JsonSchema)]

@@ -13,10 +13,11 @@ use crate::{
         extract::Body,
         ApiError,
     },
-    app::Relay,
     auth::{tickets::TicketError, Caller, Scope},
     error::Error,
-    events, jobs, processes, sessions,
+    events,
+    handles::Relay,
+    jobs, processes, sessions,
 };
 
 #[derive(Deserialize, JsonSchema)]
@@ -54,8 +55,8 @@ async fn check_target(relay: &Relay, caller: &Caller, target: &StreamTarget) -> 
     match target {
         StreamTarget::Process { sandbox, id } => processes::get(&relay.processes, caller, sandbox, id).await.map(drop),
         StreamTarget::Watch { sandbox } => relay.sandboxes.enter(sandbox, caller).await.map(drop),
-        StreamTarget::Session(session) => sessions::find(relay, caller, session).await.map(drop),
-        StreamTarget::Job(job) => jobs::find(relay, caller, job).await.map(drop),
+        StreamTarget::Session(session) => sessions::find(&relay.sessions, caller, session).await.map(drop),
+        StreamTarget::Job(job) => jobs::find(&relay.jobs, caller, job).await.map(drop),
         StreamTarget::Fleet => Ok(()),
     }
 }

@@ -11,8 +11,9 @@ use serde::Deserialize;
 
 use crate::{
     api::{extract::Body, ApiError},
-    app::Relay,
-    auth, revocation,
+    auth,
+    handles::Relay,
+    revocation,
 };
 
 #[derive(Deserialize, JsonSchema)]

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use super::sse;
 use crate::{
     api::{extract::Params, ApiError},
-    app::Relay,
     auth::Caller,
+    handles::Relay,
     streams::Front,
     watch::WatchItem,
 };

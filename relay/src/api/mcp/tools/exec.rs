@@ -15,10 +15,10 @@ use serde_json::{json, Value};
 use super::{done, process::In, shape::Shape};
 use crate::{
     api::rest::inputs::ExecBody,
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
     exec::{self, ExecEvent, ExecResult},
+    handles::Relay,
     streams::Front,
 };
 

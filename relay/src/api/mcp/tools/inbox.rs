@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 
 use super::{session::result, shape::Shape};
 use crate::{
-    app::Relay,
     auth::Caller,
     error::Result,
+    handles::Relay,
     inbox::{
         self,
         answers::{self, Decision},
@@ -66,14 +66,14 @@ const LIST_TEXT: &[&str] = &["items[].title", "items[].text", "items[].options",
 pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) -> Result<CallToolResult> {
     let item = |i: ItemRow| result(serde_json::to_value(i).unwrap_or(Value::Null), ITEM_TEXT);
     match SHAPE.read(raw)? {
-        Args::List { ended } => Ok(result(json!(inbox::list(relay, caller, ended).await?), LIST_TEXT)),
+        Args::List { ended } => Ok(result(json!(inbox::list(&relay.inbox, caller, ended).await?), LIST_TEXT)),
         Args::Allow(d) => {
-            Ok(item(answers::decide(relay, caller, &d.of.item, Decision::Allow, d.reason.as_deref()).await?))
+            Ok(item(answers::decide(&relay.inbox, caller, &d.of.item, Decision::Allow, d.reason.as_deref()).await?))
         }
         Args::Deny(d) => {
-            Ok(item(answers::decide(relay, caller, &d.of.item, Decision::Deny, d.reason.as_deref()).await?))
+            Ok(item(answers::decide(&relay.inbox, caller, &d.of.item, Decision::Deny, d.reason.as_deref()).await?))
         }
-        Args::Answer { of, answer } => Ok(item(answers::answer(relay, caller, &of.item, &answer).await?)),
-        Args::Ack(of) => Ok(item(inbox::ack(relay, caller, &of.item).await?)),
+        Args::Answer { of, answer } => Ok(item(answers::answer(&relay.inbox, caller, &of.item, &answer).await?)),
+        Args::Ack(of) => Ok(item(inbox::ack(&relay.inbox, caller, &of.item).await?)),
     }
 }

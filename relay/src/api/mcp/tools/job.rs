@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 
 use super::{session::result, shape::Shape};
 use crate::{
-    app::Relay,
     auth::Caller,
     error::Result,
+    handles::Relay,
     jobs::{self, JobView, StartRequest},
 };
 
@@ -38,11 +38,11 @@ pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("jo
 
 pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) -> Result<CallToolResult> {
     match SHAPE.read(raw)? {
-        Args::Start(req) => Ok(view(jobs::start(relay, caller, *req).await?)),
-        Args::Status(j) => Ok(view(jobs::get(relay, caller, &j.job).await?)),
-        Args::Cancel(j) => Ok(view(jobs::cancel(relay, caller, &j.job).await?)),
+        Args::Start(req) => Ok(view(jobs::start(&relay.jobs, caller, *req).await?)),
+        Args::Status(j) => Ok(view(jobs::get(&relay.jobs, caller, &j.job).await?)),
+        Args::Cancel(j) => Ok(view(jobs::cancel(&relay.jobs, caller, &j.job).await?)),
         Args::List => {
-            let list = jobs::list(relay, caller).await?;
+            let list = jobs::list(&relay.jobs, caller).await?;
             let marked: Vec<String> =
                 list.first().map(|v| v.agent_text.iter().map(|f| format!("jobs[].{f}")).collect()).unwrap_or_default();
             let marked: Vec<&str> = marked.iter().map(String::as_str).collect();

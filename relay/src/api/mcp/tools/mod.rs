@@ -22,7 +22,7 @@ use rmcp::{
 };
 use serde_json::{json, Value};
 
-use crate::{api::error::classify, app::Relay, auth::Caller, error::Error};
+use crate::{api::error::classify, auth::Caller, error::Error, handles::Relay};
 
 /// Marks the fields of a result whose text came from the sandbox: output of programs there,
 /// data, not instructions.

@@ -17,9 +17,9 @@ use serde_json::json;
 use super::{done, shape::Shape};
 use crate::{
     api::rest::inputs::StartBody,
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
+    handles::Relay,
     processes::{self, ProcessState, Read},
     streams::{Front, Reason},
     text::Encoding,

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{done, shape::Shape};
-use crate::{app::Relay, auth::Caller, error::Result, sandboxes::may_use};
+use crate::{auth::Caller, error::Result, handles::Relay, sandboxes::may_use};
 
 /// The `sandboxes` tool takes no arguments.
 #[derive(Deserialize, JsonSchema)]

@@ -14,9 +14,9 @@ use serde_json::{json, Value};
 
 use super::{shape::Shape, AGENT_TEXT_META};
 use crate::{
-    app::Relay,
     auth::Caller,
     error::{Error, Result},
+    handles::Relay,
     sessions::{
         self,
         follow::{Charge, Pages, Start, Step, Until},
@@ -74,12 +74,12 @@ pub async fn call(
     ctx: RequestContext<RoleServer>,
 ) -> Result<CallToolResult> {
     match SHAPE.read(raw)? {
-        Args::Start(req) => Ok(view(sessions::start(relay, caller, req).await?)),
-        Args::Prompt { of, turn } => Ok(view(sessions::follow_up(relay, caller, &of.session, turn).await?)),
-        Args::Cancel(of) => Ok(view(sessions::cancel(relay, caller, &of.session).await?)),
-        Args::Status(of) => Ok(view(sessions::get(relay, caller, &of.session).await?)),
+        Args::Start(req) => Ok(view(sessions::start(&relay.sessions, caller, req).await?)),
+        Args::Prompt { of, turn } => Ok(view(sessions::follow_up(&relay.sessions, caller, &of.session, turn).await?)),
+        Args::Cancel(of) => Ok(view(sessions::cancel(&relay.sessions, caller, &of.session).await?)),
+        Args::Status(of) => Ok(view(sessions::get(&relay.sessions, caller, &of.session).await?)),
         Args::List => {
-            let list = sessions::list(relay, caller).await?;
+            let list = sessions::list(&relay.sessions, caller).await?;
             let marked: Vec<String> = list
                 .first()
                 .map(|v| v.agent_text.iter().map(|f| format!("sessions[].{f}")).collect())
@@ -147,18 +147,18 @@ async fn events(
 ) -> Result<CallToolResult> {
     let (since, limit, wait) = (read.since(), read.limit(), read.wait());
     if wait.is_zero() {
-        let session = sessions::find(relay, caller, reference).await?;
-        return Ok(whole(&session.name, &sessions::read_page(relay, &session.id, since, limit).await?, None));
+        let session = sessions::find(&relay.sessions, caller, reference).await?;
+        return Ok(whole(&session.name, &sessions::read_page(&relay.sessions, &session.id, since, limit).await?, None));
     }
     let Some(token) = ctx.meta.get_progress_token() else {
         let (session, p, closed) = tokio::select! {
-            r = sessions::follow::wait(relay, caller, reference, read, Front::Mcp) => r?,
+            r = sessions::follow::wait(&relay.sessions, caller, reference, read, Front::Mcp) => r?,
             _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
         };
         return Ok(whole(&session.name, &p, closed));
     };
     let start = Start { since: Some(since), until: Until::TurnEnds, wait: Some(wait), limit: Some(limit) };
-    let mut followed = sessions::follow(relay, caller, reference, start, Front::Mcp, Charge::Events).await?;
+    let mut followed = sessions::follow(&relay.sessions, caller, reference, start, Front::Mcp, Charge::Events).await?;
     let mut sent: Vec<Value> = Vec::new();
     let mut next = since;
     let end = loop {
@@ -182,6 +182,6 @@ async fn events(
     };
     let session = followed.session();
     // Whether more is recorded past what was sent, and the state as it is now.
-    let after = sessions::read_page(relay, &session.id, next, 1).await?;
+    let after = sessions::read_page(&relay.sessions, &session.id, next, 1).await?;
     Ok(page(&session.name, &sent, next, !after.events.is_empty(), after.state, end.closed()))
 }
