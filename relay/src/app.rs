@@ -177,6 +177,7 @@ pub async fn bind(config: &Config) -> Result<Bound, StartError> {
             sandboxes: sandboxes.clone(),
             sessions: sessions.clone(),
             secrets: secrets.clone(),
+            feed: feed.clone(),
         },
         store.open_items().await?,
         config.sessions.inbox_expiry(),
@@ -253,8 +254,6 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     jobs::resume(&relay.jobs).await;
     // Open approvals and questions expire on time.
     let inbox_clock = tokio::spawn(inbox::run(relay.inbox.clone()));
-    // The fleet hears of inbox items as they open and end.
-    let inbox = tokio::spawn(fleet::watch_inbox(relay.fleet.clone()));
     let signalled = async move {
         tokio::select! {
             _ = term.recv() => {}
@@ -267,6 +266,5 @@ pub async fn serve(bound: Bound) -> std::io::Result<()> {
     unattached.abort();
     turns.abort();
     inbox_clock.abort();
-    inbox.abort();
     result
 }

@@ -1,6 +1,7 @@
 //! The relay's one change feed: what the writers changed, typed, for whoever keeps a view of it.
 //!
-//! Writers (the sandboxes' lifecycle, sessions, the turn watcher's ingest, the jobs' driver)
+//! Writers (the sandboxes' lifecycle, sessions, the turn watcher's ingest, the jobs' driver, the
+//! inbox)
 //! `publish` each change after it is stored; subscribers (the fleet's memory, the inbox) are
 //! added in the wiring and never called directly. Changes borrow the writer's rows: a
 //! subscriber copies what it keeps.
@@ -15,7 +16,7 @@ use std::sync::{Arc, RwLock};
 
 use futures::future::BoxFuture;
 
-use crate::store::{JobRow, JobState, NewEvent, SandboxRow, SessionRow, TurnRow};
+use crate::store::{ItemRow, JobRow, JobState, NewEvent, SandboxRow, SessionRow, TurnRow};
 
 /// One change, as its writer stored it.
 #[derive(Clone, Copy)]
@@ -44,6 +45,8 @@ pub enum Change<'a> {
     /// A job moved between states (after its `Job`): the row with its new state, reason and
     /// detail, and the state it left.
     JobMoved { job: &'a JobRow, from: JobState },
+    /// An inbox item opened or ended (the row as it was opened; an ended one is no longer open).
+    Item(&'a ItemRow),
 }
 
 /// What a subscriber does with each change. Awaited in order before the writer goes on, so

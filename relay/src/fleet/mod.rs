@@ -44,8 +44,8 @@ use crate::{
     inbox::Inbox,
     secrets::Secrets,
     store::{
-        JobRow, JobState, JobsOf, NewEvent, SandboxRow, SandboxState, Scope, SessionRow, Store, StoreError, TurnRow,
-        TurnState,
+        ItemRow, JobRow, JobState, JobsOf, NewEvent, SandboxRow, SandboxState, Scope, SessionRow, Store, StoreError,
+        TurnRow, TurnState,
     },
     time,
 };
@@ -299,6 +299,12 @@ impl Fleet {
         self.changes.record(Key::Unit(sandbox_id.to_string()));
     }
 
+    /// An inbox item opened or ended: its unit's role and ask change, and every stream's inbox.
+    pub fn item(&self, item: &ItemRow) {
+        let unit = view::sandbox_of(&self.lock(), item);
+        self.changes.record_all(unit.into_iter().map(Key::Unit).chain([Key::Inbox]));
+    }
+
     /// A person's name, from a token made for them.
     pub fn person(&self, id: &str, name: &str) {
         self.lock().persons.insert(id.to_string(), name.to_string());
@@ -433,7 +439,7 @@ impl Fleet {
     }
 
     /// The units `caller` sees through `filter`, from memory, with `items` the open inbox items.
-    fn picture(&self, items: &[crate::store::ItemRow], caller: &Caller, filter: &Filter, now: f64) -> view::Picture {
+    fn picture(&self, items: &[ItemRow], caller: &Caller, filter: &Filter, now: f64) -> view::Picture {
         let st = self.lock();
         view::picture(&st, items, caller, filter, now, self.max_runs_per_credential)
     }
@@ -479,32 +485,9 @@ impl Subscriber for Keeper {
             Change::Events { session_id, turn_id, events, ts } => self.fleet.ingested(session_id, turn_id, events, ts),
             Change::Job(job) => self.fleet.job(job, &self.secrets.redactor()),
             Change::Person { id, name } => self.fleet.person(id, name),
+            Change::Item(item) => self.fleet.item(item),
             Change::TurnEnded { .. } | Change::TurnLive { .. } | Change::JobMoved { .. } => {}
         }
         Box::pin(std::future::ready(()))
-    }
-}
-
-/// Follows the inbox for the relay's life: an item opened or ended changes its unit (its role,
-/// its ask) and every stream's inbox.
-pub async fn watch_inbox(fleet: Arc<Fleet>) {
-    let mut rx = fleet.inbox.subscribe();
-    // Open items, by id, with their unit's sandbox (if the fleet knows it).
-    let mut open: HashMap<String, Option<String>> = HashMap::new();
-    loop {
-        let items = fleet.inbox.open_items(None);
-        let now: HashMap<String, Option<String>> = {
-            let st = fleet.lock();
-            items.iter().map(|i| (i.id.clone(), view::sandbox_of(&st, i))).collect()
-        };
-        let opened = now.iter().filter(|(id, _)| !open.contains_key(*id));
-        let ended = open.iter().filter(|(id, _)| !now.contains_key(*id));
-        let units: std::collections::BTreeSet<String> =
-            opened.chain(ended).filter_map(|(_, sandbox)| sandbox.clone()).collect();
-        fleet.changes.record_all(units.into_iter().map(Key::Unit).chain([Key::Inbox]));
-        open = now;
-        if rx.changed().await.is_err() {
-            return;
-        }
     }
 }

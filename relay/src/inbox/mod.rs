@@ -37,7 +37,7 @@ use crate::{
     auth::Caller,
     error::{Error, Result},
     events,
-    feed::{self, Change},
+    feed::{self, Change, Feed},
     sandboxes::Sandboxes,
     secrets::Secrets,
     sessions::Sessions,
@@ -58,6 +58,7 @@ pub struct Uses {
     pub sandboxes: Arc<Sandboxes>,
     pub sessions: Arc<Sessions>,
     pub secrets: Arc<Secrets>,
+    pub feed: Arc<Feed>,
 }
 
 /// The inbox's handles and shared state: the open items, and a counter of changes that readers
@@ -67,6 +68,7 @@ pub struct Inbox {
     sandboxes: Arc<Sandboxes>,
     sessions: Arc<Sessions>,
     secrets: Arc<Secrets>,
+    feed: Arc<Feed>,
     open: Mutex<BTreeMap<String, ItemRow>>,
     changes: watch::Sender<u64>,
     /// How long an approval or a question waits before it ends by itself.
@@ -86,12 +88,13 @@ impl Inbox {
 
     /// The inbox with the open items the store holds (`open`).
     pub fn new(uses: Uses, open: Vec<ItemRow>, expiry: Duration) -> Arc<Inbox> {
-        let Uses { store, sandboxes, sessions, secrets } = uses;
+        let Uses { store, sandboxes, sessions, secrets, feed } = uses;
         Arc::new(Inbox {
             store,
             sandboxes,
             sessions,
             secrets,
+            feed,
             open: Mutex::new(open.into_iter().map(|i| (i.id.clone(), i)).collect()),
             changes: watch::channel(0).0,
             expiry,
@@ -197,6 +200,7 @@ pub async fn ack(inbox: &Inbox, caller: &Caller, reference: &str) -> Result<Item
 async fn end(inbox: &Inbox, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&str>) -> Result<bool> {
     let ended = inbox.store.end_item(&item.id, to, by, outcome, time::now()).await?;
     inbox.closed(&item.id);
+    inbox.feed.publish(Change::Item(item)).await;
     if ended {
         events::InboxItemEnded { item: &item.id, kind: item.kind.as_str(), state: to.as_str(), by }.emit();
         if item.kind.asks() {
@@ -226,11 +230,13 @@ async fn open(inbox: &Inbox, item: ItemRow) -> Result<bool> {
                            "expires_at": item.expires_at, "source": "hangar" });
         tell_session(inbox, &item, "inbox.opened", data).await?;
     }
+    // In memory first: the feed's subscribers (the fleet's streams) read the open items.
     if item.state == ItemState::Open {
-        inbox.opened(item);
+        inbox.opened(item.clone());
     } else {
         inbox.changed();
     }
+    inbox.feed.publish(Change::Item(&item)).await;
     Ok(true)
 }
 

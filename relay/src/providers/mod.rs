@@ -48,6 +48,10 @@ pub enum ProviderError {
     Io { context: String, source: std::io::Error },
     #[error("the sandbox's daemon did not start: {0}")]
     DaemonStart(String),
+    /// The sandbox's daemon could not be reached or addressed (its client's own error, kept
+    /// whole: an unreachable daemon may answer later, a bad address never will).
+    #[error("the sandbox's daemon did not start: {0}")]
+    Envd(#[from] crate::envd::EnvdError),
     #[error("{0} is not supported by the {1} provider")]
     Unsupported(&'static str, &'static str),
     /// The image a sandbox names is not on the provider's host (hangar never pulls).

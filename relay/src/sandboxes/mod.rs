@@ -221,7 +221,7 @@ impl Sandboxes {
                 Some(kind) => row.daemon_kind = Some(kind),
                 None => match envd.alive(KNOWN_DAEMON_CHECK * 3).await {
                     Ok(kind) => row.daemon_kind = Some(kind),
-                    Err(e) => result = Err(crate::providers::ProviderError::DaemonStart(e.to_string())),
+                    Err(e) => result = Err(e.into()),
                 },
             }
         }

@@ -193,7 +193,7 @@ impl LocalProvider {
         sandbox.isolation = isolation;
         sandbox.workdir = Some(layout.work.to_string_lossy().into_owned());
         events::DaemonStarted { sandbox: &sandbox.name, url: &url, isolation: isolation.as_str() }.emit();
-        Envd::new(&url, &token).map_err(|e| ProviderError::DaemonStart(e.to_string()))
+        Ok(Envd::new(&url, &token)?)
     }
 
     /// Mounts the sandbox's image on its work directory again where it is not (the host
