@@ -42,11 +42,15 @@ pub enum EventType {
     /// Emitted by the relay, never by a parser.
     #[serde(rename = "harness.truncated")]
     HarnessTruncated,
+    /// The agent's own progress report (`text`, `pct`), which the relay records from the agent's
+    /// inbox; never made by a parser.
+    #[serde(rename = "agent.progress")]
+    AgentProgress,
 }
 
 impl EventType {
-    /// Every type, in declaration order.
-    pub const ALL: [EventType; 14] = [
+    /// Every type, in declaration order (a new one goes last: the relay numbers rows by it).
+    pub const ALL: [EventType; 15] = [
         EventType::RunStarted,
         EventType::Message,
         EventType::ToolStart,
@@ -61,6 +65,7 @@ impl EventType {
         EventType::RunState,
         EventType::HarnessUnknown,
         EventType::HarnessTruncated,
+        EventType::AgentProgress,
     ];
 
     /// The wire name, the same as serde's.
@@ -80,6 +85,7 @@ impl EventType {
             EventType::RunState => "run.state",
             EventType::HarnessUnknown => "harness.unknown",
             EventType::HarnessTruncated => "harness.truncated",
+            EventType::AgentProgress => "agent.progress",
         }
     }
 
@@ -114,6 +120,21 @@ impl Event {
     /// `data[key]`, or `Null` when absent.
     pub(crate) fn get(&self, key: &str) -> &Value {
         self.data.get(key).unwrap_or(&Value::Null)
+    }
+
+    /// The files a `tool.start` works on: its `file` first (an empty one names none), then the
+    /// others of `files`. The one reading of them for both folds, the summary and the picture.
+    pub(crate) fn files(&self) -> Vec<&str> {
+        let mut files: Vec<&str> = match self.get("files").as_array() {
+            Some(list) => list.iter().filter_map(Value::as_str).collect(),
+            None => Vec::new(),
+        };
+        if let Some(f) = self.get("file").as_str().filter(|f| !f.is_empty()) {
+            if !files.contains(&f) {
+                files.insert(0, f);
+            }
+        }
+        files
     }
 }
 

@@ -17,7 +17,8 @@
 //!   event texts are cut (messages 2 KiB, summaries 200 chars, raw lines 4 KiB).
 //!
 //! Modules: [`event`] the event type, [`lines`] the splitter, [`parse`] one parser per format,
-//! [`summary`] the fold into a run summary, [`redact`] secret redaction, [`harness`] the profiles
+//! [`summary`] the fold into a run summary, [`live`] the fold into a session's live picture (the
+//! fleet's), [`redact`] secret redaction, [`harness`] the profiles
 //! that say how to start each CLI, [`inbox`] the files through which an agent asks a person
 //! (questions, approvals of tool calls, progress) and the approval policy.
 
@@ -26,12 +27,14 @@ pub mod event;
 pub mod harness;
 pub mod inbox;
 pub mod lines;
+pub mod live;
 pub mod parse;
 pub mod redact;
 pub mod summary;
 
 pub use event::{Event, EventType};
 pub use lines::{Line, Lines, Mark};
+pub use live::LiveState;
 pub use parse::{Format, Parser};
 pub use redact::Redactor;
 pub use summary::Summary;

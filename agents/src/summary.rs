@@ -64,15 +64,7 @@ impl Summary {
                 self.last_tool = event.get("name").as_str().map(String::from);
                 self.last_tool_summary = event.get("summary").as_str().map(|s| cut::chars(s, 200).0.to_string());
                 self.last_tool_parent = event.get("parent_tool_id").as_str().map(String::from);
-                let mut files: Vec<&str> = match event.get("files").as_array() {
-                    Some(list) => list.iter().filter_map(Value::as_str).collect(),
-                    None => Vec::new(),
-                };
-                if let Some(f) = event.get("file").as_str() {
-                    if !files.contains(&f) {
-                        files.insert(0, f);
-                    }
-                }
+                let files = event.files();
                 if let Some(first) = files.first() {
                     self.current_file = Some(first.to_string());
                 }
@@ -312,6 +304,8 @@ mod tests {
         assert_eq!(s.files_touched.len(), 20);
         assert_eq!(s.files_touched.first().map(String::as_str), Some("f5"));
         assert_eq!(s.files_touched.last().map(String::as_str), Some("f10"));
+        s.apply(&Event::agent(EventType::ToolStart, crate::event::obj! {"name" => "Read", "file" => ""}), 0.0, 0.0);
+        assert_eq!(s.files_touched.last().map(String::as_str), Some("f10"), "an empty file names none");
         let odd =
             Event { kind: EventType::Usage, data: json!({"input_tokens": -3, "output_tokens": "7", "cost_usd": "1"}) };
         s.apply(&odd, 0.0, 0.0);

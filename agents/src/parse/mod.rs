@@ -26,6 +26,7 @@ mod golden;
 mod tests;
 mod text;
 
+pub(crate) use tests::base;
 pub use tests::{commands, runs_tests};
 
 /// A log format: how a harness's CLI writes its run log.
@@ -319,7 +320,8 @@ fn final_text(text: Option<&str>) -> Value {
 }
 
 /// The phase a tool puts the agent in, by its name (shell tools go by their command instead).
-fn tool_phase(name: &str) -> Option<&'static str> {
+/// The live picture's stages read tools by it too.
+pub(crate) fn tool_phase(name: &str) -> Option<&'static str> {
     Some(match name {
         "Read" | "NotebookRead" | "LS" | "WebFetch" | "read_file" | "read_many_files" | "list_directory"
         | "web_fetch" => "reading",

@@ -50,7 +50,7 @@ pub(crate) fn runners(command: &str) -> Vec<Runner> {
 
 /// The programs `command` runs: each segment's words (split at `;`, `&&`, `|`...), with the shell
 /// wrappers (`bash -lc '...'`) and launchers (`env X=1`, `timeout 5`, `uv run`...) peeled off, so
-/// the first word is the program. For callers that classify commands (the relay's fleet stages).
+/// the first word is the program. For callers that classify commands (the live picture's stages).
 pub fn commands(command: &str) -> Vec<Vec<String>> {
     segments(&unwrap(command)).iter().map(|w| peel(w).to_vec()).filter(|w| !w.is_empty()).collect()
 }
@@ -215,7 +215,7 @@ fn shell_script(words: &[String]) -> Option<&str> {
 }
 
 /// A path's last component: `/usr/bin/git` is `git`.
-fn base(word: &str) -> &str {
+pub(crate) fn base(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
 

@@ -1,9 +1,10 @@
 //! What an agent CLI writes to its turn's log (`hangar-agents`): the line splitter, the parser of
-//! each format, the summary and the redaction step, fed what the agent controls.
+//! each format, the summary and the live picture and the redaction step, fed what the agent
+//! controls.
 //!
 //! Input: one byte choosing the format (its value mod 4: claude-stream-json, codex-jsonl,
 //! gemini-stream-json, text), then the log's bytes.
-use hangar_agents::{Event, EventType, Format, Line, Lines, Parser, Redactor, Summary};
+use hangar_agents::{live, Event, EventType, Format, Line, Lines, LiveState, Parser, Redactor, Summary};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -12,8 +13,8 @@ use crate::{property, Failure, Runs, Target};
 pub const TARGET: Target = Target {
     name: "agent_output",
     about: "agent CLIs' logs: lines split alike however the bytes arrive, every event an object \
-            that says its source and survives a serde round trip, summaries fold without panic, \
-            and no secret's value survives redaction",
+            that says its source and survives a serde round trip, summaries and live pictures fold \
+            without panic and stay bounded, and no secret's value survives redaction",
     run,
     props,
 };
@@ -43,6 +44,7 @@ fn check(format: Format, log: &[u8]) {
     let redactor = Redactor::new([("FUZZ_KEY".to_string(), SECRET.to_string())]);
     let mut parser = Parser::new(format);
     let mut summary = Summary::default();
+    let mut picture = LiveState::default();
     let mut last_end = 0u64;
     for line in &lines {
         let Line::Text { offset, bytes } = line else { continue };
@@ -52,17 +54,21 @@ fn check(format: Format, log: &[u8]) {
             let data = event.data.as_object().unwrap_or_else(|| panic!("{:?}: data is not an object", event.kind));
             let source = data.get("source").and_then(Value::as_str);
             assert!(matches!(source, Some("agent" | "parsed")), "{:?} says its source: {source:?}", event.kind);
-            assert!(!matches!(event.kind, EventType::RunState | EventType::HarnessTruncated), "the relay's own");
+            let relays =
+                matches!(event.kind, EventType::RunState | EventType::HarnessTruncated | EventType::AgentProgress);
+            assert!(!relays, "the relay's own");
             let text = serde_json::to_string(&event).expect("an event serializes");
             let back: Event = serde_json::from_str(&text).expect("and reads back");
             assert_eq!(back.kind, event.kind);
             redactor.json(&mut event.data);
             assert!(!event.data.to_string().contains(SECRET), "redacted: {}", event.data);
             summary.apply(&event, 1.0, 0.0);
+            picture.apply(&event, 1.0);
         }
     }
     let folded = serde_json::to_string(&summary).expect("a summary serializes");
     assert!(folded.len() < 64 * 1024, "a summary stays small: {} bytes", folded.len());
+    assert!(picture.stages.len() <= live::MAX_STAGES && picture.files_changed() <= live::MAX_FILES as u64);
 }
 
 /// A line of JSON from parts: a type the formats know, fields of any shape.

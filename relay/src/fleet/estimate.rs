@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
 
-use super::live::{Finished, Stage};
+use hangar_agents::live::{Finished, Stage};
 
 /// Durations kept per harness and stage, and of whole turns.
 pub const KEEP: usize = 50;

@@ -2,9 +2,10 @@
 //! now, and the caller's inbox (`read`, for `GET /api/fleet`), and the same view as it changes
 //! (`Follower`, for `GET /api/fleet/stream`). docs/fleet.md says what each field means here.
 //!
-//! Parts: `live` (one session's picture: now, stages, files, commits, usage, tokens per five
-//! minutes), `estimate` (how far a stage probably is), `changes` (the ring of the last changes
-//! the stream resumes from), `view` (units built from memory), `follow` (the stream's events).
+//! Parts: the pictures are `hangar_agents::live` (one session's: now, stages, files, commits,
+//! usage, tokens per five minutes; the crate's fold of the turn's events, fed here); `estimate`
+//! (how far a stage probably is), `changes` (the ring of the last changes the stream resumes
+//! from), `view` (units built from memory), `follow` (the stream's events).
 //!
 //! Invariants:
 //! - A read touches no store: sandboxes, sessions with their latest turn and jobs are loaded once
@@ -20,7 +21,6 @@
 mod changes;
 pub mod estimate;
 mod follow;
-pub mod live;
 mod view;
 
 use std::{
@@ -28,7 +28,10 @@ use std::{
     sync::{Arc, Mutex, MutexGuard},
 };
 
-use hangar_agents::Redactor;
+use hangar_agents::{
+    live::{self, Finished, LiveState},
+    Event, EventType, Redactor,
+};
 
 pub use changes::RING;
 pub use follow::{Follower, Out, COALESCE};
@@ -51,7 +54,6 @@ use crate::{
 };
 use changes::{Changes, Key};
 use estimate::Estimates;
-use live::{Finished, LiveState};
 
 /// The most live pictures kept: past it the quietest of a settled session goes.
 pub const MAX_LIVE: usize = 4_096;
@@ -235,6 +237,12 @@ impl State {
             self.estimates.stage_done(harness, f);
         }
     }
+}
+
+/// A recorded event as the crate's typed event, the one place the fleet reads a stored kind: the
+/// kinds only the relay records (an inbox ask's) are none, and say nothing to a picture.
+fn typed(e: &NewEvent) -> Option<Event> {
+    EventType::parse(e.kind).map(|kind| Event { kind, data: e.data.clone() })
 }
 
 /// The fleet's shared state.
@@ -427,8 +435,8 @@ impl Fleet {
             let live = st.live_mut(session_id);
             live.for_turn(turn_id);
             let mut done = Vec::new();
-            for e in events {
-                done.extend(live.apply(e.kind, &e.data, ts));
+            for e in events.iter().filter_map(typed) {
+                done.extend(live.apply(&e, ts));
             }
             for f in done {
                 st.finished(&harness, Some(f));
@@ -489,5 +497,22 @@ impl Subscriber for Keeper {
             Change::TurnEnded { .. } | Change::TurnLive { .. } | Change::JobMoved { .. } => {}
         }
         Box::pin(std::future::ready(()))
+    }
+}
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Recorded kinds reach the pictures typed, the agent's progress among them (the inbox's
+    /// watcher records it by its name); an inbox ask's kind says nothing to a picture.
+    #[test]
+    fn recorded_events_are_read_typed_once() {
+        let new = |kind| NewEvent { kind, data: json!({"pct": 40, "source": "agent"}), src_offset: None, part: 0 };
+        let progress = typed(&new("agent.progress")).expect("typed");
+        assert_eq!((progress.kind, &progress.data["pct"]), (EventType::AgentProgress, &json!(40)));
+        assert_eq!(typed(&new("tool.start")).map(|e| e.kind), Some(EventType::ToolStart));
+        assert_eq!(typed(&new("inbox.opened")), None);
     }
 }

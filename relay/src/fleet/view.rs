@@ -6,11 +6,9 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{
-    estimate::Estimate,
-    live::{self, LiveState, Span, Stage, BUCKETS},
-    Filter, Job, Ses, State, NO_OWNER,
-};
+use hangar_agents::live::{self, LiveState, Span, Stage, BUCKETS};
+
+use super::{estimate::Estimate, Filter, Job, Ses, State, NO_OWNER};
 use crate::{
     auth::Caller,
     inbox::InboxView,

@@ -11,7 +11,10 @@ use std::{
 };
 
 use futures::StreamExt;
-use hangar_agents::inbox::{self as protocol, Ask, Request, MAX_FILE_BYTES};
+use hangar_agents::{
+    event::EventType,
+    inbox::{self as protocol, Ask, Request, MAX_FILE_BYTES},
+};
 use hangar_proto::{
     ext::watch_event,
     filesystem::{watch_dir_response, WatchDirRequest},
@@ -519,7 +522,8 @@ async fn take(
     match &req.ask {
         Ask::Progress { text, pct } => {
             let data = json!({ "text": redactor.text(text), "pct": pct, "source": "agent" });
-            sessions::record_event(&inbox.sessions, &session.id, &turn.id, "agent.progress", data).await?;
+            sessions::record_event(&inbox.sessions, &session.id, &turn.id, EventType::AgentProgress.as_str(), data)
+                .await?;
         }
         Ask::Question { text, options } => {
             let title = format!("Question from {}", session.name);

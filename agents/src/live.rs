@@ -1,12 +1,15 @@
-//! One session's live picture: what its agent is doing now, the stages of its latest turn, the
-//! files it changed, its commits and usage, and its new tokens over the last hour. Fed by the
-//! events the turn watcher records (`sessions::ingest`, one call per batch) and by the turn's and
-//! job's state changes. Everything here is a pure function of the events and the times they were
-//! recorded at, so it is tested without a relay; memory is bounded per session.
+//! A session's live picture: what its agent is doing now, the stages of its latest turn, the
+//! files it changed, its commits and usage, and its new tokens over the last hour, folded from the
+//! turn's events beside [`Summary`](crate::Summary) (which folds the same events into a run's
+//! summary). The relay feeds it each recorded event and its turn's and job's state changes with
+//! the times they were recorded at, and keeps one per session; everything here is a pure function
+//! of those, and memory is bounded per picture.
 use std::collections::{BTreeSet, VecDeque};
 
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::event::{Event, EventType};
 
 /// The most stages a turn's timeline keeps (the oldest go first).
 pub const MAX_STAGES: usize = 64;
@@ -61,7 +64,7 @@ pub struct Finished {
 
 /// What a shell command is, for the stages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum CommandKind {
+enum CommandKind {
     Other,
     /// Reads or searches (`rg`, `cat`, `git log`...): planning, before anything else.
     Look,
@@ -73,26 +76,9 @@ pub enum CommandKind {
     Pr,
 }
 
-const READ_TOOLS: &[&str] = &[
-    "Read",
-    "NotebookRead",
-    "LS",
-    "WebFetch",
-    "read_file",
-    "read_many_files",
-    "list_directory",
-    "web_fetch",
-    "Grep",
-    "Glob",
-    "WebSearch",
-    "glob",
-    "grep",
-    "search_file_content",
-    "google_web_search",
-    "web_search",
-];
-const EDIT_TOOLS: &[&str] =
-    &["Edit", "Write", "MultiEdit", "NotebookEdit", "write_file", "replace", "edit", "apply_patch", "create_file"];
+/// Tools that edit though no parser gives them the editing phase (the others are read from
+/// `parse::tool_phase`, so a tool reads or edits here as it does in the events' phases).
+const MORE_EDIT_TOOLS: &[&str] = &["apply_patch", "create_file"];
 const SHELL_TOOLS: &[&str] = &["Bash", "run_shell_command", "shell", "exec_command", "local_shell"];
 const LOOK_PROGRAMS: &[&str] =
     &["rg", "grep", "egrep", "fgrep", "ag", "ack", "find", "fd", "ls", "cat", "head", "tail", "tree", "wc", "less"];
@@ -113,11 +99,6 @@ const LINTERS: &[&str] = &[
     "hadolint",
 ];
 
-/// A path's last component.
-fn base(word: &str) -> &str {
-    word.rsplit('/').next().unwrap_or(word)
-}
-
 /// The arguments after the program that are not flags (and, for git, not `-C dir`/`-c k=v`).
 fn args(words: &[String]) -> Vec<&str> {
     let mut out = Vec::new();
@@ -136,7 +117,7 @@ fn segment_kind(words: &[String]) -> CommandKind {
     let Some(first) = words.first() else { return CommandKind::Other };
     let a = args(words);
     let checks = || words.iter().any(|w| w == "--check");
-    match base(first) {
+    match crate::parse::base(first) {
         "git" => match a.first().copied() {
             Some("push") => CommandKind::Pr,
             Some("commit") => CommandKind::Commit,
@@ -160,10 +141,9 @@ fn segment_kind(words: &[String]) -> CommandKind {
 
 /// What a shell command is: the strongest of what its segments are (a push outranks the tests
 /// run before it).
-pub fn command_kind(command: &str) -> CommandKind {
-    let mut kind =
-        hangar_agents::parse::commands(command).iter().map(|w| segment_kind(w)).max().unwrap_or(CommandKind::Other);
-    if hangar_agents::parse::runs_tests(command) {
+fn command_kind(command: &str) -> CommandKind {
+    let mut kind = crate::parse::commands(command).iter().map(|w| segment_kind(w)).max().unwrap_or(CommandKind::Other);
+    if crate::parse::runs_tests(command) {
         kind = kind.max(CommandKind::Test);
     }
     kind
@@ -172,10 +152,10 @@ pub fn command_kind(command: &str) -> CommandKind {
 /// `s` cut to `n` characters, with an ellipsis when cut; newlines become spaces.
 pub fn cut(s: &str, n: usize) -> String {
     let flat: String = s.trim().chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    if flat.chars().count() <= n {
+    if !crate::cut::chars(&flat, n).1 {
         return flat;
     }
-    let mut out: String = flat.chars().take(n.saturating_sub(1)).collect();
+    let mut out = crate::cut::chars(&flat, n.saturating_sub(1)).0.to_string();
     out.push('…');
     out
 }
@@ -191,83 +171,97 @@ fn call(name: &str, summary: &str) -> String {
 
 /// What one event says for the picture.
 #[derive(Debug, Default, PartialEq)]
-pub struct Signal {
+struct Signal {
     /// The stage it puts the turn in (`Plan` counts only before any other stage).
-    pub stage: Option<Stage>,
+    stage: Option<Stage>,
     /// The humanised event, when it is one `now` shows.
-    pub now: Option<String>,
+    now: Option<String>,
     /// Files it changes.
-    pub files: Vec<String>,
+    files: Vec<String>,
     /// A tool call that commits: its tool id (counted when it ends well).
-    pub commit: Option<String>,
+    commit: Option<String>,
     /// A tool call that ended: its tool id and whether it went well.
-    pub ended: Option<(String, bool)>,
+    ended: Option<(String, bool)>,
     /// The agent's own progress report: its percentage (or none said).
-    pub progress: Option<Option<u8>>,
+    progress: Option<Option<u8>>,
 }
 
-fn str_of<'a>(data: &'a Value, key: &str) -> Option<&'a str> {
-    data.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+/// A string field that says something: an empty one is as good as absent.
+fn str_of<'a>(event: &'a Event, key: &str) -> Option<&'a str> {
+    event.get(key).as_str().filter(|s| !s.is_empty())
 }
 
-/// What an event (its type and redacted data) says, by hangar's reading of it.
-pub fn signal(kind: &str, data: &Value) -> Signal {
+/// What a tool is, for the stages: reading and editing as the parsers' phases have it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Tool {
+    Reads,
+    Edits,
+    Shell,
+    Other,
+}
+
+fn tool(name: &str) -> Tool {
+    match crate::parse::tool_phase(name) {
+        Some("reading" | "searching") => Tool::Reads,
+        Some("editing") => Tool::Edits,
+        _ if MORE_EDIT_TOOLS.contains(&name) => Tool::Edits,
+        _ if SHELL_TOOLS.contains(&name) => Tool::Shell,
+        _ => Tool::Other,
+    }
+}
+
+/// What an event (redacted already) says, by hangar's reading of it.
+fn signal(event: &Event) -> Signal {
     let mut s = Signal::default();
-    match kind {
-        "tool.start" => {
-            let name = str_of(data, "name").unwrap_or("tool");
-            let summary = str_of(data, "summary").unwrap_or_default();
-            if READ_TOOLS.contains(&name) {
-                s.stage = Some(Stage::Plan);
-                s.now = Some(call(name, summary));
-            } else if EDIT_TOOLS.contains(&name) {
-                let mut files: Vec<String> = data
-                    .get("files")
-                    .and_then(Value::as_array)
-                    .map(|l| l.iter().filter_map(Value::as_str).map(str::to_string).collect())
-                    .unwrap_or_default();
-                if let Some(f) = str_of(data, "file") {
-                    if !files.iter().any(|x| x == f) {
-                        files.insert(0, f.to_string());
+    match event.kind {
+        EventType::ToolStart => {
+            let name = str_of(event, "name").unwrap_or("tool");
+            let summary = str_of(event, "summary").unwrap_or_default();
+            match tool(name) {
+                Tool::Reads => {
+                    s.stage = Some(Stage::Plan);
+                    s.now = Some(call(name, summary));
+                }
+                Tool::Edits => {
+                    let files: Vec<String> = event.files().into_iter().map(str::to_string).collect();
+                    s.stage = Some(Stage::Edit);
+                    let shown = files.first().map(String::as_str).unwrap_or(summary);
+                    s.now = Some(cut(&format!("editing {}", cut(shown, COMMAND_CHARS)), NOW_CHARS));
+                    s.files = files;
+                }
+                Tool::Shell => {
+                    match command_kind(summary) {
+                        CommandKind::Pr => s.stage = Some(Stage::Pr),
+                        CommandKind::Test => s.stage = Some(Stage::Test),
+                        CommandKind::Look => s.stage = Some(Stage::Plan),
+                        CommandKind::Commit => s.commit = str_of(event, "tool_id").map(str::to_string),
+                        CommandKind::Other => {}
                     }
+                    s.now = Some(format!("running {}", cut(summary, COMMAND_CHARS)));
                 }
-                s.stage = Some(Stage::Edit);
-                let shown = files.first().map(String::as_str).unwrap_or(summary);
-                s.now = Some(cut(&format!("editing {}", cut(shown, COMMAND_CHARS)), NOW_CHARS));
-                s.files = files;
-            } else if SHELL_TOOLS.contains(&name) {
-                match command_kind(summary) {
-                    CommandKind::Pr => s.stage = Some(Stage::Pr),
-                    CommandKind::Test => s.stage = Some(Stage::Test),
-                    CommandKind::Look => s.stage = Some(Stage::Plan),
-                    CommandKind::Commit => s.commit = str_of(data, "tool_id").map(str::to_string),
-                    CommandKind::Other => {}
-                }
-                s.now = Some(format!("running {}", cut(summary, COMMAND_CHARS)));
-            } else {
-                s.now = Some(call(name, summary));
+                Tool::Other => s.now = Some(call(name, summary)),
             }
             // A subagent's call says so: the person sees whose work it is.
-            if str_of(data, "parent_tool_id").is_some() {
+            if str_of(event, "parent_tool_id").is_some() {
                 s.now = s.now.map(|n| cut(&format!("subagent: {n}"), NOW_CHARS));
             }
         }
-        "tool.end" => {
-            if let Some(id) = str_of(data, "tool_id") {
-                s.ended = Some((id.to_string(), data.get("ok").and_then(Value::as_bool) == Some(true)));
+        EventType::ToolEnd => {
+            if let Some(id) = str_of(event, "tool_id") {
+                s.ended = Some((id.to_string(), event.get("ok").as_bool() == Some(true)));
             }
         }
-        "phase" => {
-            s.stage = match str_of(data, "phase") {
+        EventType::Phase => {
+            s.stage = match str_of(event, "phase") {
                 Some("editing") => Some(Stage::Edit),
                 Some("running_tests") => Some(Stage::Test),
                 Some("reading" | "searching") => Some(Stage::Plan),
                 _ => None,
             }
         }
-        "test.result" => {
+        EventType::TestResult => {
             s.stage = Some(Stage::Test);
-            let count = |k: &str| data.get(k).and_then(Value::as_u64);
+            let count = |k: &str| event.get(k).as_u64();
             let parts: Vec<String> = [("passed", count("passed")), ("failed", count("failed"))]
                 .into_iter()
                 .filter_map(|(w, n)| n.map(|n| format!("{n} {w}")))
@@ -275,13 +269,12 @@ pub fn signal(kind: &str, data: &Value) -> Signal {
             s.now =
                 Some(if parts.is_empty() { "tests ran".to_string() } else { format!("tests: {}", parts.join(", ")) });
         }
-        "agent.progress" => {
-            let pct =
-                data.get("pct").and_then(Value::as_f64).filter(|p| p.is_finite()).map(|p| p.clamp(0.0, 100.0) as u8);
+        EventType::AgentProgress => {
+            let pct = event.get("pct").as_f64().filter(|p| p.is_finite()).map(|p| p.clamp(0.0, 100.0) as u8);
             s.progress = Some(pct);
-            s.now = str_of(data, "text").map(|t| cut(t, NOW_CHARS));
+            s.now = str_of(event, "text").map(|t| cut(t, NOW_CHARS));
         }
-        "input.requested" => s.now = Some("waiting for input".to_string()),
+        EventType::InputRequested => s.now = Some("waiting for input".to_string()),
         _ => {}
     }
     s
@@ -401,8 +394,8 @@ impl LiveState {
         Some(Finished { stage: span.stage, seconds: (ts - span.started_at).max(0.0) })
     }
 
-    fn usage(&mut self, data: &Value, ts: f64) {
-        let n = |k: &str| data.get(k).and_then(Value::as_u64).unwrap_or(0);
+    fn usage(&mut self, event: &Event, ts: f64) {
+        let n = |k: &str| event.get(k).as_u64().unwrap_or(0);
         // New tokens: input, output and cache writes; cache reads are not new work.
         let total = n("input_tokens")
             .saturating_add(n("output_tokens"))
@@ -412,24 +405,24 @@ impl LiveState {
         let added = if total >= self.counted { total - self.counted } else { total };
         self.counted = total;
         self.buckets.add(ts, added);
-        if let Some(mut o) = data.as_object().cloned() {
+        if let Some(mut o) = event.data.as_object().cloned() {
             o.remove("source");
             self.usage = Some(Value::Object(o));
         }
     }
 
     /// Folds in one recorded event of the turn; the stage it ended, if any.
-    pub fn apply(&mut self, kind: &str, data: &Value, ts: f64) -> Option<Finished> {
-        match kind {
-            "usage" => self.usage(data, ts),
-            "run.started" => {
-                if let Some(m) = str_of(data, "model") {
+    pub fn apply(&mut self, event: &Event, ts: f64) -> Option<Finished> {
+        match event.kind {
+            EventType::Usage => self.usage(event, ts),
+            EventType::RunStarted => {
+                if let Some(m) = str_of(event, "model") {
                     self.model = Some(cut(m, 80));
                 }
             }
             _ => {}
         }
-        let s = signal(kind, data);
+        let s = signal(event);
         if let Some(now) = s.now {
             self.set_now(now, ts);
         }
@@ -508,16 +501,14 @@ mod tests {
 
     use super::*;
 
-    fn golden(name: &str) -> Vec<(String, Value)> {
-        let path = format!("{}/../agents/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::read_to_string(path)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                (v["type"].as_str().unwrap().to_string(), v["data"].clone())
-            })
-            .collect()
+    /// A fixture's golden events (what the parsers make of its log).
+    fn golden(name: &str) -> Vec<Event> {
+        let path = format!("{}/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    fn ev(kind: EventType, data: Value) -> Event {
+        Event { kind, data }
     }
 
     /// Replays a golden file a second an event; the picture and the stages that ended.
@@ -525,8 +516,8 @@ mod tests {
         let mut live = LiveState::default();
         live.for_turn("turn_1");
         let mut done = Vec::new();
-        for (i, (kind, data)) in golden(name).iter().enumerate() {
-            done.extend(live.apply(kind, data, 1000.0 + i as f64));
+        for (i, event) in golden(name).iter().enumerate() {
+            done.extend(live.apply(event, 1000.0 + i as f64));
         }
         (live, done)
     }
@@ -581,17 +572,20 @@ mod tests {
         assert_eq!(live.files_changed(), 2);
 
         let mut live = LiveState::default();
-        live.apply("tool.start", &json!({"name": "Edit", "file": "a.rs", "tool_id": "1"}), 1.0);
-        live.apply("tool.start", &json!({"name": "Read", "file": "b.rs", "tool_id": "2"}), 2.0);
+        live.apply(&ev(EventType::ToolStart, json!({"name": "Edit", "file": "a.rs", "tool_id": "1"})), 1.0);
+        live.apply(&ev(EventType::ToolStart, json!({"name": "Read", "file": "b.rs", "tool_id": "2"})), 2.0);
         assert_eq!(live.stages.len(), 1, "a read after an edit is no plan");
         assert_eq!(live.now.as_deref(), Some("Read"), "the tool call is what it is doing");
     }
 
     #[test]
     fn a_subagents_call_says_whose_it_is() {
-        let s = signal("tool.start", &json!({"name": "Bash", "summary": "pwd", "tool_id": "2", "parent_tool_id": "1"}));
+        let s = signal(&ev(
+            EventType::ToolStart,
+            json!({"name": "Bash", "summary": "pwd", "tool_id": "2", "parent_tool_id": "1"}),
+        ));
         assert_eq!(s.now.as_deref(), Some("subagent: running pwd"));
-        let s = signal("tool.start", &json!({"name": "Bash", "summary": "pwd", "tool_id": "3"}));
+        let s = signal(&ev(EventType::ToolStart, json!({"name": "Bash", "summary": "pwd", "tool_id": "3"})));
         assert_eq!(s.now.as_deref(), Some("running pwd"));
     }
 
@@ -606,10 +600,16 @@ mod tests {
     fn a_push_and_progress_and_the_turn_s_end() {
         let mut live = LiveState::default();
         live.for_turn("t");
-        live.apply("tool.start", &json!({"name": "Bash", "summary": "git push origin fix", "tool_id": "1"}), 10.0);
+        live.apply(
+            &ev(EventType::ToolStart, json!({"name": "Bash", "summary": "git push origin fix", "tool_id": "1"})),
+            10.0,
+        );
         assert_eq!(live.stage().map(|s| s.stage), Some(Stage::Pr));
         assert_eq!(live.now.as_deref(), Some("running git push origin fix"));
-        live.apply("agent.progress", &json!({"text": "opening the PR", "pct": 40, "source": "agent"}), 11.0);
+        live.apply(
+            &ev(EventType::AgentProgress, json!({"text": "opening the PR", "pct": 40, "source": "agent"})),
+            11.0,
+        );
         assert_eq!((live.stage_pct, live.now.as_deref()), (Some(40), Some("opening the PR")));
         assert_eq!(live.last_activity_at, Some(11.0));
         let f = live.turn_state("failed", Some("exit_code"), true, 20.0).expect("the pr stage ended");
@@ -624,7 +624,7 @@ mod tests {
         assert_eq!(live.job_state("succeeded", None, true, 25.0).map(|f| f.seconds), Some(4.0));
 
         // A new turn starts afresh, keeping its tokens' history.
-        live.apply("usage", &json!({"input_tokens": 10, "output_tokens": 5}), 26.0);
+        live.apply(&ev(EventType::Usage, json!({"input_tokens": 10, "output_tokens": 5})), 26.0);
         live.for_turn("t2");
         assert!(live.stages.is_empty() && live.now.is_none() && live.usage.is_none());
         let mut b = [0; BUCKETS];
@@ -636,11 +636,14 @@ mod tests {
     fn tokens_are_the_increase_of_running_totals_in_five_minute_buckets() {
         let mut live = LiveState::default();
         let t0 = 1_000_000.0 * BUCKET_SECONDS;
-        live.apply("usage", &json!({"input_tokens": 100, "output_tokens": 10, "cache_read_tokens": 5000}), t0 + 1.0);
-        live.apply("usage", &json!({"input_tokens": 150, "output_tokens": 20}), t0 + 2.0);
-        live.apply("usage", &json!({"input_tokens": 400, "output_tokens": 0}), t0 + 400.0);
+        live.apply(
+            &ev(EventType::Usage, json!({"input_tokens": 100, "output_tokens": 10, "cache_read_tokens": 5000})),
+            t0 + 1.0,
+        );
+        live.apply(&ev(EventType::Usage, json!({"input_tokens": 150, "output_tokens": 20})), t0 + 2.0);
+        live.apply(&ev(EventType::Usage, json!({"input_tokens": 400, "output_tokens": 0})), t0 + 400.0);
         // A smaller total: a new count (a new turn's), taken whole.
-        live.apply("usage", &json!({"input_tokens": 7}), t0 + 401.0);
+        live.apply(&ev(EventType::Usage, json!({"input_tokens": 7})), t0 + 401.0);
         let mut b = [0; BUCKETS];
         live.buckets.add_to(&mut b, t0 + 401.0);
         assert_eq!(b[BUCKETS - 2..], [170, 230 + 7]);
@@ -662,12 +665,12 @@ mod tests {
         let mut live = LiveState::default();
         for i in 0..(MAX_STAGES * 2) {
             let stage = if i % 2 == 0 { "editing" } else { "running_tests" };
-            live.apply("phase", &json!({ "phase": stage }), i as f64);
-            live.apply("tool.start", &json!({"name": "Write", "file": format!("f{i}")}), i as f64);
+            live.apply(&ev(EventType::Phase, json!({ "phase": stage })), i as f64);
+            live.apply(&ev(EventType::ToolStart, json!({"name": "Write", "file": format!("f{i}")})), i as f64);
         }
         assert_eq!(live.stages.len(), MAX_STAGES);
         for i in 0..(MAX_FILES + 10) {
-            live.apply("tool.start", &json!({"name": "Write", "file": format!("g{i}")}), 0.0);
+            live.apply(&ev(EventType::ToolStart, json!({"name": "Write", "file": format!("g{i}")})), 0.0);
         }
         assert_eq!(live.files_changed(), MAX_FILES as u64);
         assert_eq!(cut("abcdef", 4), "abc…");
