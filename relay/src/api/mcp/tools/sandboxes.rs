@@ -10,8 +10,7 @@ use crate::{
     app::Relay,
     auth::Caller,
     error::Result,
-    sandboxes::may_use,
-    store::{Isolation, SandboxRow, SandboxState},
+    sandboxes::{may_use, Isolation, SandboxRow, SandboxState},
 };
 
 /// The `sandboxes` tool takes no arguments.

@@ -21,7 +21,6 @@ use crate::{
         follow::{Charge, Pages, Start, Step, Until},
         EventsPage, EventsRead, SessionView, StartRequest, TurnRequest,
     },
-    store::EventRow,
     streams::{Front, Reason},
 };
 
@@ -151,7 +150,7 @@ async fn events(
     };
     let start = Start { since: Some(since), until: Until::TurnEnds, wait: Some(wait), limit: Some(limit) };
     let mut followed = sessions::follow(relay, caller, reference, start, Front::Mcp, Charge::Events).await?;
-    let mut sent: Vec<EventRow> = Vec::new();
+    let mut sent = Vec::new();
     let mut next = since;
     let end = loop {
         let events = tokio::select! {
@@ -169,7 +168,7 @@ async fn events(
                 return Err(Error::unavailable("the client went away"));
             }
             next = e.seq;
-            // What the follower served is an `EventRow` as JSON; it reads back as one.
+            // What the follower served is an event (`EventRow`) as JSON; it reads back as one.
             let row = serde_json::from_str(&e.json)
                 .map_err(|x| Error::unavailable(format!("event {}: could not be read back: {x}", e.seq)))?;
             sent.push(row);
