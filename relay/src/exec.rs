@@ -195,10 +195,10 @@ impl ExecRequest {
     }
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct ExecResult {
     pub exit_code: i32,
-    /// The last `RESULT_TAIL_BYTES` of each output, as text.
+    /// The last 256 KiB (`RESULT_TAIL_BYTES`) of each output, as text.
     pub stdout: String,
     pub stderr: String,
     /// The bytes of each output that came before what `stdout` and `stderr` hold (not shown

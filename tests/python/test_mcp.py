@@ -5,6 +5,7 @@ Each test runs against the real hangar-relay and the hangar-envd daemons its loc
 start: the binary is HANGAR_RELAY_BIN, or hangar-relay next to hangar-envd.
 """
 
+import json
 import logging
 import os
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 import anyio
 import httpx
 import httpx2
+import jsonschema
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -233,6 +235,36 @@ def test_every_tool_is_annotated_and_only_listing_sandboxes_is_read_only(relay, 
         assert not (a.read_only_hint and a.destructive_hint), t
         if t.name in HINTS:
             assert hints == HINTS[t.name], t
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_tool_publishes_an_output_schema_that_the_sdk_holds_its_results_to(relay, mode):
+    """Every tool's results are typed: `tools/list` publishes each one's `outputSchema` (an object
+    schema, whatever the action) and the SDK validates every successful call's
+    `structuredContent` against it, so each test of a tool's action here (test_mcp*.py) checks
+    its result's shape too. This shows that check is on, and that the text is the same JSON."""
+
+    async def main():
+        async with connect(relay, relay.token(f"schemas-{mode}"), mode) as c:
+            tools = (await c.list_tools()).tools
+            ok = await c.call_tool("exec", {"sandbox": "default", "command": "echo hi"})
+            bad = ok.model_copy(update={"structured_content": {"stdout": "hi\n"}})
+            try:
+                await c.session.validate_tool_result("exec", bad)
+                refused = None
+            except RuntimeError as e:
+                refused = str(e)
+            return tools, ok, refused
+
+    tools, ok, refused = anyio.run(main)
+    assert {t.name for t in tools} == set(HINTS)
+    for t in tools:
+        schema = t.output_schema
+        assert schema and schema["type"] == "object", t
+        jsonschema.Draft202012Validator.check_schema(schema)
+    assert not ok.is_error and ok.structured_content["stdout"] == "hi\n", text(ok)
+    assert json.loads(text(ok)) == ok.structured_content
+    assert refused and "exit_code" in refused, refused
 
 
 @pytest.mark.parametrize("mode", MODES)

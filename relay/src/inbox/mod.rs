@@ -150,7 +150,7 @@ pub fn counts(items: &[ItemRow]) -> BTreeMap<&'static str, usize> {
 }
 
 /// What `GET /api/inbox` answers.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct InboxView {
     pub counts: BTreeMap<&'static str, usize>,
     pub items: Vec<ItemRow>,

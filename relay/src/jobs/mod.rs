@@ -147,7 +147,7 @@ pub struct StartRequest {
 }
 
 /// A job as its readers see it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct JobView {
     #[serde(flatten)]
     pub job: JobRow,

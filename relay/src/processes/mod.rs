@@ -70,14 +70,14 @@ fn not_yours(id: &str, sandbox: &str) -> Error {
     Error::not_found(format!("no process {id:?} of yours in sandbox {sandbox:?}"))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ProcessState {
     Running,
     Exited,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ProcessView {
     pub process_id: String,
     pub sandbox: String,

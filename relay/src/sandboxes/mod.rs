@@ -13,11 +13,11 @@ use crate::{
     events,
     feed::{Change, Feed},
     providers::Provider,
-    store::{Isolation, SandboxState, Scope, Store},
+    store::{Scope, Store},
     streams::{Reason, Streams},
 };
 
-pub use crate::store::SandboxRow;
+pub use crate::store::{Isolation, SandboxRow, SandboxState};
 pub use paths::check as check_path;
 
 pub const DEFAULT_SANDBOX: &str = "default";

@@ -222,7 +222,7 @@ pub struct TurnRequest {
 }
 
 /// A session as its readers see it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct SessionView {
     #[serde(flatten)]
     pub session: SessionRow,
@@ -614,7 +614,7 @@ pub async fn destroy_sandbox(sessions: &Sessions, row: &SandboxRow) -> Result<()
 }
 
 /// A page of events.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct EventsPage {
     pub events: Vec<EventRow>,
     /// Pass as `since` next time.

@@ -36,7 +36,7 @@ CREATE INDEX IF NOT EXISTS inbox_state ON inbox(state);
 ";
 
 /// What an item is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemKind {
     /// A tool call held until someone decides.
@@ -72,7 +72,7 @@ impl ItemKind {
 }
 
 /// Where an item is in its life. Only `open` items are in the inbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemState {
     Open,
@@ -116,7 +116,7 @@ impl ItemState {
 
 /// One inbox item. Texts from a sandbox (`text`, `options`, `tool`, and `title` for approvals)
 /// are the agent's, redacted, and named so in `agent_text`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ItemRow {
     pub id: String,
     pub kind: ItemKind,

@@ -44,7 +44,7 @@ CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 ";
 
 /// A job's state. The last three are terminal and final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Queued,
@@ -87,7 +87,7 @@ impl JobState {
 
 const LIVE: &str = "('queued', 'running', 'verifying')";
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct JobRow {
     pub id: String,
     pub person: String,

@@ -91,7 +91,7 @@ pub struct TokenRow {
 }
 
 /// A sandbox's state as the relay keeps it (a destroyed sandbox has no row).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
     Running,
@@ -121,7 +121,7 @@ impl SandboxState {
 }
 
 /// What keeps a sandbox's commands from the relay and from other sandboxes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Isolation {
     /// A local sandbox in its own PID and mount namespaces, as its own unprivileged user.

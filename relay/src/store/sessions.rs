@@ -95,7 +95,7 @@ CREATE TABLE IF NOT EXISTS usage (
 
 /// A turn's state: the nine of docs/sessions.md ("Turns: states and reasons"). The last five are
 /// terminal and final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnState {
     Queued,
@@ -148,7 +148,7 @@ impl TurnState {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SessionRow {
     pub id: String,
     pub name: String,
@@ -172,7 +172,7 @@ pub struct SessionRow {
     /// The agent CLI's own conversation id (assigned by hangar or reported by the CLI).
     pub agent_session_id: Option<String>,
     /// Whether the uid split holds: the harness runs as the sandbox's user, the supervisor's
-    /// files as the daemon's. `None` until the first turn starts.
+    /// files as the daemon's. Null until the first turn starts.
     pub split: Option<bool>,
     pub summary: serde_json::Value,
     /// The seq of the last event recorded.
@@ -216,7 +216,7 @@ pub(super) fn migrate_secrets(conn: &mut rusqlite::Connection) -> Result<()> {
     Ok(())
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct TurnRow {
     pub id: String,
     #[serde(skip)]
@@ -250,13 +250,13 @@ pub struct TurnRow {
     pub log_base: i64,
     /// Whether the log is being polled rather than followed.
     pub polled: bool,
-    /// What the log's parser remembered at `log_offset` (`Parser::snapshot`), so reading resumes
-    /// there as if it had never stopped. `None` before anything was read.
+    /// What the log's parser remembered at `log_offset` (its snapshot), so reading resumes there
+    /// as if it had never stopped. Null before anything was read.
     pub parser: Option<String>,
 }
 
 /// One recorded event, as stored and served.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct EventRow {
     pub seq: i64,
     pub ts: f64,

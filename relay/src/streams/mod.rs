@@ -85,7 +85,7 @@ pub fn label(kind: Kind, front: Front) -> &'static str {
 }
 
 /// Why a stream ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
     /// What it streamed ended.
@@ -95,7 +95,7 @@ pub enum Reason {
     Shutdown,
     Destroyed,
     Paused,
-    /// Its sandbox vanished outside hangar (`SandboxState::Gone`).
+    /// Its sandbox vanished outside hangar (its state is `gone`).
     Gone,
     Revoked,
     /// Open longer than `HANGAR_STREAM_MAX_HOURS`.

@@ -4,15 +4,14 @@ use std::sync::{Arc, LazyLock};
 
 use futures::StreamExt;
 use rmcp::{
-    model::{CallToolResult, JsonObject, ProgressNotificationParam},
+    model::{JsonObject, ProgressNotificationParam},
     service::RequestContext,
     RoleServer,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
-use super::{done, process::In, shape::Shape};
+use super::{process::In, shape::Shape};
 use crate::{
     api::rest::inputs::ExecBody,
     auth::Caller,
@@ -36,8 +35,13 @@ pub(super) struct Args {
 
 pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("exec", true));
 
-fn result(r: &ExecResult) -> Value {
-    serde_json::to_value(r).unwrap_or_else(|_| json!({ "exit_code": r.exit_code }))
+/// The `exec` tool's result: the command's, as REST answers it.
+pub(super) type Reply = ExecResult;
+
+impl super::Reply for ExecResult {
+    fn sandbox_output(&self) -> &'static [&'static str] {
+        &["stdout", "stderr"]
+    }
 }
 
 pub async fn call(
@@ -45,13 +49,13 @@ pub async fn call(
     caller: &Caller,
     a: Option<JsonObject>,
     ctx: RequestContext<RoleServer>,
-) -> Result<CallToolResult> {
+) -> Result<Reply> {
     let a = SHAPE.read(a)?;
     let req = a.run.checked()?;
     let progress = ctx.meta.get_progress_token();
     let Some(token) = progress.filter(|_| a.stream) else {
         let r = exec::run(&relay.execs, caller, &a.at.sandbox, req).await?;
-        return Ok(done(result(&r), &["stdout", "stderr"]));
+        return Ok(r);
     };
     // Dropping this stream (the call cancelled: the SDK drops the handler's future) kills the
     // command; the relay's closes (revocation, shutdown, ...) end it with a result.
@@ -78,7 +82,7 @@ pub async fn call(
             }
             // Progress is best effort: the result has the end of each output.
             ExecEvent::Gap { .. } => {}
-            ExecEvent::Result(r) => return Ok(done(result(&r), &["stdout", "stderr"])),
+            ExecEvent::Result(r) => return Ok(r),
         }
     }
     Err(Error::daemon("the command's stream ended without a result"))

@@ -4,12 +4,11 @@
 //! `_meta["hangar/agent_text"]`.
 use std::sync::{Arc, LazyLock};
 
-use rmcp::model::{CallToolResult, JsonObject};
+use rmcp::model::JsonObject;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
-use super::{session::result, shape::Shape};
+use super::{paths, shape::Shape};
 use crate::{
     auth::Caller,
     error::Result,
@@ -17,7 +16,7 @@ use crate::{
     inbox::{
         self,
         answers::{self, Decision},
-        ItemRow,
+        InboxView, ItemRow,
     },
 };
 
@@ -59,14 +58,33 @@ pub(super) struct Decide {
 
 pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("inbox", true));
 
+/// The `inbox` tool's result, by action (untagged: each is an object of its own fields).
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+pub(super) enum Reply {
+    /// list
+    List(InboxView),
+    /// allow, deny, answer, ack: the item as it is now
+    // Boxed: an item is far larger than a list's handle on its items.
+    Item(Box<ItemRow>),
+}
+
 /// Where an item's agent text is, for `_meta`.
 const ITEM_TEXT: &[&str] = &["title", "text", "options", "tool"];
-const LIST_TEXT: &[&str] = &["items[].title", "items[].text", "items[].options", "items[].tool"];
 
-pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) -> Result<CallToolResult> {
-    let item = |i: ItemRow| result(serde_json::to_value(i).unwrap_or(Value::Null), ITEM_TEXT);
+impl super::Reply for Reply {
+    fn agent_text(&self) -> Vec<String> {
+        match self {
+            Reply::List(_) => paths("items[].", ITEM_TEXT),
+            Reply::Item(_) => paths("", ITEM_TEXT),
+        }
+    }
+}
+
+pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) -> Result<Reply> {
+    let item = |i| Reply::Item(Box::new(i));
     match SHAPE.read(raw)? {
-        Args::List { ended } => Ok(result(json!(inbox::list(&relay.inbox, caller, ended).await?), LIST_TEXT)),
+        Args::List { ended } => Ok(Reply::List(inbox::list(&relay.inbox, caller, ended).await?)),
         Args::Allow(d) => {
             Ok(item(answers::decide(&relay.inbox, caller, &d.of.item, Decision::Allow, d.reason.as_deref()).await?))
         }

@@ -3,12 +3,11 @@
 //! word (`result.pr_url`) is named in `_meta["hangar/agent_text"]`.
 use std::sync::{Arc, LazyLock};
 
-use rmcp::model::{CallToolResult, JsonObject};
+use rmcp::model::JsonObject;
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
-use super::{session::result, shape::Shape};
+use super::{paths, shape::Shape};
 use crate::{
     auth::Caller,
     error::Result,
@@ -36,22 +35,33 @@ pub(super) struct Job {
 
 pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("job", true));
 
-pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) -> Result<CallToolResult> {
-    match SHAPE.read(raw)? {
-        Args::Start(req) => Ok(view(jobs::start(&relay.jobs, caller, *req).await?)),
-        Args::Status(j) => Ok(view(jobs::get(&relay.jobs, caller, &j.job).await?)),
-        Args::Cancel(j) => Ok(view(jobs::cancel(&relay.jobs, caller, &j.job).await?)),
-        Args::List => {
-            let list = jobs::list(&relay.jobs, caller).await?;
-            let marked: Vec<String> =
-                list.first().map(|v| v.agent_text.iter().map(|f| format!("jobs[].{f}")).collect()).unwrap_or_default();
-            let marked: Vec<&str> = marked.iter().map(String::as_str).collect();
-            Ok(result(json!({ "jobs": list }), &marked))
+/// The `job` tool's result, by action (untagged: each is an object of its own fields).
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+pub(super) enum Reply {
+    /// start, status, cancel
+    // Boxed: a view is far larger than a list of them.
+    Job(Box<JobView>),
+    /// list
+    Jobs { jobs: Vec<JobView> },
+}
+
+impl super::Reply for Reply {
+    fn agent_text(&self) -> Vec<String> {
+        match self {
+            Reply::Job(v) => paths("", v.agent_text),
+            // Every view names the same fields.
+            Reply::Jobs { jobs } => jobs.first().map(|v| paths("jobs[].", v.agent_text)).unwrap_or_default(),
         }
     }
 }
 
-fn view(v: JobView) -> CallToolResult {
-    let fields = v.agent_text;
-    result(serde_json::to_value(&v).unwrap_or(Value::Null), fields)
+pub async fn call(relay: &Arc<Relay>, caller: &Caller, raw: Option<JsonObject>) -> Result<Reply> {
+    let view = |v| Reply::Job(Box::new(v));
+    match SHAPE.read(raw)? {
+        Args::Start(req) => Ok(view(jobs::start(&relay.jobs, caller, *req).await?)),
+        Args::Status(j) => Ok(view(jobs::get(&relay.jobs, caller, &j.job).await?)),
+        Args::Cancel(j) => Ok(view(jobs::cancel(&relay.jobs, caller, &j.job).await?)),
+        Args::List => Ok(Reply::Jobs { jobs: jobs::list(&relay.jobs, caller).await? }),
+    }
 }

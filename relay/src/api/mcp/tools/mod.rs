@@ -1,7 +1,9 @@
 //! The MCP tools, one file each: `sandboxes`, `exec`, `process`, `session`, `job`, `inbox`. Each
 //! tool's arguments are a Rust type (an enum tagged by `action` where the tool has actions) whose
 //! schema and reading are derived (`shape`); the domain's requests (`sessions::StartRequest`,
-//! `jobs::StartRequest`) and REST's bodies are used as they are. The work is done by the domain
+//! `jobs::StartRequest`) and REST's bodies are used as they are. Each tool's result is a Rust type
+//! too (`Reply`: the domain's views, as REST answers them), whose derived schema is the tool's
+//! `outputSchema` and which `done` renders. The work is done by the domain
 //! modules the REST handlers use too. Failures are tool errors
 //! (`isError`) whose text says what was wrong, in the relay's `code: message` form with the
 //! codes REST uses (a limit names its setting).
@@ -20,7 +22,9 @@ use rmcp::{
     service::RequestContext,
     RoleServer,
 };
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::json;
 
 use crate::{api::error::classify, auth::Caller, error::Error, handles::Relay};
 
@@ -69,6 +73,7 @@ pub fn list() -> Vec<Tool> {
              background processes' input and watches need it).",
             sandboxes::SHAPE.schema(),
         )
+        .with_raw_output_schema(shape::output::<sandboxes::Reply>())
         .with_annotations(
             Hints { read_only: true, destructive: false, idempotent: true, open_world: false }.titled("List sandboxes"),
         ),
@@ -81,6 +86,7 @@ pub fn list() -> Vec<Tool> {
              output comes in one piece (streamed: false).",
             exec::SHAPE.schema(),
         )
+        .with_raw_output_schema(shape::output::<exec::Reply>())
         // Any command at all: it may delete files, kill processes, reach the network.
         .with_annotations(
             Hints { read_only: false, destructive: true, idempotent: false, open_world: true }.titled("Run a command"),
@@ -95,6 +101,7 @@ pub fn list() -> Vec<Tool> {
              closes it. kill (process_id): SIGTERM, SIGKILL 3 s later. list: your processes.",
             process::SHAPE.schema(),
         )
+        .with_raw_output_schema(shape::output::<process::Reply>())
         // list and attach only read, but start runs any command and kill kills.
         .with_annotations(
             Hints { read_only: false, destructive: true, idempotent: false, open_world: true }
@@ -120,6 +127,7 @@ pub fn list() -> Vec<Tool> {
              names those fields.",
             session::SHAPE.schema(),
         )
+        .with_raw_output_schema(shape::output::<session::Reply>())
         // status, list and events only read, but start runs an agent that can do anything in
         // its sandbox and cancel ends a turn.
         .with_annotations(
@@ -141,6 +149,7 @@ pub fn list() -> Vec<Tool> {
              _meta[\"hangar/agent_text\"] names it.",
             job::SHAPE.schema(),
         )
+        .with_raw_output_schema(shape::output::<job::Reply>())
         // status and list only read, but start runs an agent that can do anything in its
         // sandbox (and may create one), and cancel ends its work.
         .with_annotations(
@@ -160,6 +169,7 @@ pub fn list() -> Vec<Tool> {
              agent run it: decide as the person whose token this is would.",
             inbox::SHAPE.schema(),
         )
+        .with_raw_output_schema(shape::output::<inbox::Reply>())
         // list only reads, but allow lets an agent run a call that may do anything, deny and
         // answer steer it, and each decision happens once.
         .with_annotations(
@@ -177,14 +187,47 @@ fn failed(e: Error) -> CallToolResult {
     r
 }
 
-/// A successful result: the value as structured content and as JSON text, with the fields that
-/// hold sandbox output named in `_meta`.
-fn done(v: Value, sandbox_fields: &[&str]) -> CallToolResult {
+/// A tool's result, typed: serialized it is the call's `structuredContent` and, as JSON, its text
+/// content (for clients that read only text), and its derived schema is the tool's
+/// `outputSchema` (`shape::output`). A tool whose actions answer differently has an untagged enum
+/// of results. Where the result's text is untrusted is said in `_meta` (`done`).
+pub(super) trait Reply: Serialize + JsonSchema {
+    /// The fields whose text came from the sandbox (`hangar/sandbox_output`).
+    fn sandbox_output(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The fields that hold an agent's own text (`hangar/agent_text`).
+    fn agent_text(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// `fields` as paths under `under` (`""`, or `"sessions[]."`: in each element of `sessions`).
+fn paths(under: &str, fields: &[&str]) -> Vec<String> {
+    fields.iter().map(|f| format!("{under}{f}")).collect()
+}
+
+/// A successful result: the reply as structured content and as JSON text, with the fields whose
+/// text is untrusted named in `_meta`. The text is the JSON of the same value (its keys sorted,
+/// as it always was).
+fn done<R: Reply>(reply: &R) -> CallToolResult {
+    let v = match serde_json::to_value(reply) {
+        Ok(v) => v,
+        // Only a map with keys that are not strings fails, and no reply has one.
+        Err(e) => return failed(Error::unavailable(format!("the result could not be written: {e}"))),
+    };
     let mut r = CallToolResult::success(vec![ContentBlock::text(v.to_string())]);
     r.structured_content = Some(v);
-    if !sandbox_fields.is_empty() {
-        let mut meta = rmcp::model::MetaObject::new();
-        meta.insert(SANDBOX_OUTPUT_META.into(), json!(sandbox_fields));
+    let (sandbox, agent) = (reply.sandbox_output(), reply.agent_text());
+    let mut meta = rmcp::model::MetaObject::new();
+    if !sandbox.is_empty() {
+        meta.insert(SANDBOX_OUTPUT_META.into(), json!(sandbox));
+    }
+    if !agent.is_empty() {
+        meta.insert(AGENT_TEXT_META.into(), json!(agent));
+    }
+    if !meta.is_empty() {
         r.meta = Some(meta);
     }
     r
@@ -200,12 +243,12 @@ pub async fn call(
         return failed(Error::unavailable("the relay is shutting down: no new calls"));
     }
     let result = match req.name.as_ref() {
-        "sandboxes" => sandboxes::call(relay, caller, req.arguments).await,
-        "exec" => exec::call(relay, caller, req.arguments, ctx).await,
-        "process" => process::call(relay, caller, req.arguments, ctx).await,
-        "session" => session::call(relay, caller, req.arguments, ctx).await,
-        "job" => job::call(relay, caller, req.arguments).await,
-        "inbox" => inbox::call(relay, caller, req.arguments).await,
+        "sandboxes" => sandboxes::call(relay, caller, req.arguments).await.map(|r| done(&r)),
+        "exec" => exec::call(relay, caller, req.arguments, ctx).await.map(|r| done(&r)),
+        "process" => process::call(relay, caller, req.arguments, ctx).await.map(|r| done(&r)),
+        "session" => session::call(relay, caller, req.arguments, ctx).await.map(|r| done(&r)),
+        "job" => job::call(relay, caller, req.arguments).await.map(|r| done(&r)),
+        "inbox" => inbox::call(relay, caller, req.arguments).await.map(|r| done(&r)),
         other => {
             Err(Error::invalid(format!("no tool {other:?}; tools: sandboxes, exec, process, session, job, inbox")))
         }
@@ -296,6 +339,18 @@ mod tests {
             super::inbox::SHAPE.conflicts(),
         ];
         assert!(conflicts.iter().all(|c| c.is_empty()), "{conflicts:?}");
+    }
+
+    /// Every tool's results are typed, and clients require an `outputSchema` to be an object's
+    /// (rmcp drops another for older clients): a tool whose actions answer differently says so
+    /// with `anyOf` under the object.
+    #[test]
+    fn every_tool_publishes_an_object_output_schema() {
+        for t in list() {
+            let schema = t.output_schema.as_deref().unwrap_or_else(|| panic!("{}: no outputSchema", t.name));
+            assert_eq!(schema.get("type"), Some(&serde_json::json!("object")), "{}", t.name);
+            assert!(schema.contains_key("properties") || schema.contains_key("anyOf"), "{}", t.name);
+        }
     }
 
     #[test]

@@ -6,21 +6,20 @@ use std::{
 };
 
 use rmcp::{
-    model::{CallToolResult, JsonObject, ProgressNotificationParam},
+    model::{JsonObject, ProgressNotificationParam},
     service::RequestContext,
     RoleServer,
 };
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
-use super::{done, shape::Shape};
+use super::shape::Shape;
 use crate::{
     api::rest::inputs::StartBody,
     auth::Caller,
     error::{Error, Result},
     handles::Relay,
-    processes::{self, ProcessState, Read},
+    processes::{self, ProcessState, ProcessView, Read},
     streams::{Front, Reason},
     text::Encoding,
 };
@@ -81,6 +80,57 @@ pub(super) struct In {
     pub sandbox: String,
 }
 
+/// The `process` tool's result, by action (untagged: each is an object of its own fields).
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+pub(super) enum Reply {
+    /// start
+    Started { process_id: String, process: ProcessView },
+    /// list
+    Listed { processes: Vec<ProcessView> },
+    /// kill
+    Killed { process_id: String, killed: bool },
+    /// input
+    Written {
+        process_id: String,
+        /// Whether its stdin was closed
+        eof: bool,
+    },
+    /// attach
+    Attached(Attached),
+}
+
+/// What an attach read: the tail of the output, and where to read on from.
+#[derive(Serialize, JsonSchema)]
+pub(super) struct Attached {
+    process_id: String,
+    state: ProcessState,
+    /// Its exit code, once it exited
+    exit_code: Option<i32>,
+    /// The last 64 KiB read (all of it came as progress notifications), in `encoding`
+    output: String,
+    encoding: Encoding,
+    /// Where the output read starts
+    since: u64,
+    /// Pass as since next time
+    next: u64,
+    /// Bytes no longer kept
+    lost: u64,
+    /// "lost": what it wrote before the relay found it again is gone
+    earlier_output: Option<&'static str>,
+    /// Why the relay ended the read early
+    closed: Option<Reason>,
+}
+
+impl super::Reply for Reply {
+    fn sandbox_output(&self) -> &'static [&'static str] {
+        match self {
+            Reply::Attached(_) => &["output"],
+            _ => &[],
+        }
+    }
+}
+
 // An argument of another action is ignored, as it always was here (the other tools refuse it).
 pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("process", false));
 
@@ -89,18 +139,18 @@ pub async fn call(
     caller: &Caller,
     raw: Option<JsonObject>,
     ctx: RequestContext<RoleServer>,
-) -> Result<CallToolResult> {
+) -> Result<Reply> {
     match SHAPE.read(raw)? {
         Args::Start { at, body } => {
             let view = processes::start(&relay.processes, caller, &at.sandbox, &body.command, body.cwd).await?;
-            Ok(done(json!({ "process_id": view.process_id, "process": view }), &[]))
+            Ok(Reply::Started { process_id: view.process_id.clone(), process: view })
         }
         Args::List(at) => {
-            Ok(done(json!({ "processes": processes::list(&relay.processes, caller, &at.sandbox).await? }), &[]))
+            Ok(Reply::Listed { processes: processes::list(&relay.processes, caller, &at.sandbox).await? })
         }
         Args::Kill(of) => {
             processes::kill(&relay.processes, caller, &of.at.sandbox, &of.process_id).await?;
-            Ok(done(json!({ "process_id": of.process_id, "killed": true }), &[]))
+            Ok(Reply::Killed { process_id: of.process_id, killed: true })
         }
         Args::Input { of, input, eof } => {
             processes::input(
@@ -112,7 +162,7 @@ pub async fn call(
                 eof,
             )
             .await?;
-            Ok(done(json!({ "process_id": of.process_id, "eof": eof }), &[]))
+            Ok(Reply::Written { process_id: of.process_id, eof })
         }
         Args::Attach { of, since, wait_seconds, encoding } => {
             let wait = wait_seconds.unwrap_or(0);
@@ -140,7 +190,7 @@ async fn attach(
     id: &str,
     how: Read,
     ctx: RequestContext<RoleServer>,
-) -> Result<CallToolResult> {
+) -> Result<Reply> {
     let encoding = how.encoding;
     let token = ctx.meta.get_progress_token();
     let peer = ctx.peer.clone();
@@ -158,19 +208,16 @@ async fn attach(
         _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
     };
     let state = if c.exit_code.is_some() { ProcessState::Exited } else { view.state };
-    Ok(done(
-        json!({
-            "process_id": id,
-            "state": state,
-            "exit_code": c.exit_code.or(view.exit_code),
-            "output": c.output,
-            "encoding": encoding,
-            "since": c.since,
-            "next": c.next,
-            "lost": c.lost,
-            "earlier_output": view.earlier_output,
-            "closed": c.closed.map(Reason::as_str),
-        }),
-        &["output"],
-    ))
+    Ok(Reply::Attached(Attached {
+        process_id: id.to_string(),
+        state,
+        exit_code: c.exit_code.or(view.exit_code),
+        output: c.output,
+        encoding,
+        since: c.since,
+        next: c.next,
+        lost: c.lost,
+        earlier_output: view.earlier_output,
+        closed: c.closed,
+    }))
 }

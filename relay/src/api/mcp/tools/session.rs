@@ -4,15 +4,14 @@
 use std::sync::{Arc, LazyLock};
 
 use rmcp::{
-    model::{CallToolResult, JsonObject, ProgressNotificationParam},
+    model::{JsonObject, ProgressNotificationParam},
     service::RequestContext,
     RoleServer,
 };
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
-use super::{shape::Shape, AGENT_TEXT_META};
+use super::{paths, shape::Shape};
 use crate::{
     auth::Caller,
     error::{Error, Result},
@@ -20,7 +19,7 @@ use crate::{
     sessions::{
         self,
         follow::{Charge, Pages, Start, Step, Until},
-        EventsPage, EventsRead, SessionView, StartRequest, TurnRequest, TurnState,
+        EventsPage, EventsRead, SessionView, StartRequest, TurnRequest,
     },
     streams::{Front, Reason},
 };
@@ -67,70 +66,61 @@ pub(super) struct Session {
 
 pub(super) static SHAPE: LazyLock<Shape<Args>> = LazyLock::new(|| Shape::new("session", true));
 
+/// The `session` tool's result, by action (untagged: each is an object of its own fields).
+#[derive(Serialize, JsonSchema)]
+#[serde(untagged)]
+pub(super) enum Reply {
+    /// start, prompt, cancel, status
+    // Boxed: a view is far larger than the other results.
+    Session(Box<SessionView>),
+    /// list
+    Sessions { sessions: Vec<SessionView> },
+    /// events
+    Events(Events),
+}
+
+/// A page of a session's events, as `events` answers it.
+#[derive(Serialize, JsonSchema)]
+pub(super) struct Events {
+    /// The session's name
+    session: String,
+    #[serde(flatten)]
+    page: EventsPage,
+    /// Why the relay cut the wait short
+    closed: Option<Reason>,
+}
+
+impl super::Reply for Reply {
+    fn agent_text(&self) -> Vec<String> {
+        match self {
+            Reply::Session(v) => paths("", v.agent_text),
+            // Every view names the same fields.
+            Reply::Sessions { sessions } => {
+                sessions.first().map(|v| paths("sessions[].", v.agent_text)).unwrap_or_default()
+            }
+            Reply::Events(_) => paths("", EVENTS_AGENT_TEXT),
+        }
+    }
+}
+
 pub async fn call(
     relay: &Arc<Relay>,
     caller: &Caller,
     raw: Option<JsonObject>,
     ctx: RequestContext<RoleServer>,
-) -> Result<CallToolResult> {
+) -> Result<Reply> {
+    let view = |v| Reply::Session(Box::new(v));
     match SHAPE.read(raw)? {
         Args::Start(req) => Ok(view(sessions::start(&relay.sessions, caller, req).await?)),
         Args::Prompt { of, turn } => Ok(view(sessions::follow_up(&relay.sessions, caller, &of.session, turn).await?)),
         Args::Cancel(of) => Ok(view(sessions::cancel(&relay.sessions, caller, &of.session).await?)),
         Args::Status(of) => Ok(view(sessions::get(&relay.sessions, caller, &of.session).await?)),
-        Args::List => {
-            let list = sessions::list(&relay.sessions, caller).await?;
-            let marked: Vec<String> = list
-                .first()
-                .map(|v| v.agent_text.iter().map(|f| format!("sessions[].{f}")).collect())
-                .unwrap_or_default();
-            let marked: Vec<&str> = marked.iter().map(String::as_str).collect();
-            Ok(result(json!({ "sessions": list }), &marked))
-        }
+        Args::List => Ok(Reply::Sessions { sessions: sessions::list(&relay.sessions, caller).await? }),
         Args::Events { of, since, limit, wait_seconds } => {
             let read = EventsRead::new(since, limit, wait_seconds, "wait_seconds")?;
-            events(relay, caller, &of.session, read, ctx).await
+            events(relay, caller, &of.session, read, ctx).await.map(Reply::Events)
         }
     }
-}
-
-/// A result with the fields holding the agent's text named in `_meta`.
-pub(super) fn result(v: Value, agent_fields: &[&str]) -> CallToolResult {
-    let mut r = super::done(v, &[]);
-    if !agent_fields.is_empty() {
-        r.meta.get_or_insert_with(rmcp::model::MetaObject::new).insert(AGENT_TEXT_META.into(), json!(agent_fields));
-    }
-    r
-}
-
-fn view(v: SessionView) -> CallToolResult {
-    let fields = v.agent_text;
-    result(serde_json::to_value(&v).unwrap_or(Value::Null), fields)
-}
-
-fn page(
-    name: &str,
-    events: &[impl serde::Serialize],
-    next: i64,
-    more: bool,
-    state: TurnState,
-    closed: Option<Reason>,
-) -> CallToolResult {
-    result(
-        json!({
-            "session": name,
-            "events": events,
-            "next": next,
-            "more": more,
-            "state": state,
-            "closed": closed.map(Reason::as_str),
-        }),
-        EVENTS_AGENT_TEXT,
-    )
-}
-
-fn whole(name: &str, p: &EventsPage, closed: Option<Reason>) -> CallToolResult {
-    page(name, &p.events, p.next, p.more, p.state, closed)
 }
 
 /// Events after `since`. Without a wait, what is there; with one, an open stream (kind
@@ -144,22 +134,23 @@ async fn events(
     reference: &str,
     read: EventsRead,
     ctx: RequestContext<RoleServer>,
-) -> Result<CallToolResult> {
+) -> Result<Events> {
     let (since, limit, wait) = (read.since(), read.limit(), read.wait());
     if wait.is_zero() {
         let session = sessions::find(&relay.sessions, caller, reference).await?;
-        return Ok(whole(&session.name, &sessions::read_page(&relay.sessions, &session.id, since, limit).await?, None));
+        let page = sessions::read_page(&relay.sessions, &session.id, since, limit).await?;
+        return Ok(Events { session: session.name, page, closed: None });
     }
     let Some(token) = ctx.meta.get_progress_token() else {
         let (session, p, closed) = tokio::select! {
             r = sessions::follow::wait(&relay.sessions, caller, reference, read, Front::Mcp) => r?,
             _ = ctx.ct.cancelled() => return Err(Error::unavailable("the call was cancelled")),
         };
-        return Ok(whole(&session.name, &p, closed));
+        return Ok(Events { session: session.name, page: p, closed });
     };
     let start = Start { since: Some(since), until: Until::TurnEnds, wait: Some(wait), limit: Some(limit) };
     let mut followed = sessions::follow(&relay.sessions, caller, reference, start, Front::Mcp, Charge::Events).await?;
-    let mut sent: Vec<Value> = Vec::new();
+    let mut sent = Vec::new();
     let mut next = since;
     let end = loop {
         let events = tokio::select! {
@@ -177,11 +168,15 @@ async fn events(
                 return Err(Error::unavailable("the client went away"));
             }
             next = e.seq;
-            sent.push(serde_json::from_str(&e.json).unwrap_or(Value::Null));
+            // What the follower served is an event (`EventRow`) as JSON; it reads back as one.
+            let row = serde_json::from_str(&e.json)
+                .map_err(|x| Error::unavailable(format!("event {}: could not be read back: {x}", e.seq)))?;
+            sent.push(row);
         }
     };
     let session = followed.session();
     // Whether more is recorded past what was sent, and the state as it is now.
     let after = sessions::read_page(&relay.sessions, &session.id, next, 1).await?;
-    Ok(page(&session.name, &sent, next, !after.events.is_empty(), after.state, end.closed()))
+    let page = EventsPage { events: sent, next, more: !after.events.is_empty(), state: after.state };
+    Ok(Events { session: session.name.clone(), page, closed: end.closed() })
 }

@@ -178,49 +178,73 @@ impl<T: JsonSchema + DeserializeOwned> Shape<T> {
 }
 
 /// `T`'s schema as schemars derives it for what `T` deserializes, inlined (no `$defs`), with
-/// `null` taken out of every type (below) and descriptions on one line.
+/// `null` taken out of every type (`tidy`) and descriptions on one line.
 fn derived<T: JsonSchema>() -> Map<String, Value> {
-    let settings = SchemaSettings::draft2020_12().with(|s| {
-        s.inline_subschemas = true;
-        s.meta_schema = None;
-    });
-    let mut v = settings.into_generator().into_root_schema_for::<T>().to_value();
-    tidy(&mut v);
+    let mut v = inlined::<T>(SchemaSettings::draft2020_12());
+    tidy(&mut v, true);
     match v {
         Value::Object(m) => m,
         _ => Map::new(),
     }
 }
 
-/// An `Option` field is derived as "this or null". serde reads a `null` there as absent, but the
+/// The schema of a tool's results `T` (its `outputSchema`): what `T` serializes, inlined, with
+/// descriptions on one line. Unlike the arguments' schema it keeps `null` where `T` writes one
+/// (an `Option` field without `skip_serializing_if`): clients validate results against it. A
+/// tool whose actions answer differently has an untagged enum of results (`anyOf`); the root
+/// says `type: object` as well, which clients require of an `outputSchema` (rmcp drops one
+/// without it for older clients) and which every result is.
+pub fn output<T: JsonSchema>() -> Arc<JsonObject> {
+    let mut v = inlined::<T>(SchemaSettings::draft2020_12().for_serialize());
+    tidy(&mut v, false);
+    let Value::Object(mut m) = v else { return Arc::default() };
+    // The Rust type's name and doc, not the tool's: noise to a client.
+    m.remove("title");
+    m.remove("description");
+    m.insert("type".into(), json!("object"));
+    Arc::new(m)
+}
+
+fn inlined<T: JsonSchema>(settings: SchemaSettings) -> Value {
+    let settings = settings.with(|s| {
+        s.inline_subschemas = true;
+        s.meta_schema = None;
+    });
+    settings.into_generator().into_root_schema_for::<T>().to_value()
+}
+
+/// Descriptions on one line, and (`no_null`, for arguments) `null` out of every type. An
+/// `Option` argument is derived as "this or null". serde reads a `null` there as absent, but the
 /// published schemas have always said only the type, and clients validate against them: what
 /// they may send stays as it was.
-fn tidy(v: &mut Value) {
+fn tidy(v: &mut Value, no_null: bool) {
     match v {
         Value::Object(m) => {
-            if let Some(Value::Array(types)) = m.get_mut("type") {
-                types.retain(|t| t != "null");
-                if types.len() == 1 {
-                    let only = types.remove(0);
-                    m.insert("type".into(), only);
+            if no_null {
+                if let Some(Value::Array(types)) = m.get_mut("type") {
+                    types.retain(|t| t != "null");
+                    if types.len() == 1 {
+                        let only = types.remove(0);
+                        m.insert("type".into(), only);
+                    }
                 }
-            }
-            // `Option` of a struct: `anyOf: [the struct, null]`, the field's own keys beside.
-            let null = json!({ "type": "null" });
-            let nullable = m.get("anyOf").and_then(Value::as_array).is_some_and(|a| a.len() == 2 && a[1] == null);
-            if let (true, Some(Value::Array(mut any))) = (nullable, m.remove("anyOf")) {
-                if let Value::Object(inner) = any.swap_remove(0) {
-                    for (k, x) in inner {
-                        m.entry(k).or_insert(x);
+                // `Option` of a struct: `anyOf: [the struct, null]`, the field's own keys beside.
+                let null = json!({ "type": "null" });
+                let nullable = m.get("anyOf").and_then(Value::as_array).is_some_and(|a| a.len() == 2 && a[1] == null);
+                if let (true, Some(Value::Array(mut any))) = (nullable, m.remove("anyOf")) {
+                    if let Value::Object(inner) = any.swap_remove(0) {
+                        for (k, x) in inner {
+                            m.entry(k).or_insert(x);
+                        }
                     }
                 }
             }
             if let Some(Value::String(d)) = m.get_mut("description") {
                 *d = d.replace('\n', " ");
             }
-            m.values_mut().for_each(tidy);
+            m.values_mut().for_each(|x| tidy(x, no_null));
         }
-        Value::Array(a) => a.iter_mut().for_each(tidy),
+        Value::Array(a) => a.iter_mut().for_each(|x| tidy(x, no_null)),
         _ => {}
     }
 }
