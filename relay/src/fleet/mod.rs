@@ -428,6 +428,8 @@ impl Fleet {
         if events.is_empty() {
             return;
         }
+        // Typed (each event's data copied) before the lock, which every fleet read takes too.
+        let typed: Vec<Event> = events.iter().filter_map(typed).collect();
         let sandbox = {
             let mut st = self.lock();
             let Some(ses) = st.sessions.get(session_id) else { return };
@@ -435,8 +437,8 @@ impl Fleet {
             let live = st.live_mut(session_id);
             live.for_turn(turn_id);
             let mut done = Vec::new();
-            for e in events.iter().filter_map(typed) {
-                done.extend(live.apply(&e, ts));
+            for e in &typed {
+                done.extend(live.apply(e, ts));
             }
             for f in done {
                 st.finished(&harness, Some(f));
