@@ -18,7 +18,8 @@
 //!   turn is checked against that, never believed.
 //! - The first end of an item holds (`Store::end_item` moves only open items); open items are
 //!   also kept in memory, which the fleet reads without the store.
-//! - Every change (an item opened or ended) bumps `Inbox::subscribe`'s counter.
+//! - Every change (an item opened or ended) is published on the feed (`Change::Item`), after the
+//!   open items in memory have it.
 pub mod answers;
 pub mod watcher;
 use std::{
@@ -31,7 +32,6 @@ use std::{
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::json;
-use tokio::sync::watch;
 
 use crate::{
     auth::Caller,
@@ -61,8 +61,7 @@ pub struct Uses {
     pub feed: Arc<Feed>,
 }
 
-/// The inbox's handles and shared state: the open items, and a counter of changes that readers
-/// wait on.
+/// The inbox's handles and shared state: the open items.
 pub struct Inbox {
     store: Arc<Store>,
     sandboxes: Arc<Sandboxes>,
@@ -70,7 +69,6 @@ pub struct Inbox {
     secrets: Arc<Secrets>,
     feed: Arc<Feed>,
     open: Mutex<BTreeMap<String, ItemRow>>,
-    changes: watch::Sender<u64>,
     /// How long an approval or a question waits before it ends by itself.
     pub expiry: Duration,
     /// The sandboxes whose requests a watcher reads.
@@ -96,7 +94,6 @@ impl Inbox {
             secrets,
             feed,
             open: Mutex::new(open.into_iter().map(|i| (i.id.clone(), i)).collect()),
-            changes: watch::channel(0).0,
             expiry,
             watchers: Mutex::default(),
             deciding: tokio::sync::Mutex::new(()),
@@ -120,23 +117,12 @@ impl Inbox {
         items
     }
 
-    /// A receiver that changes whenever an item opens or ends.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
-    }
-
-    fn changed(&self) {
-        self.changes.send_modify(|n| *n += 1);
-    }
-
     fn opened(&self, item: ItemRow) {
         self.lock().insert(item.id.clone(), item);
-        self.changed();
     }
 
     fn closed(&self, id: &str) {
         self.lock().remove(id);
-        self.changed();
     }
 }
 
@@ -233,8 +219,6 @@ async fn open(inbox: &Inbox, item: ItemRow) -> Result<bool> {
     // In memory first: the feed's subscribers (the fleet's streams) read the open items.
     if item.state == ItemState::Open {
         inbox.opened(item.clone());
-    } else {
-        inbox.changed();
     }
     inbox.feed.publish(Change::Item(&item)).await;
     Ok(true)
