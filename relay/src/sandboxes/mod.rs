@@ -148,26 +148,22 @@ impl Sandboxes {
         Ok(row)
     }
 
-    /// The sandbox a reference names (`refs`: its id or name, a unique prefix of either, its
-    /// short name), among every sandbox (any token may read them); the relay's own lookups pass
-    /// ids. A caller's requests go through `find`, which prefers the caller's own.
+    /// The sandbox by its exact id or name: the relay's own lookups (drivers, recovery), which
+    /// pass ids, never guess by prefix (a name may begin like another sandbox's id).
     pub async fn get(&self, reference: &str) -> Result<SandboxRow> {
-        self.resolve(reference, None).await
+        self.store.sandbox(reference).await?.ok_or_else(|| Error::not_found(format!("no sandbox {reference:?}")))
     }
 
-    /// `get` for a caller: where a reference matches several sandboxes, those the caller may
-    /// use are chosen (and alone listed when still more than one).
+    /// The sandbox a caller's reference names (`refs`: its id or name, a unique prefix of
+    /// either, its short name), among every sandbox (any token may read them); where it matches
+    /// several, those the caller may use are chosen (and alone listed when still more than one).
     pub async fn find(&self, reference: &str, caller: &Caller) -> Result<SandboxRow> {
-        self.resolve(reference, Some(caller)).await
-    }
-
-    async fn resolve(&self, reference: &str, caller: Option<&Caller>) -> Result<SandboxRow> {
         if let Some(row) = self.store.sandbox(reference).await? {
             return Ok(row);
         }
         let pattern = refs::pattern(reference, &["sbx_"], true, true);
         let rows = if pattern.is_empty() { Vec::new() } else { self.store.sandboxes_matching(pattern).await? };
-        let mine = |r: &SandboxRow| caller.is_none_or(|c| may_use(r, c));
+        let mine = |r: &SandboxRow| may_use(r, caller);
         match refs::pick(rows, mine, |r| refs::Candidate { id: r.id.clone(), name: r.name.clone() }) {
             refs::Picked::One(row) => Ok(row),
             refs::Picked::None => Err(Error::not_found(format!("no sandbox {reference:?}"))),
