@@ -718,3 +718,23 @@ async fn states_are_coloured_on_a_terminal_unless_no_color() {
     let forced = hangar.run(&["sandboxes", "--color", "always"]).await.ok().stdout;
     assert!(forced.contains(green_running), "{forced:?}");
 }
+
+// `events --until-input` stops, exiting 5, once the turn waits for a person (here a question).
+#[tokio::test]
+async fn events_until_input_stops_when_the_agent_asks() {
+    let state = StateDir::new();
+    let (_relay, hangar) = setup(&state);
+    let start = ["session", "start", "asks-once", "--sandbox", "default", "--harness", "questioner", "--prompt", "go"];
+    hangar.run(&start).await.ok();
+    let r = hangar.run_within(Duration::from_secs(30), &["events", "asks-once", "--until-input"]).await;
+    assert_eq!(r.code, Some(5), "{r:?}");
+    assert!(
+        r.stdout.lines().last().is_some_and(|l| l.contains("inbox.opened") || l.contains("-> waiting_input")),
+        "{r:?}"
+    );
+    // Nothing was answered by stopping: the question is still open.
+    let item = inbox_item(&hangar, "question", "asks-once").await;
+    assert_eq!(item["state"], "open", "{item}");
+    let r = hangar.run(&["events", "asks-once", "--until-input", "--follow"]).await;
+    assert_eq!(r.code, Some(2), "--until-input and --follow are exclusive: {r:?}");
+}
