@@ -10,7 +10,10 @@ use crate::client::DEFAULT_URL;
     version,
     about = "Drive hangar's relay from a terminal: sandboxes, commands, background processes, agent sessions, jobs, the inbox, tokens and the fleet",
     after_help = "The relay is HANGAR_URL (default http://127.0.0.1:7470) and the token HANGAR_TOKEN.\n\
-                  Every command that reads prints the relay's JSON with --json (one JSON line per event for streams)."
+                  Every command that reads prints the relay's JSON with -o json (one JSON line per event for streams).\n\
+                  Exit codes: 0 ok; 1 the relay refused or could not be reached; 2 usage; a followed turn or job\n\
+                  that ended failed 3, cancelled or timed out 4, waiting for input (--until-input) 5; exec and attach:\n\
+                  the command's own."
 )]
 pub struct Cli {
     /// The relay's address [env: HANGAR_URL] [default: http://127.0.0.1:7470].
@@ -24,15 +27,48 @@ pub struct Cli {
     #[arg(long = "token", global = true, value_name = "TOKEN")]
     pub token_flag: Option<String>,
 
-    /// Print the relay's JSON (one document; one JSON line per event for streams).
+    /// Print the relay's JSON (one document; one JSON line per event for streams): `-o json`.
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// How listings and gets print: `json` (the relay's JSON as is), `wide` (more columns),
+    /// `name` (one id, or a unit's short name, per line, for scripts). Default: a table.
+    #[arg(short = 'o', long = "output", global = true, value_enum, value_name = "FORMAT")]
+    pub output: Option<Output>,
+
+    /// Colour states: `auto` (on a terminal, unless NO_COLOR is set), `always`, `never`.
+    #[arg(long, global = true, value_enum, default_value_t = Color::Auto, value_name = "WHEN")]
+    pub color: Color,
 
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// `-o`'s formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Json,
+    Wide,
+    Name,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
 impl Cli {
+    /// `-o`, where `--json` is `-o json`.
+    pub fn output(&self) -> Option<Output> {
+        if self.json {
+            Some(Output::Json)
+        } else {
+            self.output
+        }
+    }
+
     /// `--url`, else `HANGAR_URL`, else the default.
     pub fn url(&self) -> String {
         self.url_flag.clone().or_else(|| env_var("HANGAR_URL")).unwrap_or_else(|| DEFAULT_URL.to_string())
@@ -104,10 +140,16 @@ pub struct SandboxesArgs {
 pub enum SandboxesCmd {
     /// List sandboxes (the default).
     List,
+    /// One sandbox.
+    Get(SandboxArg),
     /// Create a sandbox.
     Create(CreateSandboxArgs),
     /// Destroy a sandbox and everything running in it.
     Rm(SandboxArg),
+    /// Pause a sandbox (its owner or an admin): its streams end; nothing runs in it until resumed.
+    Pause(SandboxArg),
+    /// Resume a paused sandbox (its owner or an admin).
+    Resume(SandboxArg),
     /// Set whom a sandbox is shared with (its owner or an admin): the persons named, replacing
     /// those before; none: shared with nobody.
     Share(ShareSandboxArgs),
@@ -115,7 +157,7 @@ pub enum SandboxesCmd {
 
 #[derive(Debug, Args)]
 pub struct ShareSandboxArgs {
-    /// The sandbox's name or id.
+    /// The sandbox: its name, id, short name (HGR-8AA3) or a unique prefix of its id or name.
     pub sandbox: String,
     /// A person's id, or `*` for every person.
     pub persons: Vec<String>,
@@ -139,13 +181,13 @@ pub struct CreateSandboxArgs {
 
 #[derive(Debug, Args)]
 pub struct SandboxArg {
-    /// The sandbox's name or id.
+    /// The sandbox: its name, id, short name (HGR-8AA3) or a unique prefix of its id or name.
     pub sandbox: String,
 }
 
 #[derive(Debug, Args)]
 pub struct ProcessArg {
-    /// The sandbox's name or id.
+    /// The sandbox: its name, id, short name (HGR-8AA3) or a unique prefix of its id or name.
     pub sandbox: String,
     /// The process's id (p_...).
     pub id: String,
@@ -153,7 +195,7 @@ pub struct ProcessArg {
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// The sandbox's name or id.
+    /// The sandbox: its name, id, short name (HGR-8AA3) or a unique prefix of its id or name.
     pub sandbox: String,
     /// Where it runs: absolute, or relative to the sandbox's working directory.
     #[arg(long)]
@@ -168,7 +210,7 @@ pub struct ExecArgs {
 
 #[derive(Debug, Args)]
 pub struct StartArgs {
-    /// The sandbox's name or id.
+    /// The sandbox: its name, id, short name (HGR-8AA3) or a unique prefix of its id or name.
     pub sandbox: String,
     /// Where it runs: absolute, or relative to the sandbox's working directory.
     #[arg(long)]
@@ -180,7 +222,7 @@ pub struct StartArgs {
 
 #[derive(Debug, Args)]
 pub struct AttachArgs {
-    /// The sandbox's name or id.
+    /// The sandbox: its name, id, short name (HGR-8AA3) or a unique prefix of its id or name.
     pub sandbox: String,
     /// The process's id (p_...).
     pub id: String,
@@ -191,7 +233,7 @@ pub struct AttachArgs {
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// The sandbox's name or id.
+    /// The sandbox: its name, id, short name (HGR-8AA3) or a unique prefix of its id or name.
     pub sandbox: String,
     /// The directory: absolute, or relative to the sandbox's working directory.
     pub path: String,
@@ -210,6 +252,8 @@ pub enum SessionCmd {
     Cancel(SessionArg),
     /// A session: its state, turns and summary.
     Show(SessionArg),
+    /// Delete a session with its turns and events (a live turn is cancelled first).
+    Rm(SessionArg),
 }
 
 #[derive(Debug, Args)]
@@ -251,7 +295,7 @@ pub struct SessionStartArgs {
 
 #[derive(Debug, Args)]
 pub struct SessionPromptArgs {
-    /// The session's name or id.
+    /// The session: its name or id, or a unique prefix of either.
     pub session: String,
     /// The follow-up prompt.
     pub text: String,
@@ -262,13 +306,13 @@ pub struct SessionPromptArgs {
 
 #[derive(Debug, Args)]
 pub struct SessionArg {
-    /// The session's name or id.
+    /// The session: its name or id, or a unique prefix of either.
     pub session: String,
 }
 
 #[derive(Debug, Args)]
 pub struct EventsArgs {
-    /// The session's name or id.
+    /// The session: its name or id, or a unique prefix of either.
     pub session: String,
     /// Stay for the session's next turns (reconnecting with Last-Event-ID), until Ctrl-C.
     #[arg(short, long)]
@@ -276,6 +320,9 @@ pub struct EventsArgs {
     /// Only the events after this seq.
     #[arg(long, value_name = "SEQ")]
     pub since: Option<i64>,
+    /// Stop when the turn waits for a person (an approval, a question), exiting 5.
+    #[arg(long, conflicts_with = "follow")]
+    pub until_input: bool,
 }
 
 #[derive(Debug, Args)]
@@ -299,7 +346,7 @@ pub enum JobCmd {
 
 #[derive(Debug, Args)]
 pub struct JobArg {
-    /// The job's id (job_...).
+    /// The job's id (job_...), or a unique prefix of it (job_3f2a).
     pub id: String,
 }
 
@@ -354,7 +401,7 @@ pub struct InboxArgs {
 
 #[derive(Debug, Args)]
 pub struct DecideArgs {
-    /// The item's id (inb_...) or its approval's (apr_...).
+    /// The item's id (inb_...) or its approval's (apr_...), or a unique prefix of either.
     pub id: String,
     /// Why (the agent sees a denial's reason).
     #[arg(long)]
@@ -363,7 +410,7 @@ pub struct DecideArgs {
 
 #[derive(Debug, Args)]
 pub struct AnswerArgs {
-    /// The item's id (inb_...) or its question's (qst_...).
+    /// The item's id (inb_...) or its question's (qst_...), or a unique prefix of either.
     pub id: String,
     /// The answer (1 to 2000 characters).
     pub text: String,
@@ -371,7 +418,7 @@ pub struct AnswerArgs {
 
 #[derive(Debug, Args)]
 pub struct ItemArg {
-    /// The item's id (inb_...).
+    /// The item's id (inb_...), or a unique prefix of it.
     pub id: String,
 }
 

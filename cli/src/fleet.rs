@@ -70,7 +70,8 @@ fn stage(u: &Value) -> String {
     }
 }
 
-pub fn render(f: &Fleet, now: f64) -> String {
+/// The fleet's table; `wide` adds the id, the session and the task.
+pub fn render(f: &Fleet, now: f64, wide: bool) -> String {
     let c = &f.counts;
     let mut out = format!(
         "fleet at {}: {} running, {} queued, {} approval, {} failed, {} denied, {} off; slots {}/{}\n",
@@ -91,8 +92,12 @@ pub fn render(f: &Fleet, now: f64) -> String {
             let status = u["label"].as_str().or(u["role"].as_str()).map(clean).unwrap_or_else(|| "-".into());
             let cost = u["usage"]["cost_usd"].as_f64().map(|c| format!("${c:.2}")).unwrap_or_else(|| "-".into());
             let now_doing = u["now"].as_str().map(|n| clip(n, 48)).unwrap_or_else(|| "-".into());
-            vec![
-                clip(s(u, "id"), 24),
+            let status = match u["role"].as_str() {
+                Some(role) => render::paint_as(role, &status),
+                None => status,
+            };
+            let mut row = vec![
+                crate::sandboxes::short_or_id(u),
                 clip(s(u, "name"), 32),
                 status,
                 u["owner"].as_str().map(clean).unwrap_or_else(|| "-".into()),
@@ -101,10 +106,19 @@ pub fn render(f: &Fleet, now: f64) -> String {
                 now_doing,
                 ago_of(now, &u["last_activity_at"]),
                 cost,
-            ]
+            ];
+            if wide {
+                let task = u["task"].as_str().or(u["work"].as_str()).map(|t| clip(t, 60)).unwrap_or_else(|| "-".into());
+                row.extend([clean(s(u, "id")), clean(s(&u["session"], "name")), task]);
+            }
+            row
         })
         .collect();
-    out.push_str(&render::table(&["ID", "NAME", "STATUS", "OWNER", "AGENT", "STAGE", "NOW", "ACTIVE", "COST"], &rows));
+    let mut headers = vec!["UNIT", "NAME", "STATUS", "OWNER", "AGENT", "STAGE", "NOW", "ACTIVE", "COST"];
+    if wide {
+        headers.extend(["ID", "SESSION", "TASK"]);
+    }
+    out.push_str(&render::table(&headers, &rows));
     let items = f.inbox["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if !items.is_empty() {
         out.push_str(&format!("\nneeds you ({}):\n", items.len()));
@@ -134,7 +148,8 @@ pub async fn run(ctx: &Ctx, a: FleetArgs) -> Result<i32, Error> {
     }
     if a.once {
         let v = ctx.client.get(&with_query("/api/fleet", &q)).await.map_err(no_fleet)?;
-        return ctx.print(&v, |v| render(&Fleet::from_read(v), render::now()));
+        let short = |u: &Value| crate::sandboxes::short_or_id(u);
+        return ctx.print_as(&v, Some("units"), short, |v, wide| render(&Fleet::from_read(v), render::now(), wide));
     }
     let tty = std::io::stdout().is_terminal();
     let json = ctx.json;
@@ -164,7 +179,7 @@ fn on_event(fleet: &mut Fleet, ev: &SseEvent, json: bool, tty: bool) -> Result<N
         return on_close(ev);
     }
     if fleet.apply(&ev.event, &ev.json()?) && !json {
-        let table = render(fleet, render::now());
+        let table = render(fleet, render::now(), false);
         render::out(&if tty { format!("{CLEAR}{table}") } else { format!("{table}\n") })?;
     }
     Ok(Next::Continue)
@@ -223,7 +238,7 @@ mod tests {
             &json!({"items": [{"id": "inb-4b0d", "kind": "approval", "title": "Bash: git push origin main",
             "text": "", "options": [], "session_name": "release"}]}),
         );
-        let out = render(&f, 1000.0);
+        let out = render(&f, 1000.0, false);
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].starts_with("fleet at "), "{out}");
         assert!(
@@ -232,12 +247,18 @@ mod tests {
         );
         assert_eq!(
             lines[1],
-            "ID    NAME      STATUS   OWNER  AGENT        STAGE      NOW                 ACTIVE  COST"
+            "UNIT  NAME      STATUS   OWNER  AGENT        STAGE      NOW                 ACTIVE  COST"
         );
+        // A unit is named by the relay's short name; the id stands in where a relay names none.
         assert_eq!(
             lines[2],
             "sb-1  box-sb-1  Running  sean   claude-code  edit ~35%  editing src/a.rs    1m ago  $1.42"
         );
+        f.units[0]["short"] = json!("HGR-0001");
+        let wide = render(&f, 1000.0, true);
+        let wide: Vec<&str> = wide.lines().collect();
+        assert!(wide[1].ends_with("COST   ID    SESSION  TASK"), "{wide:?}");
+        assert!(wide[2].starts_with("HGR-0001  box-sb-1  Running ") && wide[2].contains("  sb-1  "), "{wide:?}");
         assert_eq!(lines[5], "needs you (1):");
         assert_eq!(lines[6], "  inb-4b0d  approval  Bash: git push origin main  (release)");
     }
@@ -252,8 +273,8 @@ mod tests {
 
     #[test]
     fn an_empty_fleet_still_renders() {
-        let out = render(&Fleet::default(), 0.0);
+        let out = render(&Fleet::default(), 0.0, false);
         assert!(out.contains("- running"), "{out}");
-        assert!(out.contains("\nID  NAME  STATUS"), "{out}");
+        assert!(out.contains("\nUNIT  NAME  STATUS"), "{out}");
     }
 }

@@ -12,7 +12,7 @@ use crate::{
 pub async fn list(ctx: &Ctx, a: InboxArgs) -> Result<i32, Error> {
     let q = if a.ended { vec![("ended", "true".to_string())] } else { vec![] };
     let v = ctx.client.get(&with_query("/api/inbox", &q)).await?;
-    ctx.print(&v, |v| table(v, render::now(), a.ended))
+    ctx.print_as(&v, Some("items"), crate::id_of, |v, wide| table(v, render::now(), a.ended, wide))
 }
 
 /// What an item asks or says, on one line: a question's text with its options, an other item's
@@ -26,7 +26,8 @@ pub fn what(i: &Value) -> String {
     format!("{}{options}", clip(text, 80))
 }
 
-pub fn table(v: &Value, now: f64, ended: bool) -> String {
+/// The items; `wide` adds the approval's or question's own id and the person.
+pub fn table(v: &Value, now: f64, ended: bool, wide: bool) -> String {
     let c = &v["counts"];
     let mut out = format!(
         "open: {} approval, {} question, {} failed, {} denied\n",
@@ -49,10 +50,19 @@ pub fn table(v: &Value, now: f64, ended: bool) -> String {
             } else {
                 ago_of(now, &i["created_at"])
             };
-            vec![clean(s(i, "id")), cell(&i["kind"]), session, cell(&i["sandbox_name"]), when, what(i)]
+            let mut row = vec![clean(s(i, "id")), cell(&i["kind"]), session, cell(&i["sandbox_name"]), when, what(i)];
+            if wide {
+                row.splice(1..1, [cell(&i["ask"]), cell(&i["person"])]);
+            }
+            row
         })
         .collect();
-    out.push_str(&render::table(&["ID", "KIND", "SESSION", "SANDBOX", "WHEN", "WHAT"], &rows));
+    let headers: &[&str] = if wide {
+        &["ID", "ASK", "PERSON", "KIND", "SESSION", "SANDBOX", "WHEN", "WHAT"]
+    } else {
+        &["ID", "KIND", "SESSION", "SANDBOX", "WHEN", "WHAT"]
+    };
+    out.push_str(&render::table(headers, &rows));
     out
 }
 
@@ -98,7 +108,7 @@ mod tests {
              "title": "Bash: git push origin main", "text": "{\"command\":\"git push\"}", "options": [],
              "created_at": 0.0, "expires_at": 3600.0}]});
         assert_eq!(
-            table(&v, 60.0, false),
+            table(&v, 60.0, false, false),
             "open: 1 approval, 1 question, 0 failed, 0 denied\n\
              ID     KIND      SESSION  SANDBOX  WHEN            WHAT\n\
              inb_1  question  pick-db  default  expires in 59m  Which database? [postgres | sqlite]\n\

@@ -5,25 +5,26 @@ use crate::{
     args::{JobArgs, JobCmd, JobStartArgs},
     client::{path, Error},
     render::{self, ago_of, cell, clean, clip, s},
-    sessions::{print_event, read_prompt},
+    sessions::{print_event, read_prompt, Ending},
     Ctx,
 };
 
 pub async fn list(ctx: &Ctx) -> Result<i32, Error> {
     let v = ctx.client.get("/api/jobs").await?;
-    ctx.print(&v, |v| table(v, render::now()))
+    ctx.print_as(&v, Some("jobs"), crate::id_of, |v, wide| table(v, render::now(), wide))
 }
 
-pub fn table(v: &Value, now: f64) -> String {
+/// The jobs; `wide` adds the session, the branch and the detail.
+pub fn table(v: &Value, now: f64, wide: bool) -> String {
     let rows: Vec<Vec<String>> = v["jobs"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default()
         .iter()
         .map(|j| {
-            vec![
+            let mut row = vec![
                 clean(s(j, "id")),
-                cell(&j["state"]),
+                render::state_cell(&j["state"]),
                 cell(&j["reason"]),
                 cell(&j["harness"]),
                 cell(&j["sandbox"]),
@@ -31,10 +32,18 @@ pub fn table(v: &Value, now: f64) -> String {
                 cell(&j["result"]["verification"]["exit_code"]),
                 ago_of(now, &j["created_at"]),
                 clip(s(j, "prompt"), 40),
-            ]
+            ];
+            if wide {
+                row.extend([cell(&j["session"]), cell(&j["result"]["branch"]), clip(s(j, "detail"), 60)]);
+            }
+            row
         })
         .collect();
-    render::table(&["ID", "STATE", "REASON", "HARNESS", "SANDBOX", "COMMITS", "VERIFY", "CREATED", "PROMPT"], &rows)
+    let mut headers = vec!["ID", "STATE", "REASON", "HARNESS", "SANDBOX", "COMMITS", "VERIFY", "CREATED", "PROMPT"];
+    if wide {
+        headers.extend(["SESSION", "BRANCH", "DETAIL"]);
+    }
+    render::table(&headers, &rows)
 }
 
 pub async fn run(ctx: &Ctx, a: JobArgs) -> Result<i32, Error> {
@@ -53,9 +62,13 @@ pub async fn run(ctx: &Ctx, a: JobArgs) -> Result<i32, Error> {
         (Some(JobCmd::Events(j)), _) => {
             let json = ctx.json;
             let p = path(&["api", "jobs", &j.id, "events", "stream"]);
-            return ctx.client.follow(&p, None, |ev| print_event(ev, json)).await;
+            let mut ending = Ending::default();
+            return ctx.client.follow(&p, None, |ev| print_event(ev, json, &mut ending)).await;
         }
-        (None, Some(id)) => ctx.client.get(&path(&["api", "jobs", &id])).await?,
+        (None, Some(id)) => {
+            let v = ctx.client.get(&path(&["api", "jobs", &id])).await?;
+            return ctx.print_as(&v, None, crate::id_of, |v, _| show(v, render::now()));
+        }
         // clap shows the help instead (arg_required_else_help).
         (None, None) => return Err(Error::Input("a job id, or start, cancel or events".into())),
     };
@@ -112,7 +125,7 @@ pub fn show(v: &Value, now: f64) -> String {
     };
     render::fields(&[
         ("id", clean(s(v, "id"))),
-        ("state", state),
+        ("state", render::state(&state)),
         ("detail", v["detail"].as_str().map(|d| clip(d, 100)).unwrap_or_default()),
         ("sandbox", clean(s(v, "sandbox"))),
         ("session", clean(s(v, "session"))),
@@ -190,7 +203,7 @@ mod tests {
         ] {
             assert!(out.contains(want), "{want:?} in\n{out}");
         }
-        let t = table(&json!({"jobs": [v]}), 90.0);
+        let t = table(&json!({"jobs": [v]}), 90.0, false);
         assert!(t.starts_with("ID     STATE      REASON  HARNESS  SANDBOX  COMMITS  VERIFY  CREATED  PROMPT\n"), "{t}");
         assert!(t.contains("job_1  succeeded  ok      worker   default  1        0       1m ago   x\n"), "{t}");
     }

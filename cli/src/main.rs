@@ -1,6 +1,10 @@
 //! `hangar`: the relay's REST API for people at a terminal. This file parses the command line
 //! and hands each command to its module; exit codes: 0, a command's own (exec, attach), 1 for
-//! an error (the relay's, or reaching it), 2 for a usage error (clap's).
+//! an error (the relay's, or reaching it), 2 for a usage error (clap's), 3 to 5 for how a
+//! followed turn or job ended (`sessions::Ending`).
+//!
+//! A new command: its variant in `args::Command` (with its `Args` struct there), its module
+//! declared below, and its arm in `run`; listings and gets print through `Ctx::print_as`.
 // First: its `note!` is used by the others.
 #[macro_use]
 mod render;
@@ -16,17 +20,20 @@ mod tokens;
 
 use clap::{CommandFactory, Parser};
 
-use args::{Cli, Command};
+use std::io::IsTerminal;
+
+use args::{Cli, Command, Output};
 use client::{Client, Error};
 
-/// What every command gets: the relay's client and whether to print JSON.
+/// What every command gets: the relay's client and how to print (`-o`; `json`: `-o json`).
 pub struct Ctx {
     pub client: Client,
     pub json: bool,
+    pub output: Option<Output>,
 }
 
 impl Ctx {
-    /// Prints a reply: the relay's JSON with `--json`, else `human(v)` (text ending its lines).
+    /// Prints a reply: the relay's JSON with `-o json`, else `human(v)` (text ending its lines).
     pub fn print(&self, v: &serde_json::Value, human: impl FnOnce(&serde_json::Value) -> String) -> Result<i32, Error> {
         if self.json {
             render::json(v)?;
@@ -35,6 +42,37 @@ impl Ctx {
         }
         Ok(0)
     }
+
+    /// Prints a listing or a get as `-o` says: JSON as the relay sent it, `name` one line per
+    /// item of `items` (a get: `v` itself is the one item), else the table, wide or not.
+    pub fn print_as(
+        &self,
+        v: &serde_json::Value,
+        items: Option<&str>,
+        name: impl Fn(&serde_json::Value) -> String,
+        human: impl FnOnce(&serde_json::Value, bool) -> String,
+    ) -> Result<i32, Error> {
+        match self.output {
+            Some(Output::Json) => render::json(v)?,
+            Some(Output::Name) => {
+                let one = std::slice::from_ref(v);
+                let all = match items {
+                    Some(k) => v[k].as_array().map(Vec::as_slice).unwrap_or_default(),
+                    None => one,
+                };
+                let lines: String = all.iter().map(|i| format!("{}\n", render::clean(&name(i)))).collect();
+                render::out(&lines)?;
+            }
+            Some(Output::Wide) => render::out(&human(v, true))?,
+            None => render::out(&human(v, false))?,
+        }
+        Ok(0)
+    }
+}
+
+/// An item's `id`, for `-o name`.
+pub fn id_of(v: &serde_json::Value) -> String {
+    render::s(v, "id").to_string()
 }
 
 fn main() {
@@ -68,7 +106,10 @@ fn main() {
 }
 
 async fn run(cli: Cli) -> Result<i32, Error> {
-    let ctx = Ctx { client: Client::new(&cli.url(), cli.token())?, json: cli.json };
+    let no_color = std::env::var("NO_COLOR").ok();
+    render::set_color(render::color_wanted(cli.color, std::io::stdout().is_terminal(), no_color.as_deref()));
+    let output = cli.output();
+    let ctx = Ctx { client: Client::new(&cli.url(), cli.token())?, json: output == Some(Output::Json), output };
     match cli.command {
         Command::Sandboxes(a) => sandboxes::run(&ctx, a).await,
         Command::Exec(a) => processes::exec(&ctx, a).await,

@@ -103,7 +103,7 @@ pub async fn exec(ctx: &Ctx, a: ExecArgs) -> Result<i32, Error> {
 
 pub async fn ps(ctx: &Ctx, a: SandboxArg) -> Result<i32, Error> {
     let v = ctx.client.get(&path(&["api", "sandboxes", &a.sandbox, "processes"])).await?;
-    ctx.print(&v, |v| ps_table(v, render::now()))
+    ctx.print_as(&v, Some("processes"), |p| s(p, "process_id").to_string(), |v, _| ps_table(v, render::now()))
 }
 
 pub fn ps_table(v: &Value, now: f64) -> String {
@@ -117,7 +117,7 @@ pub fn ps_table(v: &Value, now: f64) -> String {
             vec![
                 clean(s(p, "process_id")),
                 cell(&p["pid"]),
-                cell(&p["state"]),
+                render::state_cell(&p["state"]),
                 status,
                 ago_of(now, &p["started_at"]),
                 render::clip(s(p, "command"), 60),

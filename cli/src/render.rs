@@ -1,6 +1,9 @@
 //! Output: aligned tables, times as ages (`3m ago`), clock times, text made safe for a terminal,
-//! and `--json`. Everything here but the writers is pure.
-use std::io::Write;
+//! colour, and `--json`. Everything here but the writers and the colour switch is pure.
+use std::{
+    io::Write,
+    sync::atomic::{AtomicBool, Ordering},
+};
 
 use serde_json::Value;
 
@@ -42,13 +45,88 @@ pub fn json(v: &Value) -> Result<(), Error> {
     line(&v.to_string())
 }
 
+/// Whether states are coloured: set once by `main` (`--color`, `NO_COLOR`, a terminal).
+static COLOR: AtomicBool = AtomicBool::new(false);
+
+pub fn set_color(on: bool) {
+    COLOR.store(on, Ordering::Relaxed);
+}
+
+/// `--color auto`: on only when stdout is a terminal and `NO_COLOR` is unset or empty
+/// (no-color.org); `always` and `never` decide alone.
+pub fn color_wanted(choice: crate::args::Color, tty: bool, no_color: Option<&str>) -> bool {
+    match choice {
+        crate::args::Color::Always => true,
+        crate::args::Color::Never => false,
+        crate::args::Color::Auto => tty && no_color.is_none_or(str::is_empty),
+    }
+}
+
+/// The SGR colour of a state's word: green for work that runs or succeeded, red for what failed,
+/// yellow for what waits (on a person, a slot, a resume), dim for what was stopped or is off.
+fn hue(state: &str) -> Option<&'static str> {
+    Some(match state {
+        "running" | "succeeded" | "ok" | "answered" | "allowed" => "32",
+        "failed" | "crashed" | "gone" | "denied" | "error" | "timed_out" | "expired" => "31",
+        "waiting_input" | "queued" | "starting" | "verifying" | "paused" | "approval" | "open" => "33",
+        "cancelled" | "off" | "acked" | "revoked" => "2",
+        _ => return None,
+    })
+}
+
+/// A state's word, coloured when colour is on. The word is cleaned first: the escape added is
+/// ours, never the relay's.
+pub fn state(word: &str) -> String {
+    paint(COLOR.load(Ordering::Relaxed), word)
+}
+
+/// `state`, colour decided by the caller (pure, for tests).
+pub fn paint(on: bool, word: &str) -> String {
+    let word = clean(word);
+    // `failed (agent_error)`: the state is the first word.
+    match hue(word.split(' ').next().unwrap_or_default()).filter(|_| on) {
+        Some(code) => format!("\x1b[{code}m{word}\x1b[0m"),
+        None => word,
+    }
+}
+
+/// `text` in the colour of the state `by` (a fleet unit's label by its role).
+pub fn paint_as(by: &str, text: &str) -> String {
+    let text = clean(text);
+    match hue(by).filter(|_| COLOR.load(Ordering::Relaxed)) {
+        Some(code) => format!("\x1b[{code}m{text}\x1b[0m"),
+        None => text,
+    }
+}
+
+/// A JSON state as a cell, coloured (`cell` and `state`).
+pub fn state_cell(v: &Value) -> String {
+    state(&cell(v))
+}
+
+/// The characters a cell shows: its colour's escapes (ours alone: `clean` turned the relay's
+/// into `?`) take no room.
+fn width(s: &str) -> usize {
+    let mut n = 0;
+    let mut in_escape = false;
+    for c in s.chars() {
+        match c {
+            '\x1b' => in_escape = true,
+            'm' if in_escape => in_escape = false,
+            _ if in_escape => {}
+            _ => n += 1,
+        }
+    }
+    n
+}
+
 /// A table: a header row and aligned columns, two spaces apart; the last column is not padded.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let n = headers.len();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate().take(n) {
-            widths[i] = widths[i].max(c.chars().count());
+            widths[i] = widths[i].max(width(c));
         }
     }
     let mut s = String::new();
@@ -61,7 +139,7 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
                 l.push_str(c);
             } else {
                 l.push_str(c);
-                l.push_str(&" ".repeat(w - c.chars().count() + 2));
+                l.push_str(&" ".repeat(w - width(c) + 2));
             }
         }
         s.push_str(l.trim_end());
@@ -223,6 +301,29 @@ mod tests {
         assert_eq!(cell(&json!(true)), "yes");
         assert_eq!(cell(&json!(3)), "3");
         assert_eq!(cell(&json!("x\ny")), "x y");
+    }
+
+    #[test]
+    fn states_are_coloured_only_when_asked_and_the_relays_escapes_never_pass() {
+        assert_eq!(paint(true, "failed"), "\x1b[31mfailed\x1b[0m");
+        assert_eq!(paint(true, "running"), "\x1b[32mrunning\x1b[0m");
+        assert_eq!(paint(false, "failed"), "failed");
+        assert_eq!(paint(true, "failed (agent_error)"), "\x1b[31mfailed (agent_error)\x1b[0m");
+        assert_eq!(paint(true, "something-else"), "something-else");
+        assert_eq!(paint(true, "fail\x1b[2Jed"), "fail?[2Jed");
+        let t = table(&["A", "B"], &[vec![paint(true, "failed"), "1".into()], vec!["ok-ish".into(), "2".into()]]);
+        assert_eq!(t, "A       B\n\x1b[31mfailed\x1b[0m  1\nok-ish  2\n");
+    }
+
+    #[test]
+    fn color_is_for_terminals_without_no_color_unless_forced() {
+        use crate::args::Color;
+        assert!(color_wanted(Color::Auto, true, None));
+        assert!(color_wanted(Color::Auto, true, Some("")));
+        assert!(!color_wanted(Color::Auto, true, Some("1")));
+        assert!(!color_wanted(Color::Auto, false, None));
+        assert!(color_wanted(Color::Always, false, Some("1")));
+        assert!(!color_wanted(Color::Never, true, None));
     }
 
     #[test]

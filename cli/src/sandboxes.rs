@@ -1,5 +1,5 @@
-//! `hangar sandboxes [list|create|rm|share]`: `GET/POST /api/sandboxes`,
-//! `DELETE/PATCH /api/sandboxes/{ref}`.
+//! `hangar sandboxes [list|get|create|rm|pause|resume|share]`: `GET/POST /api/sandboxes`,
+//! `GET/DELETE/PATCH /api/sandboxes/{ref}`, `POST /api/sandboxes/{ref}/pause|resume`.
 use http::Method;
 use serde_json::{json, Map, Value};
 
@@ -13,6 +13,10 @@ use crate::{
 pub async fn run(ctx: &Ctx, a: SandboxesArgs) -> Result<i32, Error> {
     match a.command.unwrap_or(SandboxesCmd::List) {
         SandboxesCmd::List => list(ctx).await,
+        SandboxesCmd::Get(g) => {
+            let v = ctx.client.get(&path(&["api", "sandboxes", &g.sandbox])).await?;
+            ctx.print_as(&v, None, crate::id_of, |v, _| show(v, render::now()))
+        }
         SandboxesCmd::Create(c) => create(ctx, c).await,
         SandboxesCmd::Rm(r) => {
             ctx.client.delete(&path(&["api", "sandboxes", &r.sandbox])).await?;
@@ -21,8 +25,36 @@ pub async fn run(ctx: &Ctx, a: SandboxesArgs) -> Result<i32, Error> {
             }
             Ok(0)
         }
+        SandboxesCmd::Pause(r) => set_paused(ctx, &r.sandbox, "pause").await,
+        SandboxesCmd::Resume(r) => set_paused(ctx, &r.sandbox, "resume").await,
         SandboxesCmd::Share(a) => share(ctx, a).await,
     }
+}
+
+/// `POST /api/sandboxes/{ref}/pause` or `/resume`: `paused sandbox box (sbx_…)`.
+async fn set_paused(ctx: &Ctx, sandbox: &str, verb: &str) -> Result<i32, Error> {
+    let v = ctx.client.post(&path(&["api", "sandboxes", sandbox, verb]), &json!({})).await?;
+    ctx.print(&v, |v| {
+        format!("{verb}d sandbox {} ({}): {}\n", cell(&v["name"]), cell(&v["id"]), render::state_cell(&v["state"]))
+    })
+}
+
+/// One sandbox's fields.
+pub fn show(v: &Value, now: f64) -> String {
+    render::fields(&[
+        ("name", render::clean(s(v, "name"))),
+        ("id", render::clean(s(v, "id"))),
+        ("short", render::clean(s(v, "short"))),
+        ("provider", cell(&v["provider"])),
+        ("state", render::state_cell(&v["state"])),
+        ("isolation", cell(&v["isolation"])),
+        ("daemon", cell(&v["daemon"])),
+        ("daemon kind", cell(&v["daemon_kind"])),
+        ("workdir", render::clean(s(v, "workdir"))),
+        ("owner", cell(&v["owner"])),
+        ("shared with", shared(&v["shared_with"])),
+        ("created", ago_of(now, &v["created_at"])),
+    ])
 }
 
 async fn share(ctx: &Ctx, a: ShareSandboxArgs) -> Result<i32, Error> {
@@ -56,7 +88,7 @@ fn shared(v: &Value) -> String {
 
 async fn list(ctx: &Ctx) -> Result<i32, Error> {
     let v = ctx.client.get("/api/sandboxes").await?;
-    ctx.print(&v, |v| table(v, render::now()))
+    ctx.print_as(&v, Some("sandboxes"), crate::id_of, |v, wide| table(v, render::now(), wide))
 }
 
 async fn create(ctx: &Ctx, c: CreateSandboxArgs) -> Result<i32, Error> {
@@ -90,27 +122,45 @@ pub fn create_body(c: &CreateSandboxArgs) -> Value {
     body
 }
 
-pub fn table(v: &Value, now: f64) -> String {
+/// The sandboxes; `wide` adds the id, the daemon's kind and the working directory.
+pub fn table(v: &Value, now: f64, wide: bool) -> String {
     let rows: Vec<Vec<String>> = v["sandboxes"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default()
         .iter()
         .map(|b| {
-            vec![
+            let mut row = vec![
                 render::clean(s(b, "name")),
-                render::clean(s(b, "id")),
+                short_or_id(b),
                 cell(&b["provider"]),
-                cell(&b["state"]),
+                render::state_cell(&b["state"]),
                 cell(&b["isolation"]),
                 cell(&b["daemon"]),
                 cell(&b["owner"]),
                 shared(&b["shared_with"]),
                 ago_of(now, &b["created_at"]),
-            ]
+            ];
+            if wide {
+                row.extend([render::clean(s(b, "id")), cell(&b["daemon_kind"]), cell(&b["workdir"])]);
+            }
+            row
         })
         .collect();
-    render::table(&["NAME", "ID", "PROVIDER", "STATE", "ISOLATION", "DAEMON", "OWNER", "SHARED WITH", "CREATED"], &rows)
+    let mut headers =
+        vec!["NAME", "SHORT", "PROVIDER", "STATE", "ISOLATION", "DAEMON", "OWNER", "SHARED WITH", "CREATED"];
+    if wide {
+        headers.extend(["ID", "DAEMON KIND", "WORKDIR"]);
+    }
+    render::table(&headers, &rows)
+}
+
+/// The relay's short name for a sandbox (`HGR-8AA3`); the id from a relay that names none.
+pub fn short_or_id(b: &Value) -> String {
+    match b["short"].as_str().filter(|x| !x.is_empty()) {
+        Some(short) => render::clean(short),
+        None => render::clean(s(b, "id")),
+    }
 }
 
 #[cfg(test)]
@@ -137,16 +187,22 @@ mod tests {
     #[test]
     fn the_table() {
         let v = json!({"sandboxes": [{"created_at": 1000, "daemon": true, "id": "sbx_69385d841b83be06",
-            "isolation": "namespaces", "name": "default", "options": {}, "provider": "local", "state": "running",
-            "owner": null, "shared_with": ["*"]},
-            {"created_at": 1000, "daemon": true, "id": "sbx_0000000000000001", "isolation": "namespaces",
-            "name": "box", "options": {}, "provider": "local", "state": "running", "owner": "ana",
-            "shared_with": ["bob", "cy"]}]});
+            "short": "HGR-BE06", "isolation": "namespaces", "name": "default", "options": {}, "provider": "local",
+            "state": "running", "owner": null, "shared_with": ["*"]},
+            {"created_at": 1000, "daemon": true, "id": "sbx_0000000000000001", "short": "HGR-0001",
+            "isolation": "namespaces", "name": "box", "options": {}, "provider": "local", "state": "running",
+            "owner": "ana", "shared_with": ["bob", "cy"]}]});
         assert_eq!(
-            table(&v, 1180.0),
-            "NAME     ID                    PROVIDER  STATE    ISOLATION   DAEMON  OWNER  SHARED WITH  CREATED\n\
-             default  sbx_69385d841b83be06  local     running  namespaces  yes     -      everyone     3m ago\n\
-             box      sbx_0000000000000001  local     running  namespaces  yes     ana    bob,cy       3m ago\n"
+            table(&v, 1180.0, false),
+            "NAME     SHORT     PROVIDER  STATE    ISOLATION   DAEMON  OWNER  SHARED WITH  CREATED\n\
+             default  HGR-BE06  local     running  namespaces  yes     -      everyone     3m ago\n\
+             box      HGR-0001  local     running  namespaces  yes     ana    bob,cy       3m ago\n"
         );
+        let wide = table(&v, 1180.0, true);
+        assert!(wide
+            .lines()
+            .next()
+            .is_some_and(|h| h.ends_with("CREATED  ID                    DAEMON KIND  WORKDIR")));
+        assert!(wide.contains("3m ago   sbx_69385d841b83be06  -            -"), "{wide}");
     }
 }

@@ -13,29 +13,39 @@ use crate::{
 
 pub async fn list(ctx: &Ctx) -> Result<i32, Error> {
     let v = ctx.client.get("/api/sessions").await?;
-    ctx.print(&v, |v| table(v, render::now()))
+    ctx.print_as(&v, Some("sessions"), crate::id_of, |v, wide| table(v, render::now(), wide))
 }
 
-pub fn table(v: &Value, now: f64) -> String {
+/// The sessions; `wide` adds the id, the last turn's reason and the cost.
+pub fn table(v: &Value, now: f64, wide: bool) -> String {
     let rows: Vec<Vec<String>> = v["sessions"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default()
         .iter()
         .map(|x| {
-            vec![
+            let mut row = vec![
                 clean(s(x, "name")),
-                cell(&x["state"]),
+                render::state_cell(&x["state"]),
                 cell(&x["harness"]),
                 clean(s(x, "sandbox")),
                 x["turns"].as_array().map_or(0, Vec::len).to_string(),
                 x["summary"]["phase"].as_str().map(clean).unwrap_or_else(|| "-".into()),
                 clean(s(x, "person")),
                 ago_of(now, &x["created_at"]),
-            ]
+            ];
+            if wide {
+                let cost = x["summary"]["cost_usd"].as_f64().map(|c| format!("${c:.4}")).unwrap_or_else(|| "-".into());
+                row.extend([clean(s(x, "id")), cell(&x["reason"]), cost]);
+            }
+            row
         })
         .collect();
-    render::table(&["NAME", "STATE", "HARNESS", "SANDBOX", "TURNS", "PHASE", "PERSON", "CREATED"], &rows)
+    let mut headers = vec!["NAME", "STATE", "HARNESS", "SANDBOX", "TURNS", "PHASE", "PERSON", "CREATED"];
+    if wide {
+        headers.extend(["ID", "REASON", "COST"]);
+    }
+    render::table(&headers, &rows)
 }
 
 pub async fn run(ctx: &Ctx, cmd: SessionCmd) -> Result<i32, Error> {
@@ -52,7 +62,17 @@ pub async fn run(ctx: &Ctx, cmd: SessionCmd) -> Result<i32, Error> {
             ctx.client.post(&path(&["api", "sessions", &a.session, "turns"]), &body).await?
         }
         SessionCmd::Cancel(a) => ctx.client.post(&path(&["api", "sessions", &a.session, "cancel"]), &json!({})).await?,
-        SessionCmd::Show(a) => ctx.client.get(&path(&["api", "sessions", &a.session])).await?,
+        SessionCmd::Show(a) => {
+            let v = ctx.client.get(&path(&["api", "sessions", &a.session])).await?;
+            return ctx.print_as(&v, None, crate::id_of, |v, _| show(v, render::now()));
+        }
+        SessionCmd::Rm(a) => {
+            ctx.client.delete(&path(&["api", "sessions", &a.session])).await?;
+            if !ctx.json {
+                render::line(&format!("removed session {}", clean(&a.session)))?;
+            }
+            return Ok(0);
+        }
     };
     if ctx.json {
         render::json(&v)?;
@@ -61,10 +81,7 @@ pub async fn run(ctx: &Ctx, cmd: SessionCmd) -> Result<i32, Error> {
     for w in v["warnings"].as_array().map(Vec::as_slice).unwrap_or_default() {
         note!("hangar: warning: {}", cell(w));
     }
-    match cmd {
-        SessionCmd::Show(_) => render::out(&show(&v, render::now()))?,
-        _ => render::line(&headline(&v))?,
-    }
+    render::line(&headline(&v))?;
     Ok(0)
 }
 
@@ -141,7 +158,7 @@ pub fn show(v: &Value, now: f64) -> String {
         ("sandbox", clean(s(v, "sandbox"))),
         ("harness", clean(s(v, "harness"))),
         ("cwd", clean(s(v, "cwd"))),
-        ("state", state),
+        ("state", render::state(&state)),
         ("phase", sum["phase"].as_str().map(clean).unwrap_or_default()),
         ("last tool", last_tool),
         ("files", clip(&files.join(", "), 100)),
@@ -201,22 +218,73 @@ pub async fn events(ctx: &Ctx, a: EventsArgs) -> Result<i32, Error> {
     }
     let p = with_query(&path(&["api", "sessions", &a.session, "events", "stream"]), &q);
     let json = ctx.json;
+    let mut ending = Ending { until_input: a.until_input, ..Ending::default() };
     // Each event's id is its seq: a reconnect (Last-Event-ID) repeats and misses nothing.
-    ctx.client.follow(&p, None, |ev| print_event(ev, json)).await
+    ctx.client.follow(&p, None, |ev| print_event(ev, json, &mut ending)).await
 }
 
-/// One event of a session's (or a job's) stream, printed; the stream's `close` decides the end.
-pub fn print_event(ev: &SseEvent, json: bool) -> Result<Next, Error> {
+/// How a followed turn or job ended, as an exit code (docs/cli.md's table): 0 succeeded, 3
+/// failed or crashed, 4 cancelled or timed out, 5 waiting for a person (`--until-input`).
+pub const EXIT_FAILED: i32 = 3;
+pub const EXIT_CANCELLED: i32 = 4;
+pub const EXIT_WAITING: i32 = 5;
+
+/// What a session's (or a job's) stream has said of its end so far.
+#[derive(Debug, Default)]
+pub struct Ending {
+    /// The last state a `run.state` or `job.state` event moved to (a job's own wins).
+    state: Option<String>,
+    job_state: Option<String>,
+    /// Stop (exiting 5) once the turn waits for a person.
+    pub until_input: bool,
+}
+
+impl Ending {
+    /// Notes an event; `Some(code)` when the reader should stop there.
+    pub fn saw(&mut self, e: &Value) -> Option<i32> {
+        let to = e["data"]["to"].as_str().map(str::to_string);
+        match s(e, "type") {
+            "run.state" => self.state = to,
+            "job.state" => self.job_state = to,
+            "inbox.opened" if self.until_input && e["data"]["ask"].is_string() => return Some(EXIT_WAITING),
+            _ => {}
+        }
+        (self.until_input && self.state.as_deref() == Some("waiting_input") && self.job_state.is_none())
+            .then_some(EXIT_WAITING)
+    }
+
+    /// The exit code of a stream closed `done` with `message` (`the turn ended: failed`): the
+    /// state the relay names, else the last one seen.
+    pub fn code(&self, message: Option<&str>) -> i32 {
+        let named = message.and_then(|m| m.rsplit_once("ended: ")).map(|(_, st)| st.trim());
+        match named.or(self.job_state.as_deref()).or(self.state.as_deref()) {
+            Some("failed" | "crashed") => EXIT_FAILED,
+            Some("cancelled" | "timed_out") => EXIT_CANCELLED,
+            _ => 0,
+        }
+    }
+}
+
+/// One event of a session's (or a job's) stream, printed; the stream's `close` decides the end,
+/// and its exit code says how the turn or job ended (`Ending`).
+pub fn print_event(ev: &SseEvent, json: bool, ending: &mut Ending) -> Result<Next, Error> {
     if json {
         render::json(&ev.to_json())?;
     }
     if ev.event == "close" {
-        return on_close(ev);
+        return match on_close(ev)? {
+            Next::Stop(0) => Ok(Next::Stop(ending.code(ev.json().ok().as_ref().and_then(|v| v["message"].as_str())))),
+            next => Ok(next),
+        };
     }
+    let e = ev.json()?;
     if !json {
-        render::line(&event_line(&ev.json()?))?;
+        render::line(&event_line(&e))?;
     }
-    Ok(Next::Continue)
+    match ending.saw(&e) {
+        Some(code) => Ok(Next::Stop(code)),
+        None => Ok(Next::Continue),
+    }
 }
 
 /// `12:00:01  #9  tool.start  Bash: uv run pytest -q tests/`: the time, seq and type, then the
@@ -318,6 +386,32 @@ pub fn job_result(r: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_followed_turn_or_job_exits_with_how_it_ended() {
+        let state = |ty: &str, to: &str| json!({"type": ty, "data": {"from": "running", "to": to}});
+        let mut e = Ending::default();
+        assert_eq!(e.code(Some("the turn ended: succeeded")), 0);
+        assert_eq!(e.code(Some("the turn ended: failed")), EXIT_FAILED);
+        assert_eq!(e.code(Some("the turn ended: crashed")), EXIT_FAILED);
+        assert_eq!(e.code(Some("the job ended: cancelled")), EXIT_CANCELLED);
+        assert_eq!(e.code(Some("the turn ended: timed_out")), EXIT_CANCELLED);
+        // Without the relay's word, the last state seen; a job's own over its turn's.
+        assert_eq!(e.saw(&state("run.state", "failed")), None);
+        assert_eq!(e.code(None), EXIT_FAILED);
+        e.saw(&state("run.state", "succeeded"));
+        e.saw(&state("job.state", "cancelled"));
+        assert_eq!(e.code(None), EXIT_CANCELLED);
+        assert_eq!(Ending::default().code(None), 0);
+        // Waiting for a person stops a reader only when asked.
+        let opened = json!({"type": "inbox.opened", "data": {"kind": "approval", "ask": "apr_1"}});
+        assert_eq!(Ending::default().saw(&opened), None);
+        assert_eq!(Ending::default().saw(&state("run.state", "waiting_input")), None);
+        let mut until = Ending { until_input: true, ..Ending::default() };
+        assert_eq!(until.saw(&opened), Some(EXIT_WAITING));
+        let mut until = Ending { until_input: true, ..Ending::default() };
+        assert_eq!(until.saw(&state("run.state", "waiting_input")), Some(EXIT_WAITING));
+    }
 
     fn ev(ty: &str, data: Value) -> Value {
         json!({"seq": 9, "ts": 0.0, "turn": "turn_1", "type": ty, "data": data})

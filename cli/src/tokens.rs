@@ -12,11 +12,7 @@ pub async fn run(ctx: &Ctx, a: TokensArgs) -> Result<i32, Error> {
     match a.command.unwrap_or(TokensCmd::List) {
         TokensCmd::List => {
             let v = ctx.client.get("/api/tokens").await?;
-            if ctx.json {
-                render::json(&v)?;
-            } else {
-                render::out(&table(&v, render::now()))?;
-            }
+            ctx.print_as(&v, Some("tokens"), crate::id_of, |v, _| table(v, render::now()))?;
         }
         TokensCmd::Create(c) => {
             let v = ctx.client.post("/api/tokens", &create_body(&c)).await?;

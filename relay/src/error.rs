@@ -3,7 +3,7 @@
 //! a status and code in one place, and MCP renders the same enum as its tool errors.
 use tonic::{Code, Status};
 
-use crate::{providers::ProviderError, store::StoreError};
+use crate::{providers::ProviderError, refs::Candidate, store::StoreError};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -41,6 +41,10 @@ pub enum Error {
     /// The caller's token may not do this.
     #[error("{0}")]
     Forbidden(String),
+    /// A reference (a prefix, a short name) that names more than one of the caller's things;
+    /// `what` is their kind, plural.
+    #[error("{reference:?} names {} {what}: {}; give more of it", candidates.len(), listed(candidates))]
+    Ambiguous { what: &'static str, reference: String, candidates: Vec<Candidate> },
     /// It exists already (a sandbox's name).
     #[error("{0}")]
     Conflict(String),
@@ -85,6 +89,10 @@ impl Error {
     pub fn unavailable(m: impl Into<String>) -> Error {
         Error::Unavailable(m.into())
     }
+}
+
+fn listed(candidates: &[Candidate]) -> String {
+    candidates.iter().map(|c| format!("{} ({})", c.id, c.name)).collect::<Vec<_>>().join(", ")
 }
 
 /// A daemon's refusal as the relay's error; `what` says what was being done. The daemon's

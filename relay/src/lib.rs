@@ -10,7 +10,7 @@
 //!   `secrets`, `streams`, `revocation`, `recovery`; writers tell the fleet and the inbox through
 //!   the `feed`.
 //! - below it: `error`, `config`, `providers`, `envd`, `auth`, `store`, and the leaves `events`,
-//!   `text`, `time`, `random`.
+//!   `text`, `time`, `random`, `refs`.
 pub mod api;
 pub mod app;
 pub mod auth;
@@ -28,6 +28,7 @@ pub mod processes;
 pub mod providers;
 pub mod random;
 pub mod recovery;
+pub mod refs;
 pub mod revocation;
 pub mod sandboxes;
 pub mod secrets;

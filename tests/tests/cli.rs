@@ -545,7 +545,7 @@ async fn fleet_prints_once_and_redraws_as_the_stream_changes() {
     let (_relay, hangar) = setup(&state);
     let once = hangar.run(&["fleet", "--once"]).await.ok().stdout;
     assert!(once.starts_with("fleet at "), "{once}");
-    assert!(once.lines().nth(1).is_some_and(|l| l.starts_with("ID ") && l.contains(" STATUS ")), "{once}");
+    assert!(once.lines().nth(1).is_some_and(|l| l.starts_with("UNIT ") && l.contains(" STATUS ")), "{once}");
     let v = hangar.run(&["fleet", "--once", "--json"]).await.ok().json();
     assert!(v["units"].is_array() && v["counts"].is_object(), "{v}");
 
@@ -568,4 +568,173 @@ async fn fleet_prints_once_and_redraws_as_the_stream_changes() {
     assert_eq!(v["event"], "snapshot", "{v}");
     json.signal(libc::SIGINT);
     json.finish(STEP).await;
+}
+
+/// The sandbox named `name` in `hangar sandboxes --json`.
+async fn sandbox_json(hangar: &Hangar, name: &str) -> Value {
+    let v = hangar.run(&["sandboxes", "--json"]).await.ok().json();
+    v["sandboxes"].as_array().and_then(|l| l.iter().find(|s| s["name"] == name)).cloned().unwrap_or(Value::Null)
+}
+
+// References (docs/cli.md, "References"), the new verbs, and `-o`: what a kubectl or gh user types.
+#[tokio::test]
+async fn prefixes_short_names_and_the_new_verbs_work_and_o_prints_json_wide_or_names() {
+    let state = StateDir::new();
+    let (_relay, hangar) = setup(&state);
+    hangar.run(&["sandboxes", "create", "refs-one"]).await.ok();
+    hangar.run(&["sandboxes", "create", "refs-two"]).await.ok();
+    let one = sandbox_json(&hangar, "refs-one").await;
+    let (id, short) = (one["id"].as_str().expect("id"), one["short"].as_str().expect("short"));
+    assert!(short.starts_with("HGR-") && id.to_ascii_uppercase().ends_with(&short[4..]), "{one}");
+
+    // `get` by a prefix of the id, and by the short name in lower case.
+    let got = hangar.run(&["sandboxes", "get", &id[..8]]).await.ok().stdout;
+    assert!(got.contains(&format!("id           {id}\n")) && got.contains(&format!("short        {short}\n")), "{got}");
+    let by_short = hangar.run(&["sandboxes", "get", &short.to_lowercase(), "-o", "name"]).await.ok().stdout;
+    assert_eq!(by_short, format!("{id}\n"));
+
+    // Ambiguous: the relay's 400 names both, exit 1.
+    let r = hangar.run(&["sandboxes", "get", "refs"]).await;
+    assert_eq!(r.code, Some(1), "{r:?}");
+    assert!(r.stderr.contains("(ambiguous, HTTP 400)") && r.stderr.contains(id), "{r:?}");
+
+    // -o: json is the relay's own, wide has more columns, name one id per line.
+    let json = hangar.run(&["sandboxes", "-o", "json"]).await.ok().json();
+    assert_eq!(json, hangar.run(&["sandboxes", "--json"]).await.ok().json());
+    let table = hangar.run(&["sandboxes"]).await.ok().stdout;
+    let wide = hangar.run(&["sandboxes", "-o", "wide"]).await.ok().stdout;
+    assert!(table.starts_with("NAME ") && table.contains(" SHORT ") && !table.contains("WORKDIR"), "{table}");
+    assert!(wide.lines().next().is_some_and(|h| h.contains(" SHORT ") && h.ends_with(" WORKDIR")), "{wide}");
+    assert!(table.lines().any(|l| l.starts_with("refs-one ") && l.contains(short)), "{table}");
+    let names = hangar.run(&["sandboxes", "-o", "name"]).await.ok().stdout;
+    let ids: Vec<&str> = names.lines().collect();
+    assert!(ids.contains(&id) && ids.iter().all(|l| l.starts_with("sbx_")), "{names}");
+
+    // pause and resume, by the short name.
+    let paused = hangar.run(&["sandboxes", "pause", short]).await.ok().stdout;
+    assert_eq!(paused, format!("paused sandbox refs-one ({id}): paused\n"));
+    assert_eq!(sandbox_json(&hangar, "refs-one").await["state"], "paused");
+    let resumed = hangar.run(&["sandboxes", "resume", &id[..10]]).await.ok().stdout;
+    assert_eq!(resumed, format!("resumed sandbox refs-one ({id}): running\n"));
+
+    // Sessions: `session rm` by a prefix of the name; `sessions -o name` one id per line.
+    let start = ["session", "start", "refs-session", "--sandbox", "default", "--harness", "replay", "--prompt", "go"];
+    hangar.run(&start).await.ok();
+    let sid = hangar.run(&["session", "show", "refs-s", "-o", "name"]).await.ok().stdout;
+    assert!(sid.starts_with("ses_") && sid.ends_with('\n'), "{sid}");
+    assert!(hangar.run(&["sessions", "-o", "name"]).await.ok().stdout.lines().any(|l| l == sid.trim()));
+    let wide = hangar.run(&["sessions", "-o", "wide"]).await.ok().stdout;
+    assert!(wide.lines().next().is_some_and(|h| h.contains(" REASON ") && h.ends_with(" COST")), "{wide}");
+    hangar.run(&["session", "rm", &sid.trim()[..8]]).await.ok();
+    let r = hangar.run(&["session", "show", sid.trim()]).await;
+    assert!(r.code == Some(1) && r.stderr.contains("(not_found, HTTP 404)"), "{r:?}");
+
+    // The fleet names units by their short names, the console's.
+    hangar
+        .run(&["session", "start", "refs-fleet", "--sandbox", "refs-one", "--harness", "replay", "--prompt", "go"])
+        .await
+        .ok();
+    let fleet = hangar.run(&["fleet", "--once", "--all"]).await.ok().stdout;
+    assert!(fleet.lines().nth(1).is_some_and(|l| l.starts_with("UNIT ")), "{fleet}");
+    assert!(fleet.lines().any(|l| l.starts_with(short) && l.contains(" refs-one ")), "{fleet}");
+    let units = hangar.run(&["fleet", "--once", "--all", "-o", "name"]).await.ok().stdout;
+    assert!(units.lines().any(|l| l == short) && units.lines().all(|l| l.starts_with("HGR-")), "{units}");
+}
+
+// Exit codes of a followed turn (docs/cli.md, "Errors and exit codes"): 0 succeeded, 3 failed,
+// 4 cancelled or timed out.
+#[tokio::test]
+async fn events_exit_with_how_the_turn_ended() {
+    let state = StateDir::new();
+    let (_relay, hangar) = setup(&state);
+    let start = |name: &'static str, harness: &'static str| {
+        ["session", "start", name, "--sandbox", "default", "--harness", harness, "--prompt", "go"]
+    };
+    hangar.run(&start("ends-well", "replay")).await.ok();
+    hangar.run(&start("ends-badly", "failing")).await.ok();
+    hangar.run(&start("ends-cancelled", "sleeper")).await.ok();
+
+    let r = hangar.run_within(Duration::from_secs(30), &["events", "ends-well"]).await;
+    assert_eq!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.lines().any(|l| l.contains("run.state") && l.contains("-> succeeded")), "{r:?}");
+    let r = hangar.run_within(Duration::from_secs(30), &["events", "ends-badly"]).await;
+    assert_eq!(r.code, Some(3), "{r:?}");
+    assert!(r.stdout.lines().any(|l| l.contains("-> failed")), "{r:?}");
+    // The same end read as JSON lines exits the same way.
+    assert_eq!(hangar.run(&["events", "ends-badly", "--json"]).await.code, Some(3));
+
+    let mut live = hangar.spawn(&["events", "ends-cancelled"]);
+    live.stdout_until(STEP, "the turn running", |l| l.contains("-> running")).await;
+    hangar.run(&["session", "cancel", "ends-cancelled"]).await.ok();
+    let done = live.finish(Duration::from_secs(30)).await;
+    assert_eq!(done.code, Some(4), "{done:?}");
+}
+
+/// Runs `hangar ARGS` under a pseudo-terminal (util-linux's `script`), so its stdout is a tty;
+/// what it printed.
+async fn on_a_terminal(hangar: &Hangar, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut line = hangar_e2e::cli::cli_bin().to_string_lossy().into_owned();
+    for a in args {
+        line.push_str(&format!(" '{a}'"));
+    }
+    let mut cmd = tokio::process::Command::new("script");
+    cmd.args(["-qec", &line, "/dev/null"])
+        .env("HANGAR_URL", &hangar.url)
+        .env("HANGAR_TOKEN", hangar.token.as_deref().unwrap_or_default())
+        .env_remove("NO_COLOR")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = hangar_e2e::within(STEP, "hangar under script", cmd.output())
+        .await
+        .unwrap_or_else(|e| panic!("running script (util-linux) for a terminal: {e}"));
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+// Colour on a terminal only (docs/cli.md, "Colour"): states coloured when stdout is a tty, never
+// with NO_COLOR or --color never, nor into a pipe unless --color always.
+#[tokio::test]
+async fn states_are_coloured_on_a_terminal_unless_no_color() {
+    let state = StateDir::new();
+    let (_relay, hangar) = setup(&state);
+    let green_running = "\x1b[32mrunning\x1b[0m";
+    let tty = on_a_terminal(&hangar, &["sandboxes"], &[]).await;
+    assert!(tty.contains(green_running), "{tty:?}");
+    // The columns stay aligned: the escapes take no room.
+    let header = tty.lines().next().expect("header");
+    let row = tty.lines().find(|l| l.starts_with("default ")).expect("default's row");
+    let at = |l: &str, col: &str| l.find(col).expect("column");
+    assert_eq!(at(header, "ISOLATION"), at(&row.replace(green_running, "running"), "namespaces"), "{tty:?}");
+
+    for (args, env) in [(vec!["sandboxes"], vec![("NO_COLOR", "1")]), (vec!["sandboxes", "--color", "never"], vec![])] {
+        let plain = on_a_terminal(&hangar, &args, &env).await;
+        assert!(plain.contains("running") && !plain.contains('\x1b'), "{args:?} {env:?}: {plain:?}");
+    }
+    let piped = hangar.run(&["sandboxes"]).await.ok().stdout;
+    assert!(!piped.contains('\x1b'), "{piped:?}");
+    let forced = hangar.run(&["sandboxes", "--color", "always"]).await.ok().stdout;
+    assert!(forced.contains(green_running), "{forced:?}");
+}
+
+// `events --until-input` stops, exiting 5, once the turn waits for a person (here a question).
+#[tokio::test]
+async fn events_until_input_stops_when_the_agent_asks() {
+    let state = StateDir::new();
+    let (_relay, hangar) = setup(&state);
+    let start = ["session", "start", "asks-once", "--sandbox", "default", "--harness", "questioner", "--prompt", "go"];
+    hangar.run(&start).await.ok();
+    let r = hangar.run_within(Duration::from_secs(30), &["events", "asks-once", "--until-input"]).await;
+    assert_eq!(r.code, Some(5), "{r:?}");
+    assert!(
+        r.stdout.lines().last().is_some_and(|l| l.contains("inbox.opened") || l.contains("-> waiting_input")),
+        "{r:?}"
+    );
+    // Nothing was answered by stopping: the question is still open.
+    let item = inbox_item(&hangar, "question", "asks-once").await;
+    assert_eq!(item["state"], "open", "{item}");
+    let r = hangar.run(&["events", "asks-once", "--until-input", "--follow"]).await;
+    assert_eq!(r.code, Some(2), "--until-input and --follow are exclusive: {r:?}");
 }

@@ -7,13 +7,15 @@ use axum::{
     Json,
 };
 
-use crate::{error::Error, providers::ProviderError};
+use crate::{error::Error, providers::ProviderError, refs::Candidate};
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// An ambiguous reference's candidates (the caller's own), said beside the message.
+    pub candidates: Vec<Candidate>,
 }
 
 /// The status and code of a domain error.
@@ -22,6 +24,7 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
     match e {
         Error::Invalid(_) => (S::BAD_REQUEST, "invalid_argument"),
         Error::NotFound(_) => (S::NOT_FOUND, "not_found"),
+        Error::Ambiguous { .. } => (S::BAD_REQUEST, "ambiguous"),
         Error::Forbidden(_) => (S::FORBIDDEN, "permission_denied"),
         Error::Conflict(_) => (S::CONFLICT, "already_exists"),
         Error::Limit { .. } | Error::DaemonLimit(_) => (S::TOO_MANY_REQUESTS, "resource_exhausted"),
@@ -48,36 +51,69 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         let (status, code) = classify(&e);
-        ApiError { status, code, message: e.to_string() }
+        let message = e.to_string();
+        let candidates = match e {
+            Error::Ambiguous { candidates, .. } => candidates,
+            _ => Vec::new(),
+        };
+        ApiError { status, code, message, candidates }
     }
 }
 
 impl ApiError {
     /// A request the API itself could not read (a body, a query string, a header).
     pub fn bad_request(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::BAD_REQUEST, code: "invalid_argument", message: message.into() }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid_argument",
+            message: message.into(),
+            candidates: Vec::new(),
+        }
     }
 
     pub fn unauthenticated(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::UNAUTHORIZED, code: "unauthenticated", message: message.into() }
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthenticated",
+            message: message.into(),
+            candidates: Vec::new(),
+        }
     }
 
     pub fn forbidden(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::FORBIDDEN, code: "permission_denied", message: message.into() }
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            code: "permission_denied",
+            message: message.into(),
+            candidates: Vec::new(),
+        }
     }
 
     pub fn too_large(message: impl Into<String>) -> Self {
-        ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, code: "resource_exhausted", message: message.into() }
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "resource_exhausted",
+            message: message.into(),
+            candidates: Vec::new(),
+        }
     }
 
     pub fn no_route() -> Self {
-        ApiError { status: StatusCode::NOT_FOUND, code: "not_found", message: "no such route".into() }
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: "no such route".into(),
+            candidates: Vec::new(),
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        let mut body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        if !self.candidates.is_empty() {
+            body["error"]["candidates"] = serde_json::json!(self.candidates);
+        }
         (self.status, Json(body)).into_response()
     }
 }

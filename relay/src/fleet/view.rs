@@ -111,6 +111,9 @@ pub struct Why {
 pub struct Unit {
     pub id: String,
     pub tail: String,
+    /// The name a person reads (`HGR-8AA3`): the id's tail, lengthened where two sandboxes the
+    /// relay knows would share it (`refs::short_names`); every route takes it as a reference.
+    pub short: String,
     pub name: String,
     pub environment: Option<String>,
     pub provider: String,
@@ -239,6 +242,7 @@ struct Ctx<'a> {
     st: &'a State,
     caller: &'a Caller,
     now: f64,
+    shorts: HashMap<&'a str, String>,
 }
 
 impl Ctx<'_> {
@@ -376,6 +380,7 @@ fn unit(cx: &Ctx<'_>, sbx: &super::Sbx, sessions: &[&Ses], jobs: &[&Job], items:
     Some(Unit {
         id: sbx.id.clone(),
         tail: sbx.id.chars().rev().take(4).collect::<Vec<_>>().into_iter().rev().collect(),
+        short: cx.shorts.get(sbx.id.as_str()).cloned().unwrap_or_default(),
         name: sbx.name.clone(),
         environment: None,
         provider: sbx.provider.clone(),
@@ -440,7 +445,9 @@ pub(super) fn picture(
     now: f64,
     max_runs: usize,
 ) -> Picture {
-    let cx = Ctx { st, caller, now };
+    // Unique among every sandbox the relay knows, so a unit's name is the same for everyone.
+    let shorts = crate::refs::short_names(st.sandboxes.keys().map(String::as_str));
+    let cx = Ctx { st, caller, now, shorts };
     let mut sessions: HashMap<&str, Vec<&Ses>> = HashMap::new();
     for s in st.sessions.values().filter(|s| cx.mine(&s.person)) {
         sessions.entry(s.sandbox_id.as_str()).or_default().push(s);

@@ -38,6 +38,7 @@ use crate::{
     error::{Error, Result},
     events,
     feed::{self, Change, Feed},
+    refs,
     sandboxes::Sandboxes,
     secrets::Secrets,
     sessions::Sessions,
@@ -154,13 +155,20 @@ pub async fn list(inbox: &Inbox, caller: &Caller, ended: bool) -> Result<InboxVi
 }
 
 /// The item `reference` (its id, or its approval's or question's) among the caller's.
+/// A unique prefix of either id names it too (`refs`).
 pub async fn find(inbox: &Inbox, caller: &Caller, reference: &str) -> Result<ItemRow> {
-    inbox
-        .store
-        .item(reference)
-        .await?
-        .filter(|i| caller.sees().is_none_or(|p| i.person == p))
-        .ok_or_else(|| Error::not_found(format!("no inbox item {reference:?}")))
+    if let Some(item) = inbox.store.item(reference).await?.filter(|i| caller.sees().is_none_or(|p| i.person == p)) {
+        return Ok(item);
+    }
+    let pattern = refs::pattern(reference, &["inb_", "apr_", "qst_"], false, false);
+    let rows = if pattern.is_empty() { Vec::new() } else { inbox.store.items_matching(pattern, caller.sees()).await? };
+    match refs::pick(rows, |_| true, |i| refs::Candidate { id: i.id.clone(), name: i.title.clone() }) {
+        refs::Picked::One(item) => Ok(item),
+        refs::Picked::None => Err(Error::not_found(format!("no inbox item {reference:?}"))),
+        refs::Picked::Many(candidates) => {
+            Err(Error::Ambiguous { what: "inbox items", reference: reference.to_string(), candidates })
+        }
+    }
 }
 
 /// Ends an informational item (`failed`, `denied`). An approval or a question is ended by its

@@ -32,6 +32,7 @@ use crate::{
     error::{Error, Result},
     events,
     feed::{Change, Feed},
+    refs,
     sandboxes::Sandboxes,
     secrets::Secrets,
     sessions::{self, EventsPage, Sessions, MAX_PROMPT_BYTES},
@@ -291,9 +292,23 @@ pub async fn start(jobs: &Arc<Jobs>, caller: &Caller, req: StartRequest) -> Resu
     }
 }
 
-/// The job `id` if the caller sees it.
+/// The job `id` (or a unique prefix of it: `refs`) if the caller sees it.
 pub async fn find(jobs: &Jobs, caller: &Caller, id: &str) -> Result<JobRow> {
-    jobs.store.job(id, jobs_of(caller)).await?.ok_or_else(|| Error::not_found(format!("no job {id:?}")))
+    if let Some(row) = jobs.store.job(id, jobs_of(caller)).await? {
+        return Ok(row);
+    }
+    let pattern = refs::pattern(id, &["job_"], false, false);
+    let rows = if pattern.is_empty() { Vec::new() } else { jobs.store.jobs_matching(pattern, jobs_of(caller)).await? };
+    // A job has no name: its candidates are told apart by their prompts' first lines.
+    let candidate = |j: &JobRow| refs::Candidate {
+        id: j.id.clone(),
+        name: j.prompt.lines().next().unwrap_or_default().chars().take(60).collect(),
+    };
+    match refs::pick(rows, |_| true, candidate) {
+        refs::Picked::One(row) => Ok(row),
+        refs::Picked::None => Err(Error::not_found(format!("no job {id:?}"))),
+        refs::Picked::Many(candidates) => Err(Error::Ambiguous { what: "jobs", reference: id.to_string(), candidates }),
+    }
 }
 
 pub async fn get(jobs: &Jobs, caller: &Caller, id: &str) -> Result<JobView> {

@@ -13,6 +13,7 @@ use crate::{
     events,
     feed::{Change, Feed},
     providers::Provider,
+    refs,
     store::{Scope, Store},
     streams::{Reason, Streams},
 };
@@ -47,6 +48,14 @@ pub struct Sandboxes {
     /// Sandboxes (by id) being destroyed or created: their resource vanishing is hangar's own
     /// doing, not a sandbox gone.
     settling: Mutex<std::collections::HashSet<String>>,
+}
+
+/// A sandbox as the API lists it: its row and its short name (`HGR-8AA3`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Named {
+    #[serde(flatten)]
+    pub row: SandboxRow,
+    pub short: String,
 }
 
 /// Sandbox names become parts of URLs and resource names: keep them plain.
@@ -139,12 +148,52 @@ impl Sandboxes {
         Ok(row)
     }
 
+    /// The sandbox by its exact id or name: the relay's own lookups (drivers, recovery), which
+    /// pass ids, never guess by prefix (a name may begin like another sandbox's id).
     pub async fn get(&self, reference: &str) -> Result<SandboxRow> {
         self.store.sandbox(reference).await?.ok_or_else(|| Error::not_found(format!("no sandbox {reference:?}")))
     }
 
+    /// The sandbox a caller's reference names (`refs`: its id or name, a unique prefix of
+    /// either, its short name), among every sandbox (any token may read them); where it matches
+    /// several, those the caller may use are chosen (and alone listed when still more than one).
+    pub async fn find(&self, reference: &str, caller: &Caller) -> Result<SandboxRow> {
+        if let Some(row) = self.store.sandbox(reference).await? {
+            return Ok(row);
+        }
+        let pattern = refs::pattern(reference, &["sbx_"], true, true);
+        let rows = if pattern.is_empty() { Vec::new() } else { self.store.sandboxes_matching(pattern).await? };
+        let mine = |r: &SandboxRow| may_use(r, caller);
+        match refs::pick(rows, mine, |r| refs::Candidate { id: r.id.clone(), name: r.name.clone() }) {
+            refs::Picked::One(row) => Ok(row),
+            refs::Picked::None => Err(Error::not_found(format!("no sandbox {reference:?}"))),
+            refs::Picked::Many(candidates) => {
+                Err(Error::Ambiguous { what: "sandboxes", reference: reference.to_string(), candidates })
+            }
+        }
+    }
+
     pub async fn list(&self) -> Result<Vec<SandboxRow>> {
         Ok(self.store.sandboxes().await?)
+    }
+
+    /// Every sandbox with its short name, as the fleet names its units (`refs::short_names`
+    /// over every sandbox).
+    pub async fn list_named(&self) -> Result<Vec<Named>> {
+        let rows = self.list().await?;
+        let mut shorts = refs::short_names(rows.iter().map(|r| r.id.as_str()))
+            .into_iter()
+            .map(|(id, short)| (id.to_string(), short))
+            .collect::<HashMap<_, _>>();
+        Ok(rows.into_iter().map(|row| Named { short: shorts.remove(&row.id).unwrap_or_default(), row }).collect())
+    }
+
+    /// `find`, with the sandbox's short name.
+    pub async fn find_named(&self, reference: &str, caller: &Caller) -> Result<Named> {
+        let row = self.find(reference, caller).await?;
+        let ids: Vec<String> = self.list().await?.into_iter().map(|r| r.id).collect();
+        let short = refs::short_names(ids.iter().map(String::as_str)).remove(row.id.as_str()).unwrap_or_default();
+        Ok(Named { row, short })
     }
 
     /// A path a client names (a watch's directory), absolute or relative to the sandbox's
@@ -322,7 +371,7 @@ impl Sandboxes {
     /// (commands, processes, watches, sessions and their turns, jobs) passes; the relay's own
     /// work (drivers, recovery) uses `get`.
     pub async fn enter(&self, reference: &str, caller: &Caller) -> Result<SandboxRow> {
-        let row = self.get(reference).await?;
+        let row = self.find(reference, caller).await?;
         self.check_isolation(&row, caller)?;
         check_use(&row, caller)?;
         Ok(row)
@@ -331,7 +380,7 @@ impl Sandboxes {
     /// The sandbox, if the caller may pause, resume, destroy it or change whom it is shared
     /// with: an admin or its owner, not the persons it is shared with.
     pub async fn manage(&self, reference: &str, caller: &Caller) -> Result<SandboxRow> {
-        let row = self.get(reference).await?;
+        let row = self.find(reference, caller).await?;
         check_manage(&row, caller)?;
         Ok(row)
     }

@@ -42,6 +42,7 @@ use crate::{
     error::{Error, Result},
     events,
     feed::{Change, Feed},
+    refs,
     sandboxes::Sandboxes,
     secrets::{Chosen, Secrets},
     store::{Created, EventRow, NewEvent, SandboxRow, SessionRow, Store, TurnRow},
@@ -498,12 +499,21 @@ async fn approval_policy(
 }
 
 /// The session `reference` names among the caller's (any person's for an admin).
+/// Beside its id and name, a unique prefix of either names it (`refs`).
 pub async fn find(sessions: &Sessions, caller: &Caller, reference: &str) -> Result<SessionRow> {
-    sessions
-        .store
-        .session(reference, caller.sees())
-        .await?
-        .ok_or_else(|| Error::not_found(format!("no session {reference:?}")))
+    if let Some(row) = sessions.store.session(reference, caller.sees()).await? {
+        return Ok(row);
+    }
+    let pattern = refs::pattern(reference, &["ses_"], false, true);
+    let rows =
+        if pattern.is_empty() { Vec::new() } else { sessions.store.sessions_matching(pattern, caller.sees()).await? };
+    match refs::pick(rows, |_| true, |r| refs::Candidate { id: r.id.clone(), name: r.name.clone() }) {
+        refs::Picked::One(row) => Ok(row),
+        refs::Picked::None => Err(Error::not_found(format!("no session {reference:?}"))),
+        refs::Picked::Many(candidates) => {
+            Err(Error::Ambiguous { what: "sessions", reference: reference.to_string(), candidates })
+        }
+    }
 }
 
 /// A follow-up in the same conversation.

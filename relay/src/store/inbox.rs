@@ -254,6 +254,22 @@ impl Store {
             .await
     }
 
+    /// The items whose id or ask id a reference's pattern matches (`refs`), of `person` (every
+    /// person's: `None`).
+    pub async fn items_matching(&self, p: crate::refs::Pattern, person: Option<&str>) -> Result<Vec<ItemRow>> {
+        let person = person.map(str::to_owned);
+        self.threads
+            .read(move |conn| {
+                let sql = format!(
+                    "SELECT * FROM inbox WHERE ({} OR {}) AND (?4 IS NULL OR person = ?4) ORDER BY created_at, id",
+                    super::matching("id", "NULL"),
+                    super::matching("ask_id", "NULL")
+                );
+                Ok(conn.query_rows(&sql, params![p.id_prefix, p.id_suffix, p.name_prefix, person], item_row)?)
+            })
+            .await
+    }
+
     pub async fn open_items(&self) -> Result<Vec<ItemRow>> {
         self.threads
             .read(move |conn| {

@@ -284,6 +284,21 @@ impl Store {
         .await
     }
 
+    /// The jobs a reference's pattern matches (`refs`; jobs have no name), among `of`.
+    pub async fn jobs_matching(&self, p: crate::refs::Pattern, of: JobsOf<'_>) -> Result<Vec<JobRow>> {
+        let (person, token) = (of.person().map(str::to_owned), of.token().map(str::to_owned));
+        self.threads
+            .read(move |conn| {
+                let sql = format!(
+                    "SELECT * FROM jobs WHERE {} AND (?4 IS NULL OR person = ?4) AND (?5 IS NULL OR token_id = ?5)
+                     ORDER BY created_at DESC, id",
+                    super::matching("id", "NULL")
+                );
+                Ok(conn.query_rows(&sql, params![p.id_prefix, p.id_suffix, p.name_prefix, person, token], job_row)?)
+            })
+            .await
+    }
+
     pub async fn jobs(&self, of: JobsOf<'_>) -> Result<Vec<JobRow>> {
         let (person, token) = (of.person().map(str::to_owned), of.token().map(str::to_owned));
         self.threads

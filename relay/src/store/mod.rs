@@ -565,6 +565,16 @@ impl Store {
             .await
     }
 
+    /// The sandboxes a reference's pattern matches (`refs`), every person's.
+    pub async fn sandboxes_matching(&self, p: crate::refs::Pattern) -> Result<Vec<SandboxRow>> {
+        self.threads
+            .read(move |conn| {
+                let sql = format!("SELECT * FROM sandboxes WHERE {} ORDER BY created_at, name", matching("id", "name"));
+                Ok(conn.query_rows(&sql, params![p.id_prefix, p.id_suffix, p.name_prefix], sandbox_row)?)
+            })
+            .await
+    }
+
     pub async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
         self.threads
             .read(move |conn| {
@@ -572,6 +582,17 @@ impl Store {
             })
             .await
     }
+}
+
+/// The condition that a row's `id` (or `name`) matches a `refs::Pattern` bound as ?1 (the id's
+/// prefix), ?2 (its suffix) and ?3 (the name's prefix); a NULL part matches nothing. Compared
+/// by `substr`, not `LIKE`, whose `_` is a wildcard.
+pub(crate) fn matching(id: &str, name: &str) -> String {
+    format!(
+        "((?1 IS NOT NULL AND substr({id}, 1, length(?1)) = ?1) \
+         OR (?2 IS NOT NULL AND substr({id}, -length(?2)) = ?2) \
+         OR (?3 IS NOT NULL AND substr({name}, 1, length(?3)) = ?3))"
+    )
 }
 
 /// A background process run without a daemon (detached, polled); the relay's row is its only

@@ -691,6 +691,20 @@ impl Store {
             .await
     }
 
+    /// The sessions a reference's pattern matches (`refs`), of `person` (every person's: `None`).
+    pub async fn sessions_matching(&self, p: crate::refs::Pattern, person: Option<&str>) -> Result<Vec<SessionRow>> {
+        let person = person.map(str::to_owned);
+        self.threads
+            .read(move |conn| {
+                let sql = format!(
+                    "SELECT * FROM sessions WHERE {} AND (?4 IS NULL OR person = ?4) ORDER BY created_at",
+                    super::matching("id", "name")
+                );
+                Ok(conn.query_rows(&sql, params![p.id_prefix, p.id_suffix, p.name_prefix, person], session_row)?)
+            })
+            .await
+    }
+
     pub async fn session_by_id(&self, id: &str) -> Result<Option<SessionRow>> {
         let id = id.to_owned();
         self.threads

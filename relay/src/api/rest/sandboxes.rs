@@ -15,7 +15,7 @@ use crate::{
     api::{extract::Body, ApiError},
     auth::Caller,
     handles::Relay,
-    sandboxes::SandboxRow,
+    sandboxes::{Named, SandboxRow},
 };
 
 #[derive(Deserialize, JsonSchema)]
@@ -53,11 +53,15 @@ pub async fn create(
 }
 
 pub async fn list(State(relay): State<Arc<Relay>>) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(serde_json::json!({ "sandboxes": relay.sandboxes.list().await? })))
+    Ok(Json(serde_json::json!({ "sandboxes": relay.sandboxes.list_named().await? })))
 }
 
-pub async fn get(State(relay): State<Arc<Relay>>, Path(reference): Path<String>) -> Result<Json<SandboxRow>, ApiError> {
-    Ok(Json(relay.sandboxes.get(&reference).await?))
+pub async fn get(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(reference): Path<String>,
+) -> Result<Json<Named>, ApiError> {
+    Ok(Json(relay.sandboxes.find_named(&reference, &caller).await?))
 }
 
 pub async fn share(

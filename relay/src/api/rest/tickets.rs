@@ -65,9 +65,12 @@ async fn check_target(relay: &Relay, caller: &Caller, target: &StreamTarget) -> 
 /// `{ticket, expires_at, path}`.
 pub fn issue(relay: &Relay, caller: &Caller, path: &str) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let issued = relay.tickets.issue(&caller.token_id, path).map_err(|e| match e {
-        TicketError::TooMany(_) => {
-            ApiError { status: StatusCode::TOO_MANY_REQUESTS, code: "resource_exhausted", message: e.to_string() }
-        }
+        TicketError::TooMany(_) => ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            code: "resource_exhausted",
+            message: e.to_string(),
+            candidates: Vec::new(),
+        },
         _ => ApiError::bad_request(e.to_string()),
     })?;
     events::TicketIssued { token: &caller.token_id, path }.emit();

@@ -183,7 +183,11 @@ fn failed(e: Error) -> CallToolResult {
     let (_, code) = classify(&e);
     let message = e.to_string();
     let mut r = CallToolResult::error(vec![ContentBlock::text(format!("{code}: {message}"))]);
-    r.structured_content = Some(json!({ "error": { "code": code, "message": message } }));
+    let mut error = json!({ "code": code, "message": message });
+    if let Error::Ambiguous { candidates, .. } = &e {
+        error["candidates"] = json!(candidates);
+    }
+    r.structured_content = Some(json!({ "error": error }));
     r
 }
 
