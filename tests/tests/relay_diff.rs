@@ -3,8 +3,10 @@
 //! compares the work tree with where the turn started (recorded by the relay before the harness
 //! ran), shows untracked files through an index of hangar's (the agent's is left as it was),
 //! runs nothing the repository's configuration or attributes name, says when it was cut, says
-//! when there is no repository, and is nobody's but its person's.
+//! when there is no repository, and is nobody's but its person's. `hangar diff` prints it as a
+//! table, a file's patch, or the relay's JSON.
 use hangar_e2e::{
+    cli::Hangar,
     relay::{Relay, StateDir, ADMIN},
     sessions::{harness_file, profile, start, until_ended},
     STEP,
@@ -205,4 +207,37 @@ async fn bounds_are_said_and_a_directory_in_no_repository_has_no_diff() {
     assert_eq!(d["files"], json!([]));
     let p = diff(&relay, ADMIN, "/api/sessions/plain/diff?path=big.txt").await;
     assert_eq!((p["repository"].clone(), p["patch"].clone()), (json!(false), json!("")), "{p}");
+}
+
+#[tokio::test]
+async fn hangar_diff_prints_a_table_a_patch_or_the_relays_json() {
+    let state = StateDir::new();
+    let relay = relay(&state);
+    let base = repo(&relay, "w").await;
+    run(&relay, "work", "worker", "w").await;
+    let hangar = Hangar::new(&relay, ADMIN);
+    let table = hangar.run(&["diff", "work"]).await.ok().stdout;
+    let lines: Vec<&str> = table.lines().collect();
+    let line =
+        |start: &str| lines.iter().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("{start:?} in {table}"));
+    assert!(line(" M f.txt ").ends_with(" +2 -1"), "{table}");
+    assert!(line(" A added file.txt ").ends_with(" +1 -0"), "{table}");
+    assert!(line(" D gone.txt ").ends_with(" +0 -5"), "{table}");
+    assert!(line(" R moved.txt → renamed.txt ").ends_with(" +0 -0"), "{table}");
+    assert_eq!(
+        lines.last().copied(),
+        Some(format!(" 5 files changed, +4 -6 since turn 1 started at {}", &base[..12]).as_str())
+    );
+    assert!(!table.contains('\x1b'), "no colour off a terminal: {table:?}");
+
+    let patch = hangar.run(&["diff", "work", "f.txt"]).await.ok().stdout;
+    assert!(patch.contains("--- a/f.txt\n+++ b/f.txt\n") && patch.contains("\n-b\n+B\n"), "{patch}");
+    let v = hangar.run(&["diff", "work", "--json"]).await.ok().json();
+    assert_eq!((v["base"].as_str(), v["totals"]["files"].as_u64()), (Some(base.as_str()), Some(5)), "{v}");
+    let v = hangar.run(&["diff", "work", "gone.txt", "--turn", "1", "--json"]).await.ok().json();
+    assert!(v["patch"].as_str().is_some_and(|p| p.contains("deleted file mode")), "{v}");
+
+    let missing = hangar.run(&["diff", "nope"]).await;
+    assert_eq!(missing.code, Some(1), "{missing:?}");
+    assert!(missing.stderr.contains("no session \"nope\""), "{missing:?}");
 }
