@@ -127,6 +127,32 @@ async fn a_turns_changes_are_its_diff_and_the_agents_index_is_left_as_it_was() {
     assert_eq!(exec(&relay, index).await, before, "the agent's index and status are as they were");
     assert!(before.contains("staged.txt") && before.contains("?? \"added file.txt\""), "{before}");
 
+    // A job's diff is its session's.
+    let job = relay
+        .call(
+            "POST",
+            "/api/jobs",
+            Some(ADMIN),
+            Some(json!({"sandbox": "default", "harness": "worker", "prompt": "p", "cwd": "w"})),
+        )
+        .await;
+    assert_eq!(job.status, 201, "{job:?}");
+    let id = job.json()["id"].as_str().expect("id").to_string();
+    let mut j = json!(null);
+    for _ in 0..300 {
+        j = relay.call("GET", &format!("/api/jobs/{id}"), Some(ADMIN), None).await.json();
+        if ["succeeded", "failed"].iter().any(|s| j["state"] == json!(s)) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let jd = diff(&relay, ADMIN, &format!("/api/jobs/{id}/diff")).await;
+    assert_eq!(jd["session"], j["session"], "{jd}");
+    assert_eq!(jd["repository"], json!(true), "{jd}");
+    let other_jobs = relay.token("pipeline", "jobs").await;
+    let r = relay.call("GET", &format!("/api/jobs/{id}/diff"), Some(&other_jobs.secret), None).await;
+    assert_eq!(r.status, 404, "another's job: {r:?}");
+
     // Nobody's but its person's: another's token finds no such session.
     let other = relay.token("bob", "user").await;
     for q in ["/api/sessions/work/diff", "/api/sessions/work/diff?path=f.txt"] {

@@ -1,5 +1,6 @@
 //! What an agent has changed: `GET /api/sessions/{ref}/diff?turn=&path=` (the summary, or with
-//! `path` that file's patch), read by `sessions::diff`.
+//! `path` that file's patch), read by `sessions::diff`; `GET /api/jobs/{id}/diff` the same of a
+//! job's session, for whoever sees the job.
 use std::sync::Arc;
 
 use axum::{
@@ -12,7 +13,9 @@ use serde::Deserialize;
 use crate::{
     api::{extract::Params, ApiError},
     auth::Caller,
+    error::Error,
     handles::Relay,
+    jobs,
     sessions::{self, diff},
 };
 
@@ -35,6 +38,21 @@ pub async fn session(
     Params(q): Params<DiffQuery>,
 ) -> Result<Json<diff::Answer>, ApiError> {
     let session = sessions::find(&relay.sessions, &caller, &reference).await?;
+    let ask = diff::Ask { path: q.path, turn: q.turn };
+    Ok(Json(diff::read(&relay.sessions, &caller, &session, ask).await?))
+}
+
+pub async fn job(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Params(q): Params<DiffQuery>,
+) -> Result<Json<diff::Answer>, ApiError> {
+    let job = jobs::get(&relay.jobs, &caller, &id).await?.job;
+    let Some(session) = job.session_id else {
+        return Err(Error::Conflict(format!("job {id:?} has no session yet: it has not started")).into());
+    };
+    let session = sessions::find(&relay.sessions, &caller, &session).await?;
     let ask = diff::Ask { path: q.path, turn: q.turn };
     Ok(Json(diff::read(&relay.sessions, &caller, &session, ask).await?))
 }

@@ -90,6 +90,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/jobs", post(jobs::create).get(jobs::list))
         .route("/api/jobs/{job}", get(jobs::get))
         .route("/api/jobs/{job}/cancel", post(jobs::cancel))
+        .route("/api/jobs/{job}/diff", get(diff::job))
         .route("/api/jobs/{job}/events/stream", get(jobs::stream));
     // Work inside a sandbox (the domain holds it to the sandbox's isolation).
     let inside = Router::new()
