@@ -529,28 +529,29 @@ fn setup(cwd: &str, base: Option<&str>) -> String {
         r#"{prelude}export LC_ALL=C
 unset GIT_EXTERNAL_DIFF GIT_PAGER PAGER GIT_DIFF_OPTS GIT_ATTR_SOURCE GIT_LITERAL_PATHSPECS GIT_GLOB_PATHSPECS \
   GIT_NOGLOB_PATHSPECS GIT_ICASE_PATHSPECS BASH_ENV
-fail() {{ echo diff=error; exit 0; }}
+fail() {{ echo "diff=error: $1"; exit 0; }}
 base={base}
 x=':(top,exclude).hangar'
-t=$(mktemp -d) || fail
+t=$(mktemp -d) || fail "no temporary directory"
 trap 'rm -rf -- "$t"' EXIT
-common=$(g rev-parse --path-format=absolute --git-common-dir) && format=$(g rev-parse --show-object-format) || fail
-case $format in sha1 | sha256) ;; *) fail ;; esac
+common=$(g rev-parse --path-format=absolute --git-common-dir) && format=$(g rev-parse --show-object-format) || fail "git could not read the repository"
+case $format in sha1 | sha256) ;; *) fail "an unknown object format" ;; esac
 mkdir "$t/git" "$t/git/refs" && ln -s "$common/objects" "$t/git/objects" && echo 'ref: refs/heads/hangar' >"$t/git/HEAD" &&
   printf '[core]\n\trepositoryformatversion = 1\n\tbare = false\n\tbigFileThreshold = 8m\n[extensions]\n\tobjectformat = %s\n' \
-    "$format" >"$t/git/config" || fail
+    "$format" >"$t/git/config" || fail "the temporary git directory could not be made"
 m() {{ GIT_DIR="$t/git" GIT_INDEX_FILE="$t/index" git --no-pager -c safe.directory='*' -c core.fsmonitor=false \
   -c core.hooksPath=/dev/null -c core.attributesFile=/dev/null -c core.excludesFile=/dev/null -c diff.external= \
   -c core.untrackedCache=false -c gc.auto=0 -c maintenance.auto=false "$@" 2>/dev/null; }}
-cd -- "$GIT_WORK_TREE" || fail
+cd -- "$GIT_WORK_TREE" || fail "the work tree is gone"
 if [ -n "$base" ]; then
   m cat-file -e "$base^{{commit}}" && m read-tree "$base" || {{ echo diff=no_base; exit 0; }}
 else
-  m read-tree --empty || fail
+  m read-tree --empty || fail "git read-tree failed"
 fi
-m ls-files -z --others --exclude-per-directory=.gitignore -- "$x" >"$t/others" || fail
+m ls-files -z --others --exclude-per-directory=.gitignore -- "$x" >"$t/others" || fail "listing the untracked files failed"
 if [ -s "$t/others" ]; then
-  m --literal-pathspecs add --intent-to-add --pathspec-from-file="$t/others" --pathspec-file-nul >/dev/null || fail
+  m --literal-pathspecs add --intent-to-add --pathspec-from-file="$t/others" --pathspec-file-nul >/dev/null ||
+    fail "adding the untracked files to the temporary index failed (git 2.25 or later is needed)"
 fi
 m update-index -q --refresh >/dev/null
 d() {{ m diff-files --no-ext-diff --no-textconv --no-color --ignore-submodules=dirty -M "$@"; }}
@@ -873,6 +874,21 @@ mod tests {
         assert!(s.contains(r"'/w/it'\''s'"));
         let s = summary_script("/w", Some(&"c".repeat(40)), 100);
         assert!(s.contains(&format!("base='{}'", "c".repeat(40))) && s.contains("head -c 101"), "{s}");
+    }
+
+    #[test]
+    fn a_scripts_answer_is_its_data_a_missing_repository_or_the_sandboxs_failure() {
+        let out = |stdout: &str| ExecOutput { stdout: stdout.into(), ..Default::default() };
+        assert_eq!(checked(out("diff=ok\n--\nx\0y"), "r").ok(), Some(Read::Ok(b"x\0y".to_vec())));
+        assert_eq!(checked(out("git=no\n"), "r").ok(), Some(Read::Gone(Gone::NoRepository)));
+        assert_eq!(checked(out("diff=no_base\n"), "r").ok(), Some(Read::Gone(Gone::NoBase)));
+        let e = checked(out("diff=error: the work tree is gone\n"), "reading the diff").expect_err("a failure");
+        assert!(
+            matches!(&e, Error::Daemon(m) if m == "reading the diff failed (exit 0): diff=error: the work tree is gone"),
+            "{e:?}"
+        );
+        let slow = ExecOutput { timed_out: true, ..out("") };
+        assert!(matches!(checked(slow, "r"), Err(Error::Unavailable(_))));
     }
 
     #[test]
