@@ -242,6 +242,9 @@ async fn hangar_diff_prints_a_table_a_patch_or_the_relays_json() {
     let base = repo(&relay, "w").await;
     run(&relay, "work", "worker", "w").await;
     let hangar = Hangar::new(&relay, ADMIN);
+    // A renamed file's patch asked for first (no summary read yet) is still a rename.
+    let renamed = hangar.run(&["diff", "work", "renamed.txt"]).await.ok().stdout;
+    assert!(renamed.contains("rename from moved.txt\nrename to renamed.txt"), "{renamed}");
     let table = hangar.run(&["diff", "work"]).await.ok().stdout;
     let lines: Vec<&str> = table.lines().collect();
     let line =

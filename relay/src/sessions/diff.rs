@@ -360,42 +360,17 @@ pub async fn read(sessions: &Sessions, caller: &Caller, session: &SessionRow, as
     let redactor = sessions.secrets.redactor();
     let answer = match ask.path {
         None => {
-            let list_bytes = if daemon { LIST_BYTES } else { FALLBACK_LIST_BYTES };
-            let script = summary_script(&session.cwd, commit.as_deref(), list_bytes);
-            let out = run_git(&shell, &place, &script, 2 * list_bytes + 64 * 1024).await?;
-            let read = checked(out, "reading the diff")?;
-            let mut view = DiffView {
-                session: session.id.clone(),
-                turn: n,
-                repository: true,
-                reason: None,
-                base: commit,
-                computed_at: time::now(),
-                files: Vec::new(),
-                totals: Totals::default(),
-                truncated: None,
-            };
-            match read {
-                Read::Gone(why) => {
-                    view.repository = false;
-                    view.reason = Some(why.of(&session.cwd, n));
-                }
-                Read::Ok(body) => {
-                    let s = parse_summary(&body, list_bytes);
-                    view.files = s.files;
-                    for f in &mut view.files {
-                        f.path = redactor.text(&f.path).into_owned();
-                        f.old_path = f.old_path.as_deref().map(|p| redactor.text(p).into_owned());
-                    }
-                    view.totals = s.totals;
-                    view.truncated = s.truncated;
-                }
-            }
+            let view = summarize(sessions, &shell, &place, session, n, commit).await?;
             recent.summary = Some((Instant::now(), n, view.clone()));
             Answer::Summary(view)
         }
         Some(path) => {
-            // A renamed file's patch needs its old path beside it (a rename is a pair).
+            // A renamed file's patch needs its old path beside it (a rename is a pair): from the
+            // turn's summary, read first when there is none (a patch asked for straight away).
+            if recent.summary.as_ref().is_none_or(|(_, t, _)| *t != n) {
+                let view = summarize(sessions, &shell, &place, session, n, commit.clone()).await?;
+                recent.summary = Some((Instant::now(), n, view));
+            }
             let old = recent
                 .summary
                 .as_ref()
@@ -433,6 +408,50 @@ pub async fn read(sessions: &Sessions, caller: &Caller, session: &SessionRow, as
         }
     };
     Ok(answer)
+}
+
+/// Reads the summary of the session's work tree against `commit` (none: an empty tree).
+async fn summarize(
+    sessions: &Sessions,
+    shell: &Shell<'_>,
+    place: &Place,
+    session: &SessionRow,
+    n: i64,
+    commit: Option<String>,
+) -> Result<DiffView> {
+    let list_bytes = if shell.envd.is_some() { LIST_BYTES } else { FALLBACK_LIST_BYTES };
+    let script = summary_script(&session.cwd, commit.as_deref(), list_bytes);
+    let out = run_git(shell, place, &script, 2 * list_bytes + 64 * 1024).await?;
+    let read = checked(out, "reading the diff")?;
+    let mut view = DiffView {
+        session: session.id.clone(),
+        turn: n,
+        repository: true,
+        reason: None,
+        base: commit,
+        computed_at: time::now(),
+        files: Vec::new(),
+        totals: Totals::default(),
+        truncated: None,
+    };
+    match read {
+        Read::Gone(why) => {
+            view.repository = false;
+            view.reason = Some(why.of(&session.cwd, n));
+        }
+        Read::Ok(body) => {
+            let s = parse_summary(&body, list_bytes);
+            let redactor = sessions.secrets.redactor();
+            view.files = s.files;
+            for f in &mut view.files {
+                f.path = redactor.text(&f.path).into_owned();
+                f.old_path = f.old_path.as_deref().map(|p| redactor.text(p).into_owned());
+            }
+            view.totals = s.totals;
+            view.truncated = s.truncated;
+        }
+    }
+    Ok(view)
 }
 
 /// An answer with nothing to show, and why.
