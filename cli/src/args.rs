@@ -108,6 +108,9 @@ pub enum Command {
     Session(SessionCmd),
     /// A session's events, one line each (--follow: stay for the next turns).
     Events(EventsArgs),
+    /// What a session's agent has changed since its turn started: a line per file (+added
+    /// -removed), or with a path that file's patch.
+    Diff(crate::diff::DiffArgs),
     /// List jobs.
     Jobs,
     /// A job's status (`hangar job ID`), or start, cancel or follow one.

@@ -10,6 +10,7 @@
 mod render;
 mod args;
 mod client;
+mod diff;
 mod fleet;
 mod inbox;
 mod jobs;
@@ -121,6 +122,7 @@ async fn run(cli: Cli) -> Result<i32, Error> {
         Command::Sessions => sessions::list(&ctx).await,
         Command::Session(a) => sessions::run(&ctx, a).await,
         Command::Events(a) => sessions::events(&ctx, a).await,
+        Command::Diff(a) => diff::run(&ctx, a).await,
         Command::Jobs => jobs::list(&ctx).await,
         Command::Job(a) => jobs::run(&ctx, a).await,
         Command::Inbox(a) => inbox::list(&ctx, a).await,

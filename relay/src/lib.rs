@@ -10,7 +10,7 @@
 //!   `secrets`, `streams`, `revocation`, `recovery`; writers tell the fleet and the inbox through
 //!   the `feed`.
 //! - below it: `error`, `config`, `providers`, `envd`, `auth`, `store`, and the leaves `events`,
-//!   `text`, `time`, `random`, `refs`.
+//!   `text`, `time`, `random`, `refs`, `git` (the scripts that read a repository).
 pub mod api;
 pub mod app;
 pub mod auth;
@@ -21,6 +21,7 @@ pub mod events;
 pub mod exec;
 pub mod feed;
 pub mod fleet;
+pub mod git;
 pub mod handles;
 pub mod inbox;
 pub mod jobs;

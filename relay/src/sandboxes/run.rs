@@ -170,13 +170,20 @@ impl<'a> Runner<'a> {
     /// Runs `bash -c script` to its end (or `timeout`, when the output says `timed_out` and
     /// nothing else), as `user` through the daemon; through the provider as the sandbox's user.
     pub async fn script(&self, user: User, script: &str, timeout: Duration) -> Result<ExecOutput> {
+        self.script_keeping(user, script, timeout, EXEC_OUTPUT_BYTES).await
+    }
+
+    /// `script`, keeping the last `keep` bytes of each output through the daemon (a script that
+    /// bounds its own output larger than an exec's, as the diff's); through the provider an
+    /// exec's `EXEC_OUTPUT_BYTES` still.
+    pub async fn script_keeping(&self, user: User, script: &str, timeout: Duration, keep: usize) -> Result<ExecOutput> {
         let Some(envd) = &self.envd else {
             return self.fallback(script, None, &[], timeout).await;
         };
         let what = "a script";
         let run = async {
             let mut stream = start(envd, Program::script(script).user(user), what).await?;
-            let (mut out, mut err) = (Tail::new(EXEC_OUTPUT_BYTES), Tail::new(EXEC_OUTPUT_BYTES));
+            let (mut out, mut err) = (Tail::new(keep), Tail::new(EXEC_OUTPUT_BYTES));
             loop {
                 let ev = match stream.message().await {
                     Ok(Some(m)) => m.event.and_then(|e| e.event),

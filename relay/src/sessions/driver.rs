@@ -250,6 +250,8 @@ async fn start(sessions: &Sessions, shell: &Shell<'_>, session: &SessionRow, tur
     if let Some(bin) = &place.agent_bin {
         env.push(("HANGAR_AGENT".into(), bin.clone()));
     }
+    // Where the turn starts, read before its harness can change anything: what its diff is against.
+    super::diff::record_base(sessions, shell, &place, session, turn).await?;
     let pid = shell.start(&place, &turn.id, &session.cwd, &argv, &env, &tag).await?;
     started(sessions, session, turn, &place, pid).await
 }

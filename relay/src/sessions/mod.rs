@@ -13,6 +13,7 @@
 //! - Every text from a turn passes the one redaction step (`Secrets::redactor`) before it is
 //!   stored or streamed.
 //! - Sessions belong to a person; a caller sees its person's (an admin everyone's).
+pub mod diff;
 mod driver;
 pub mod follow;
 pub mod gone;
@@ -117,6 +118,8 @@ pub struct Sessions {
     pub live: Arc<live::Live>,
     /// Each sandbox's place, learnt once per connection to its daemon.
     pub places: supervisor::Places,
+    /// Recent diffs, per session.
+    pub diffs: diff::Cache,
     /// Per running driver: woken when its turn is cancelled or ended from outside.
     drivers: Mutex<HashMap<String, Arc<Notify>>>,
     /// Held while a queued turn is admitted, so two never take one slot.
@@ -146,6 +149,7 @@ impl Sessions {
             settings,
             live: Arc::default(),
             places: supervisor::Places::default(),
+            diffs: diff::Cache::default(),
             drivers: Mutex::default(),
             admission: tokio::sync::Mutex::new(()),
             slots: Notify::new(),

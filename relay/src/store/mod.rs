@@ -781,7 +781,7 @@ fn open_writer(path: &Path) -> Result<Connection> {
 
 /// Columns added after the first release: a database made before gets them (empty) at open.
 fn add_columns(conn: &Connection) -> Result<()> {
-    const ADDED: [(&str, &str, &str); 16] = [
+    const ADDED: [(&str, &str, &str); 17] = [
         ("sandboxes", "envd_pid_start", "INTEGER"),
         ("sandboxes", "isolation", "TEXT"),
         ("sandboxes", "uid", "INTEGER"),
@@ -798,6 +798,7 @@ fn add_columns(conn: &Connection) -> Result<()> {
         ("turns", "parser", "TEXT"),
         ("jobs", "secrets", "TEXT NOT NULL DEFAULT '[]'"),
         ("jobs", "sandbox_login", "INTEGER NOT NULL DEFAULT 0"),
+        ("turns", "base", "TEXT"),
     ];
     for (table, column, kind) in ADDED {
         let have: Vec<String> = conn

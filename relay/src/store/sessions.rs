@@ -882,6 +882,30 @@ impl Store {
             .await
     }
 
+    /// Records where the turn started, as the relay read it in the sandbox before the harness ran
+    /// (`sessions::diff::Base`, in its stored form); kept once recorded.
+    pub async fn set_turn_base(&self, id: &str, base: &str) -> Result<()> {
+        let (id, base) = (id.to_owned(), base.to_owned());
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                conn.execute("UPDATE turns SET base = COALESCE(base, ?2) WHERE id = ?1", params![id, base])?;
+                Ok(())
+            })
+            .await
+    }
+
+    /// Where the turn started (`set_turn_base`); `None` when it was not recorded.
+    pub async fn turn_base(&self, id: &str) -> Result<Option<String>> {
+        let id = id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let base: Option<Option<String>> =
+                    conn.query_row("SELECT base FROM turns WHERE id = ?1", [&id], |r| r.get(0)).optional()?;
+                Ok(base.flatten())
+            })
+            .await
+    }
+
     pub async fn set_turn_exit(&self, id: &str, exit_code: Option<i64>, signal: Option<&str>) -> Result<()> {
         let id = id.to_owned();
         let signal = signal.map(str::to_owned);

@@ -3,6 +3,7 @@
 //! routes refuse `jobs`; jobs routes take every scope (the domain shows each caller only its own
 //! jobs). The SSE `GET`s also take a one-use `?ticket=` from `POST /api/tickets` (or, for the
 //! fleet's, `POST /api/fleet/tickets`), for browsers (see `auth`).
+mod diff;
 mod exec;
 mod fleet;
 mod inbox;
@@ -35,6 +36,7 @@ use crate::handles::Relay;
 /// and `TurnRequest`, `jobs::StartRequest`.
 pub mod inputs {
     pub use super::{
+        diff::DiffQuery,
         exec::{request as exec_request, ExecBody},
         fleet::{FleetQuery, FleetStreamQuery},
         inbox::{AnswerBody, Decide, InboxQuery},
@@ -73,6 +75,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sessions/{session}/cancel", post(sessions::cancel))
         .route("/api/sessions/{session}/events", get(sessions::events))
         .route("/api/sessions/{session}/events/stream", get(sessions::stream))
+        .route("/api/sessions/{session}/diff", get(diff::session))
         .route("/api/usage", get(sessions::usage))
         .route("/api/inbox", get(inbox::list))
         .route("/api/inbox/{item}/ack", post(inbox::ack))
@@ -87,6 +90,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/jobs", post(jobs::create).get(jobs::list))
         .route("/api/jobs/{job}", get(jobs::get))
         .route("/api/jobs/{job}/cancel", post(jobs::cancel))
+        .route("/api/jobs/{job}/diff", get(diff::job))
         .route("/api/jobs/{job}/events/stream", get(jobs::stream));
     // Work inside a sandbox (the domain holds it to the sandbox's isolation).
     let inside = Router::new()

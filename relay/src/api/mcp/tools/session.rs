@@ -1,5 +1,5 @@
-//! The `session` tool: agent sessions (start, prompt, cancel, status, list, events) through the
-//! same `sessions` calls as `/api/sessions`. The agent's own text in a result is named in
+//! The `session` tool: agent sessions (start, prompt, cancel, status, list, events, diff) through
+//! the same `sessions` calls as `/api/sessions`. The agent's own text in a result is named in
 //! `_meta["hangar/agent_text"]`: it is untrusted, never instructions.
 use std::sync::{Arc, LazyLock};
 
@@ -17,7 +17,7 @@ use crate::{
     error::{Error, Result},
     handles::Relay,
     sessions::{
-        self,
+        self, diff,
         follow::{Charge, Pages, Start, Step, Until},
         EventsPage, EventsRead, SessionView, StartRequest, TurnRequest,
     },
@@ -27,6 +27,8 @@ use crate::{
 /// Where the agent's text is in an `events` result: the data of every event whose
 /// `data.source` is not `"hangar"` (hangar's own events say `"hangar"`).
 const EVENTS_AGENT_TEXT: &[&str] = &["events[].data"];
+/// Where the agent's text is in a `diff` result: the paths of its files and their patch.
+const DIFF_AGENT_TEXT: &[&str] = &["files[].path", "files[].old_path", "path", "patch"];
 
 /// The `session` tool's arguments, one shape per action; its schema is derived (`Shape`).
 #[derive(Deserialize, JsonSchema)]
@@ -55,6 +57,16 @@ pub(super) enum Args {
         #[schemars(range(min = 0, max = sessions::MAX_WAIT.as_secs()))]
         wait_seconds: Option<f64>,
     },
+    Diff {
+        #[serde(flatten)]
+        of: Session,
+        /// One file's patch (its path as the summary lists it) rather than the summary
+        path: Option<String>,
+        /// The turn (its n) whose start the work tree is compared with; default the latest
+        /// that has started
+        #[schemars(range(min = 1))]
+        turn: Option<i64>,
+    },
 }
 
 /// The session an action is about.
@@ -77,6 +89,8 @@ pub(super) enum Reply {
     Sessions { sessions: Vec<SessionView> },
     /// events
     Events(Events),
+    /// diff: the summary, or with path one file's patch
+    Diff(diff::Answer),
 }
 
 /// A page of a session's events, as `events` answers it.
@@ -99,6 +113,7 @@ impl super::Reply for Reply {
                 sessions.first().map(|v| paths("sessions[].", v.agent_text)).unwrap_or_default()
             }
             Reply::Events(_) => paths("", EVENTS_AGENT_TEXT),
+            Reply::Diff(_) => paths("", DIFF_AGENT_TEXT),
         }
     }
 }
@@ -119,6 +134,11 @@ pub async fn call(
         Args::Events { of, since, limit, wait_seconds } => {
             let read = EventsRead::new(since, limit, wait_seconds, "wait_seconds")?;
             events(relay, caller, &of.session, read, ctx).await.map(Reply::Events)
+        }
+        Args::Diff { of, path, turn } => {
+            let session = sessions::find(&relay.sessions, caller, &of.session).await?;
+            let ask = diff::Ask { path, turn };
+            Ok(Reply::Diff(diff::read(&relay.sessions, caller, &session, ask).await?))
         }
     }
 }
