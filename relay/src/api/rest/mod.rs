@@ -11,6 +11,7 @@ mod processes;
 mod sandboxes;
 mod sessions;
 mod sse;
+mod terminal;
 mod tickets;
 mod tokens;
 mod watch;
@@ -42,6 +43,7 @@ pub mod inputs {
         processes::{resume_from, InputBody, SinceQuery, StartBody},
         sandboxes::{CreateSandbox, ShareSandbox},
         sessions::{CreateSecret, EventsQuery, SecretQuery, StreamQuery},
+        terminal::TerminalQuery,
         tickets::CreateTicket,
         tokens::CreateToken,
         watch::WatchQuery,
@@ -96,7 +98,8 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sandboxes/{sandbox}/processes/{id}", get(processes::read).delete(processes::kill))
         .route("/api/sandboxes/{sandbox}/processes/{id}/stream", get(processes::stream))
         .route("/api/sandboxes/{sandbox}/processes/{id}/input", post(processes::input))
-        .route("/api/sandboxes/{sandbox}/watch", get(watch::watch));
+        .route("/api/sandboxes/{sandbox}/watch", get(watch::watch))
+        .route("/api/sandboxes/{sandbox}/terminal", get(terminal::open));
     let sandboxes = Router::new()
         .route("/api/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/api/sandboxes/{sandbox}", get(sandboxes::get).patch(sandboxes::share).delete(sandboxes::destroy))
