@@ -181,7 +181,8 @@ impl Client {
         auth.set_sensitive(true);
         let b = &self.base;
         let url = format!("ws://{}{}{}", b.authority, b.prefix, path_and_query);
-        let mut req = url.as_str().into_client_request().map_err(|e| Error::Input(format!("a WebSocket to {url}: {e}")))?;
+        let mut req =
+            url.as_str().into_client_request().map_err(|e| Error::Input(format!("a WebSocket to {url}: {e}")))?;
         req.headers_mut().insert(header::AUTHORIZATION, auth);
         let port = b.authority.port_u16().unwrap_or(80);
         Ok((req, format!("{}:{port}", b.authority.host())))

@@ -113,10 +113,16 @@ pub async fn open(
     check_argv(argv)?;
     let mut row = sandboxes.enter(reference, caller).await?;
     let envd = sandboxes.require_daemon(&mut row, "a terminal").await?;
-    let admitted = streams.open(caller, &row.id, Kind::Terminal, front)?;
+    let mut admitted = streams.open(caller, &row.id, Kind::Terminal, front)?;
     let program =
         Program::terminal(argv, None).pty(size.cols, size.rows).env(&[("TERM".to_string(), TERM.to_string())]);
-    let (pid, output) = run::start_tagged(&envd, program, "the terminal").await?;
+    let (pid, output) = match run::start_tagged(&envd, program, "the terminal").await {
+        Ok(started) => started,
+        Err(e) => {
+            admitted.end(Reason::Error);
+            return Err(e);
+        }
+    };
     tracing::info!(parent: admitted.span(), pid, "terminal opened");
     Ok(Terminal { envd, pid, output, admitted, pending: None, ended: false })
 }

@@ -19,7 +19,7 @@ from test_mcp import ADMIN, relay_binary
 def rows(driver):
     """The terminal's rendered rows as its screen-reader tree holds them (xterm draws on a canvas)."""
     return driver.execute_script(
-        "return [...document.querySelectorAll('.terminal .xterm-accessibility-tree > div')].map((e) => e.textContent)"
+        "return [...document.querySelectorAll('.terminal-panel .xterm-accessibility-tree > div')].map((e) => e.textContent)"
     )
 
 
@@ -27,13 +27,13 @@ def test_the_console_opens_a_terminal_types_a_command_and_reads_its_output(relay
     sign_in(browser, relay)
     browser.get(f"{relay.url}/#/unit/default")
     wait(browser, lambda d: css(d, "button.open-terminal"))[0].click()
-    wait(browser, lambda d: css(d, ".terminal[data-state=open]"))
-    screen = wait(browser, lambda d: css(d, ".terminal .xterm-helper-textarea"))[0]
+    wait(browser, lambda d: css(d, ".terminal-panel[data-state=open]"))
+    screen = wait(browser, lambda d: css(d, ".terminal-panel .xterm-helper-textarea"))[0]
     screen.send_keys("echo hello-$((6*7))\n")
     # The typed line says `$((6*7))`; only the shell's output says 42.
     wait(browser, lambda d: any(r.strip() == "hello-42" for r in rows(d)))
     screen.send_keys("exit 3\n")
-    status = wait(browser, lambda d: css(d, ".terminal[data-state=exited] .terminal-status"))[0]
+    status = wait(browser, lambda d: css(d, ".terminal-panel[data-state=exited] .terminal-status"))[0]
     assert status.text == "exited with code 3"
     # Nothing the page did was refused by its Content-Security-Policy.
     refused = [e for e in browser.get_log("browser") if "Content Security Policy" in e.get("message", "")]

@@ -90,7 +90,8 @@ async fn last_message(socket: &mut Socket) -> Value {
 async fn a_terminal_runs_a_login_shell_as_the_agent_resizes_and_ends_with_the_exit_code() {
     let state = StateDir::new();
     let relay = Relay::start(&state.0, &[]);
-    let agent = relay.call("POST", "/api/sandboxes/default/exec", Some(ADMIN), Some(json!({"command": "id -un"}))).await;
+    let agent =
+        relay.call("POST", "/api/sandboxes/default/exec", Some(ADMIN), Some(json!({"command": "id -un"}))).await;
     let agent = agent.json()["stdout"].as_str().expect("id -un's output").trim().to_string();
     if is_root() {
         assert_ne!(agent, "root", "as root the default sandbox is isolated: its agent is not root");
@@ -132,9 +133,7 @@ async fn a_terminal_runs_a_login_shell_as_the_agent_resizes_and_ends_with_the_ex
 }
 
 fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect()
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
 }
 
 #[tokio::test]
@@ -145,7 +144,9 @@ async fn who_may_not_enter_is_refused_before_the_upgrade_and_bad_requests_are_sa
     // The default sandbox is the admins' until shared.
     let (status, body) = open(&relay, "/api/sandboxes/default/terminal", Some(&secret)).await.err().expect("refused");
     assert_eq!((status, body["error"]["code"].clone()), (403, json!("permission_denied")), "{body}");
-    let r = relay.call("POST", "/api/tickets", Some(&secret), Some(json!({"path": "/api/sandboxes/default/terminal"}))).await;
+    let r = relay
+        .call("POST", "/api/tickets", Some(&secret), Some(json!({"path": "/api/sandboxes/default/terminal"})))
+        .await;
     assert_eq!(r.status, 403, "no ticket into a sandbox the caller may not enter: {r:?}");
     let (status, _) = open(&relay, "/api/sandboxes/nope/terminal", Some(ADMIN)).await.err().expect("refused");
     assert_eq!(status, 404);

@@ -24,7 +24,7 @@ function loadXterm() {
 
 /** The terminal panel of a sandbox's page: an "Open terminal" button, then the terminal. */
 export function terminalPanel(sandbox) {
-  const box = el('section', { class: 'panel terminal', 'aria-label': 'terminal' });
+  const box = el('section', { class: 'panel terminal-panel', 'aria-label': 'terminal' });
   const status = el('p', { class: 'muted small terminal-status', role: 'status' });
   const screen = el('div', { class: 'terminal-screen' });
   const open = el('button', { type: 'button', class: 'open-terminal' }, 'Open terminal');

@@ -63,7 +63,16 @@ pub struct Program {
 
 impl Program {
     fn bash(args: Vec<String>, cwd: Option<String>) -> Program {
-        Program { args, cwd, env: HashMap::new(), tag: None, stdin: false, user: User::Agent, deadline: None, pty: None }
+        Program {
+            args,
+            cwd,
+            env: HashMap::new(),
+            tag: None,
+            stdin: false,
+            user: User::Agent,
+            deadline: None,
+            pty: None,
+        }
     }
 
     /// A terminal's program in `cwd`: an interactive login shell (`bash -l`), or `argv` run by

@@ -62,10 +62,12 @@ pub async fn open(
         None => Vec::new(),
     };
     let size = Size { cols: q.cols.unwrap_or(DEFAULT_SIZE.cols), rows: q.rows.unwrap_or(DEFAULT_SIZE.rows) };
-    let term =
-        terminal::open(&relay.sandboxes, &relay.streams, &caller, &reference, &argv, size, Front::Rest).await?;
+    let term = terminal::open(&relay.sandboxes, &relay.streams, &caller, &reference, &argv, size, Front::Rest).await?;
     // A failed upgrade drops `term`, which kills its program.
-    Ok(upgrade.max_message_size(MAX_FRAME_BYTES).max_frame_size(MAX_FRAME_BYTES).on_upgrade(move |socket| serve(socket, term)))
+    Ok(upgrade
+        .max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| serve(socket, term)))
 }
 
 fn text(value: serde_json::Value) -> Message {
