@@ -142,21 +142,21 @@ async fn who_may_not_enter_is_refused_before_the_upgrade_and_bad_requests_are_sa
     let relay = Relay::start(&state.0, &[]);
     let Token { secret, .. } = relay.token("outsider", "user").await;
     // The default sandbox is the admins' until shared.
-    let (status, body) = open(&relay, "/api/sandboxes/default/terminal", Some(&secret)).await.err().expect("refused");
+    let (status, body) = open(&relay, "/api/sandboxes/default/terminal", Some(&secret)).await.expect_err("refused");
     assert_eq!((status, body["error"]["code"].clone()), (403, json!("permission_denied")), "{body}");
     let r = relay
         .call("POST", "/api/tickets", Some(&secret), Some(json!({"path": "/api/sandboxes/default/terminal"})))
         .await;
     assert_eq!(r.status, 403, "no ticket into a sandbox the caller may not enter: {r:?}");
-    let (status, _) = open(&relay, "/api/sandboxes/nope/terminal", Some(ADMIN)).await.err().expect("refused");
+    let (status, _) = open(&relay, "/api/sandboxes/nope/terminal", Some(ADMIN)).await.expect_err("refused");
     assert_eq!(status, 404);
-    let (status, _) = open(&relay, "/api/sandboxes/default/terminal", None).await.err().expect("refused");
+    let (status, _) = open(&relay, "/api/sandboxes/default/terminal", None).await.expect_err("refused");
     assert_eq!(status, 401);
     let (status, body) =
-        open(&relay, "/api/sandboxes/default/terminal?cols=5000", Some(ADMIN)).await.err().expect("refused");
+        open(&relay, "/api/sandboxes/default/terminal?cols=5000", Some(ADMIN)).await.expect_err("refused");
     assert_eq!((status, body["error"]["code"].clone()), (400, json!("invalid_argument")), "{body}");
     let (status, body) =
-        open(&relay, "/api/sandboxes/default/terminal?argv=ls", Some(ADMIN)).await.err().expect("refused");
+        open(&relay, "/api/sandboxes/default/terminal?argv=ls", Some(ADMIN)).await.expect_err("refused");
     assert!(status == 400 && body["error"]["message"].as_str().unwrap().contains("JSON array"), "{body}");
     // Not a WebSocket: said as the API's error.
     let r = relay.call("GET", "/api/sandboxes/default/terminal", Some(ADMIN), None).await;
@@ -176,7 +176,7 @@ async fn a_ticket_opens_it_and_revocation_ends_it_and_kills_its_program() {
     let ticket = r.json()["ticket"].as_str().expect("a ticket").to_string();
     let mut t = open(&relay, &format!("{path}?ticket={ticket}&cols=90"), None).await.expect("opened by the ticket");
     // One use.
-    let (status, _) = open(&relay, &format!("{path}?ticket={ticket}"), None).await.err().expect("used");
+    let (status, _) = open(&relay, &format!("{path}?ticket={ticket}"), None).await.expect_err("used");
     assert_eq!(status, 401);
 
     let m = marker("revoke");
@@ -214,4 +214,23 @@ async fn a_client_that_goes_takes_the_program_with_it_and_a_pause_ends_it() {
     read_until(&mut t, "ready\r\n").await;
     assert_eq!(relay.call("POST", "/api/sandboxes/default/pause", Some(ADMIN), None).await.status, 200);
     assert_eq!(last_message(&mut t).await["closed"], json!("paused"));
+}
+
+#[tokio::test]
+async fn a_terminal_is_capped_in_bytes_and_counted_against_the_stream_limits() {
+    let state = StateDir::new();
+    let relay = Relay::start(&state.0, &[("HANGAR_STREAM_MAX_BYTES", "20000"), ("HANGAR_STREAM_MAX_PER_TOKEN", "1")]);
+    let mut t = open(&relay, "/api/sandboxes/default/terminal", Some(ADMIN)).await.expect("opened");
+    // The token's one stream is open: a second terminal is refused before the upgrade.
+    let (status, body) = open(&relay, "/api/sandboxes/default/terminal", Some(ADMIN)).await.expect_err("refused");
+    assert_eq!((status, body["error"]["code"].clone()), (429, json!("resource_exhausted")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("HANGAR_STREAM_MAX_PER_TOKEN"), "{body}");
+
+    let m = marker("cap");
+    type_in(&mut t, &format!("(exec -a {m} sleep 300 &)\r")).await;
+    wait_until(STEP, "the terminal's background program runs", || !pids_with(&m).is_empty()).await;
+    type_in(&mut t, "yes | head -c 100000\r").await;
+    let end = last_message(&mut t).await;
+    assert_eq!(end["closed"], json!("max_bytes"), "{end}");
+    wait_until(STEP, "a capped terminal's program is killed", || pids_with(&m).is_empty()).await;
 }
