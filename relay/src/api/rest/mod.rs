@@ -1,8 +1,8 @@
 //! REST and Server-Sent Events under `/api`, with `Authorization: Bearer` on every route but
 //! `GET /health`. Scopes are router layers: tokens are admin-only; sandbox, session and fleet
 //! routes refuse `jobs`; jobs routes take every scope (the domain shows each caller only its own
-//! jobs). The SSE `GET`s also take a one-use `?ticket=` from `POST /api/tickets` (or, for the
-//! fleet's, `POST /api/fleet/tickets`), for browsers (see `auth`).
+//! jobs). The SSE `GET`s and the terminal's WebSocket also take a one-use `?ticket=` from
+//! `POST /api/tickets` (or, for the fleet's, `POST /api/fleet/tickets`), for browsers (see `auth`).
 mod exec;
 mod fleet;
 mod inbox;
