@@ -234,3 +234,16 @@ async fn a_terminal_is_capped_in_bytes_and_counted_against_the_stream_limits() {
     assert_eq!(end["closed"], json!("max_bytes"), "{end}");
     wait_until(STEP, "a capped terminal's program is killed", || pids_with(&m).is_empty()).await;
 }
+
+#[tokio::test]
+async fn a_relay_that_stops_ends_its_terminals_with_shutdown() {
+    let state = StateDir::new();
+    let mut relay = Relay::start(&state.0, &[]);
+    let mut t = open(&relay, "/api/sandboxes/default/terminal", Some(ADMIN)).await.expect("opened");
+    type_in(&mut t, "echo ready\r").await;
+    read_until(&mut t, "ready\r\n").await;
+    // SAFETY: kill(2) on the relay this test started.
+    unsafe { libc::kill(relay.pid() as i32, libc::SIGTERM) };
+    assert_eq!(last_message(&mut t).await["closed"], json!("shutdown"));
+    relay.stop();
+}
