@@ -206,8 +206,14 @@ pub struct ExecArgs {
     /// Seconds before it is killed (the relay's default is 600).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
+    /// With -t: send this terminal's input (`exec -it`).
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// A terminal in the sandbox (a PTY; no CMD: a login shell), raw mode here, its exit code.
+    #[arg(short = 't', long)]
+    pub tty: bool,
     /// The command: one argument is a shell command line (`bash -lc`); several are quoted word by word.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(required_unless_present = "tty", trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 

@@ -171,6 +171,23 @@ impl Client {
         &self.base
     }
 
+    /// A WebSocket's upgrade request for `path_and_query` (`ws://`, its handshake headers set)
+    /// with the bearer header, and the `host:port` to connect to: the token goes in the header,
+    /// never the URL.
+    pub fn websocket(&self, path_and_query: &str) -> Result<(http::Request<()>, String), Error> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+        let token = self.token.as_deref().ok_or(Error::NoToken)?;
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| Error::BadToken)?;
+        auth.set_sensitive(true);
+        let b = &self.base;
+        let url = format!("ws://{}{}{}", b.authority, b.prefix, path_and_query);
+        let mut req =
+            url.as_str().into_client_request().map_err(|e| Error::Input(format!("a WebSocket to {url}: {e}")))?;
+        req.headers_mut().insert(header::AUTHORIZATION, auth);
+        let port = b.authority.port_u16().unwrap_or(80);
+        Ok((req, format!("{}:{port}", b.authority.host())))
+    }
+
     fn request(
         &self,
         method: Method,

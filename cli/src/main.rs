@@ -17,6 +17,7 @@ mod jobs;
 mod processes;
 mod sandboxes;
 mod sessions;
+mod terminal;
 mod tokens;
 
 use clap::{CommandFactory, Parser};
@@ -113,6 +114,7 @@ async fn run(cli: Cli) -> Result<i32, Error> {
     let ctx = Ctx { client: Client::new(&cli.url(), cli.token())?, json: output == Some(Output::Json), output };
     match cli.command {
         Command::Sandboxes(a) => sandboxes::run(&ctx, a).await,
+        Command::Exec(a) if a.tty || a.interactive => terminal::exec(&ctx, a).await,
         Command::Exec(a) => processes::exec(&ctx, a).await,
         Command::Ps(a) => processes::ps(&ctx, a).await,
         Command::Start(a) => processes::start(&ctx, a).await,

@@ -36,6 +36,7 @@ pub mod secrets;
 pub mod sessions;
 pub mod store;
 pub mod streams;
+pub mod terminal;
 pub mod text;
 pub mod time;
 pub mod watch;

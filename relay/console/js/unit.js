@@ -1,6 +1,7 @@
 // A unit's page: its session's events live (follow-up and cancel), its background processes with
 // live output, a command box that streams, and a watch of its working directory.
 import { call, follow, postStream } from './api.js';
+import { terminalPanel } from './terminal.js';
 import { act, ago, el, failure, fill } from './dom.js';
 import { state } from './state.js';
 
@@ -287,8 +288,9 @@ export function render(main, ref) {
     const processes = processesPanel(sandbox);
     const command = commandPanel(sandbox, processes);
     const watch = watchPanel(sandbox);
-    parts.push(session, processes, command, watch);
-    fill(body, session.node, el('div', { class: 'side' }, command.node, processes.node, watch.node));
+    const terminal = terminalPanel(sandbox);
+    parts.push(session, processes, command, watch, terminal);
+    fill(body, session.node, el('div', { class: 'side' }, terminal.node, command.node, processes.node, watch.node));
   })();
   return () => parts.forEach((p) => p.stop());
 }

@@ -152,12 +152,15 @@ pub async fn admin_scope(req: Request, next: Next) -> Response {
 
 /// The SSE `GET` routes a ticket may open, as axum spells them: the only paths a ticket is
 /// issued for.
-pub const STREAM_ROUTES: [&str; 5] = [PROCESS_STREAM, WATCH_STREAM, SESSION_STREAM, JOB_STREAM, FLEET_STREAM];
+pub const STREAM_ROUTES: [&str; 6] =
+    [PROCESS_STREAM, WATCH_STREAM, SESSION_STREAM, JOB_STREAM, FLEET_STREAM, TERMINAL_STREAM];
 
 const PROCESS_STREAM: &str = "/api/sandboxes/{sandbox}/processes/{id}/stream";
 const WATCH_STREAM: &str = "/api/sandboxes/{sandbox}/watch";
 const SESSION_STREAM: &str = "/api/sessions/{session}/events/stream";
 const JOB_STREAM: &str = "/api/jobs/{job}/events/stream";
+/// A terminal's WebSocket (a browser's `WebSocket` cannot set headers either).
+const TERMINAL_STREAM: &str = "/api/sandboxes/{sandbox}/terminal";
 /// The fleet's stream, which `POST /api/fleet/tickets` issues tickets for.
 pub const FLEET_STREAM: &str = "/api/fleet/stream";
 
@@ -169,6 +172,7 @@ pub enum StreamTarget {
     Session(String),
     Job(String),
     Fleet,
+    Terminal { sandbox: String },
 }
 
 /// The parameters of `path` on `route`, each `{...}` one non-empty segment, percent-decoded as
@@ -200,6 +204,7 @@ pub fn stream_target(path: &str) -> Option<StreamTarget> {
             (SESSION_STREAM, [session]) => StreamTarget::Session(session.clone()),
             (JOB_STREAM, [job]) => StreamTarget::Job(job.clone()),
             (FLEET_STREAM, []) => StreamTarget::Fleet,
+            (TERMINAL_STREAM, [sandbox]) => StreamTarget::Terminal { sandbox: sandbox.clone() },
             _ => return None,
         })
     })
@@ -222,6 +227,7 @@ mod tests {
             "/api/sessions/x/events/stream",
             "/api/jobs/job_1/events/stream",
             "/api/fleet/stream",
+            "/api/sandboxes/default/terminal",
         ] {
             assert!(is_stream_path(ok), "{ok}");
         }

@@ -25,6 +25,11 @@ const FILES: &[(&str, &str, &[u8])] = &[
     ("js/inbox.js", "text/javascript; charset=utf-8", include_bytes!("../../console/js/inbox.js")),
     ("js/state.js", "text/javascript; charset=utf-8", include_bytes!("../../console/js/state.js")),
     ("js/unit.js", "text/javascript; charset=utf-8", include_bytes!("../../console/js/unit.js")),
+    ("js/terminal.js", "text/javascript; charset=utf-8", include_bytes!("../../console/js/terminal.js")),
+    ("vendor/xterm/xterm.js", "text/javascript; charset=utf-8", include_bytes!("../../console/vendor/xterm/xterm.js")),
+    ("vendor/xterm/fit.js", "text/javascript; charset=utf-8", include_bytes!("../../console/vendor/xterm/fit.js")),
+    ("vendor/xterm/xterm.css", "text/css; charset=utf-8", include_bytes!("../../console/vendor/xterm/xterm.css")),
+    ("vendor/xterm/README.md", "text/plain; charset=utf-8", include_bytes!("../../console/vendor/xterm/README.md")),
 ];
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \

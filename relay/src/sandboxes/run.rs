@@ -10,7 +10,7 @@ use std::{collections::HashMap, time::Duration};
 
 use hangar_proto::process::{
     process_event::{self, data_event::Output},
-    ProcessConfig, StartRequest, StartResponse,
+    pty, ProcessConfig, Pty, StartRequest, StartResponse,
 };
 use tonic::{metadata::MetadataValue, Request, Streaming};
 
@@ -57,11 +57,37 @@ pub struct Program {
     user: User,
     /// The daemon kills the process group at this deadline.
     deadline: Option<Duration>,
+    /// Runs on a terminal of this size (columns, rows) instead of pipes.
+    pty: Option<(u32, u32)>,
 }
 
 impl Program {
     fn bash(args: Vec<String>, cwd: Option<String>) -> Program {
-        Program { args, cwd, env: HashMap::new(), tag: None, stdin: false, user: User::Agent, deadline: None }
+        Program {
+            args,
+            cwd,
+            env: HashMap::new(),
+            tag: None,
+            stdin: false,
+            user: User::Agent,
+            deadline: None,
+            pty: None,
+        }
+    }
+
+    /// A terminal's program in `cwd`: an interactive login shell (`bash -l`), or `argv` run by
+    /// one (`bash -lc 'exec "$@"'`), each argument passed as it is and never parsed as shell.
+    pub fn terminal(argv: &[String], cwd: Option<String>) -> Program {
+        let args = match argv {
+            [] => vec!["-l".to_string()],
+            argv => ["-lc", "exec \"$@\"", "bash"].into_iter().map(String::from).chain(argv.iter().cloned()).collect(),
+        };
+        Program::bash(args, cwd)
+    }
+
+    /// Runs it on a terminal of `cols` by `rows`.
+    pub fn pty(self, cols: u16, rows: u16) -> Program {
+        Program { pty: Some((u32::from(cols), u32::from(rows))), ..self }
     }
 
     /// `bash -c script` in `/`: one of the relay's own scripts.
@@ -104,7 +130,7 @@ impl Program {
     fn request(self) -> Request<StartRequest> {
         let mut req = Request::new(StartRequest {
             process: Some(ProcessConfig { cmd: "/bin/bash".into(), args: self.args, envs: self.env, cwd: self.cwd }),
-            pty: None,
+            pty: self.pty.map(|(cols, rows)| Pty { size: Some(pty::Size { cols, rows }) }),
             tag: self.tag,
             stdin: Some(self.stdin),
         });

@@ -44,6 +44,8 @@ pub enum Kind {
     Fleet,
     /// The relay following a running turn's log: counts against `HANGAR_STREAM_MAX_TOTAL` only.
     TurnLog,
+    /// A terminal (a PTY in the sandbox) over a WebSocket: its output is what is counted.
+    Terminal,
 }
 
 /// Who serves it: the front end that opened it.
@@ -81,6 +83,7 @@ pub fn label(kind: Kind, front: Front) -> &'static str {
         (Front::Rest, Kind::Fleet) => "fleet",
         (Front::Mcp, Kind::Fleet) => "mcp_fleet",
         (_, Kind::TurnLog) => "turn_log",
+        (_, Kind::Terminal) => "terminal",
     }
 }
 

@@ -1,8 +1,8 @@
 //! REST and Server-Sent Events under `/api`, with `Authorization: Bearer` on every route but
 //! `GET /health`. Scopes are router layers: tokens are admin-only; sandbox, session and fleet
 //! routes refuse `jobs`; jobs routes take every scope (the domain shows each caller only its own
-//! jobs). The SSE `GET`s also take a one-use `?ticket=` from `POST /api/tickets` (or, for the
-//! fleet's, `POST /api/fleet/tickets`), for browsers (see `auth`).
+//! jobs). The SSE `GET`s and the terminal's WebSocket also take a one-use `?ticket=` from
+//! `POST /api/tickets` (or, for the fleet's, `POST /api/fleet/tickets`), for browsers (see `auth`).
 mod diff;
 mod exec;
 mod fleet;
@@ -12,6 +12,7 @@ mod processes;
 mod sandboxes;
 mod sessions;
 mod sse;
+mod terminal;
 mod tickets;
 mod tokens;
 mod watch;
@@ -44,6 +45,7 @@ pub mod inputs {
         processes::{resume_from, InputBody, SinceQuery, StartBody},
         sandboxes::{CreateSandbox, ShareSandbox},
         sessions::{CreateSecret, EventsQuery, SecretQuery, StreamQuery},
+        terminal::TerminalQuery,
         tickets::CreateTicket,
         tokens::CreateToken,
         watch::WatchQuery,
@@ -100,7 +102,8 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/sandboxes/{sandbox}/processes/{id}", get(processes::read).delete(processes::kill))
         .route("/api/sandboxes/{sandbox}/processes/{id}/stream", get(processes::stream))
         .route("/api/sandboxes/{sandbox}/processes/{id}/input", post(processes::input))
-        .route("/api/sandboxes/{sandbox}/watch", get(watch::watch));
+        .route("/api/sandboxes/{sandbox}/watch", get(watch::watch))
+        .route("/api/sandboxes/{sandbox}/terminal", get(terminal::open));
     let sandboxes = Router::new()
         .route("/api/sandboxes", post(sandboxes::create).get(sandboxes::list))
         .route("/api/sandboxes/{sandbox}", get(sandboxes::get).patch(sandboxes::share).delete(sandboxes::destroy))

@@ -54,7 +54,9 @@ pub async fn create(
 async fn check_target(relay: &Relay, caller: &Caller, target: &StreamTarget) -> Result<(), Error> {
     match target {
         StreamTarget::Process { sandbox, id } => processes::get(&relay.processes, caller, sandbox, id).await.map(drop),
-        StreamTarget::Watch { sandbox } => relay.sandboxes.enter(sandbox, caller).await.map(drop),
+        StreamTarget::Watch { sandbox } | StreamTarget::Terminal { sandbox } => {
+            relay.sandboxes.enter(sandbox, caller).await.map(drop)
+        }
         StreamTarget::Session(session) => sessions::find(&relay.sessions, caller, session).await.map(drop),
         StreamTarget::Job(job) => jobs::find(&relay.jobs, caller, job).await.map(drop),
         StreamTarget::Fleet => Ok(()),
