@@ -57,7 +57,7 @@ export function tile(unit, { dim = false } = {}) {
       progress(unit)),
     stages(unit),
     el('footer', {},
-      unit.live && unit.started_at ? el('span', { class: 'run-time' }, '⏱ ', running(unit.started_at)) : null,
+      unit.live && unit.started_at ? el('span', { class: 'run-time' }, 'running ', running(unit.started_at)) : null,
       el('span', { title: 'files changed' }, `${unit.files_changed ?? 0} files`),
       el('span', { title: 'commits' }, `${unit.commits ?? 0} commits`),
       el('span', { title: 'tokens, last hour' }, `${count((unit.tokens_1h ?? []).reduce((a, b) => a + b, 0))} tok`),

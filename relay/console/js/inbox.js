@@ -58,27 +58,32 @@ export function card(item, { before = null } = {}) {
   return box;
 }
 
-/** The deck: every open item's card, or a line saying there is none. */
+/** The deck: every open item's card, or a line saying there is none. Failures are read, not
+ * decided, so they can all go at once. */
 export function deck(items) {
   if (!items.length) return el('p', { class: 'muted empty' }, 'Nothing needs you.');
-  return el('div', { class: 'deck' }, items.map((i) => card(i)));
+  const box = el('div', { class: 'deck' });
+  const failed = items.filter((i) => i.kind === 'failed').length;
+  if (failed) {
+    const all = el('button', { class: 'ack-all', type: 'button' }, `Dismiss all ${failed} ${failed === 1 ? 'failure' : 'failures'}`);
+    all.addEventListener('click', () => act(all, bar, async () => {
+      await call('POST', '/api/inbox/ack', { kind: 'failed' });
+      await refreshInbox();
+    }));
+    const bar = el('div', { class: 'deck-actions' }, all);
+    box.append(bar);
+  }
+  box.append(...items.map((i) => card(i)));
+  return box;
 }
 
 export function render(main) {
   const list = el('section', { class: 'inbox', 'aria-live': 'polite' });
   const counts = el('p', { class: 'counts' });
-  const bar = el('div', { class: 'bar' }, el('h1', {}, 'Needs you'), counts);
-  // Failures are read, not decided: they go all at once.
-  const dismissAll = el('button', { class: 'ack-all', type: 'button' }, 'Dismiss all failures');
-  dismissAll.addEventListener('click', () => act(dismissAll, bar, async () => {
-    await call('POST', '/api/inbox/ack', { kind: 'failed' });
-    await refreshInbox();
-  }));
-  fill(main, bar, list);
+  fill(main, el('div', { class: 'bar' }, el('h1', {}, 'Needs you'), counts), list);
   const draw = () => {
     const c = state.inbox.counts ?? {};
     fill(counts, Object.entries(c).filter(([, n]) => n).map(([k, n]) => el('span', { class: `chip role-${k}` }, `${KIND_LABEL[k] ?? k}: ${n}`)));
-    if (c.failed) counts.append(dismissAll);
     fill(list, deck(state.inbox.items ?? []));
   };
   const off = subscribe((what) => {

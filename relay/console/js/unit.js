@@ -144,7 +144,7 @@ const live = (s) => s && !TERMINAL.has(s.state);
  */
 function diffPanel() {
   const box = el('section', { class: 'panel diff', 'aria-label': 'changes' });
-  const head = el('p', { class: 'diff-head muted small' });
+  const head = el('p', { class: 'diff-head muted small' }, 'Not read yet.');
   const files = el('ul', { class: 'diff-files' });
   const patch = el('div', { class: 'patch' });
   fill(box, el('h2', {}, 'Changes'), head, files, patch);
@@ -246,6 +246,8 @@ function diffPanel() {
       session = s;
       if (changed) load();
     },
+    /** No session: nothing to compare. */
+    none: () => fill(head, 'No session in this sandbox: nothing to compare.'),
     stop: () => clearInterval(timer),
   };
 }
@@ -337,6 +339,7 @@ function sessionPanel(sandbox, diff) {
       const all = (await call('GET', '/api/sessions')).sessions.filter((s) => s.sandbox === sandbox.name);
       if (!all.length) {
         fill(events, el('p', { class: 'muted empty' }, 'No session in this sandbox.'));
+        diff.none();
         form.hidden = true;
         return;
       }
@@ -587,7 +590,7 @@ export function render(main, ref) {
     const command = commandPanel(sandbox, processes);
     const watch = watchPanel(sandbox);
     parts.push(session, diff, processes, command, watch);
-    fill(body, el('div', { class: 'side main-side' }, session.node, diff.node), el('div', { class: 'side' }, command.node, processes.node, watch.node));
+    fill(body, session.node, el('div', { class: 'side' }, diff.node, command.node, processes.node, watch.node));
   })();
   return () => {
     left = true;
