@@ -147,8 +147,6 @@ pub struct Unit {
     pub tokens_1h: [u64; BUCKETS],
     pub pr: Option<Value>,
     pub created_at: f64,
-    /// When the live turn started (the console's time running); `null` once it ended.
-    pub started_at: Option<f64>,
     pub expires_at: Option<f64>,
     pub turn: Option<i64>,
     pub live: bool,
@@ -424,7 +422,6 @@ fn unit(cx: &Ctx<'_>, sbx: &super::Sbx, sessions: &[&Ses], jobs: &[&Job], items:
         tokens_1h,
         pr: job.and_then(|j| j.pr_url.as_ref()).map(|u| json!({"url": u, "source": "agent_reported"})),
         created_at: sbx.created_at as f64,
-        started_at: turn.filter(|t| !t.state.is_terminal()).and_then(|t| t.started_at),
         expires_at: turn
             .filter(|t| !t.state.is_terminal())
             .and_then(|t| t.started_at.map(|s| s + t.timeout_minutes as f64 * 60.0)),
