@@ -22,11 +22,12 @@ export function isSettled(u) {
   return u.role === 'off' && !u.live && (u.state !== 'running' || Boolean(u.job) || Boolean(u.session));
 }
 
-/** Keeps when each unit settled: now for one seen to settle, else its last sign of life. */
+/** Keeps when each unit settled: now for one seen to settle, else when its work ended (or its
+ * last sign of life, from a relay that does not say). */
 function noteSettled(u, before) {
   if (!isSettled(u)) state.settledAt.delete(u.id);
   else if (before && !isSettled(before)) state.settledAt.set(u.id, Date.now() / 1000);
-  else if (!state.settledAt.has(u.id)) state.settledAt.set(u.id, u.last_activity_at ?? u.started_at ?? u.created_at ?? 0);
+  else if (!state.settledAt.has(u.id)) state.settledAt.set(u.id, u.ended_at ?? u.last_activity_at ?? u.started_at ?? u.created_at ?? 0);
 }
 
 const listeners = new Set();
