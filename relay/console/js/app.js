@@ -1,7 +1,7 @@
 // The console: signing in (a token pasted once, kept in this tab's session storage), the header,
 // the theme, and the pages by the URL's fragment (#/fleet, #/inbox, #/unit/<sandbox>).
 import { ApiError, call, onSignedOut, token } from './api.js';
-import { el, fill } from './dom.js';
+import { el, fill, ticking } from './dom.js';
 import * as fleet from './fleet.js';
 import * as inbox from './inbox.js';
 import { connect, disconnect, state, subscribe } from './state.js';
@@ -83,5 +83,6 @@ onSignedOut(() => {
   signIn('the relay refused the token (revoked or unknown): sign in again');
 });
 theme();
+ticking();
 if (token.get()) start();
 else signIn();

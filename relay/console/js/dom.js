@@ -33,14 +33,71 @@ export function fill(node, ...children) {
   return node;
 }
 
-/** "12 s", "4 min", "3 h", "2 d" since `epoch` (seconds). */
+/** "12 s", "4 min", "3 h", "2 d" between `epoch` (seconds) and now, either way. */
 export function ago(epoch, now = Date.now() / 1000) {
   if (epoch == null) return '';
-  const s = Math.max(0, now - epoch);
+  const s = Math.abs(now - epoch);
   if (s < 60) return `${Math.floor(s)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min`;
   if (s < 86400) return `${Math.floor(s / 3600)} h`;
   return `${Math.floor(s / 86400)} d`;
+}
+
+/** When `epoch` (seconds) was, absolute and local: for a `title`. */
+export function stamp(epoch) {
+  return epoch == null ? '' : new Date(epoch * 1000).toLocaleString();
+}
+
+/**
+ * An age that stays true: "12 s ago" beside, the absolute time on hover. `ticking()` moves every
+ * such element with the clock, so no page redraws itself to keep its ages right.
+ */
+export function age(epoch, { suffix = ' ago', prefix = '' } = {}) {
+  if (epoch == null) return null;
+  return el('time', {
+    class: 'age',
+    datetime: new Date(epoch * 1000).toISOString(),
+    title: stamp(epoch),
+    dataset: { at: String(epoch), prefix, suffix },
+  }, `${prefix}${ago(epoch)}${suffix}`);
+}
+
+/** A time running since `epoch`, as a clock ("1:05") that moves like an age. */
+export function running(epoch, label = 'running for') {
+  if (epoch == null) return null;
+  return el('time', {
+    class: 'since',
+    datetime: new Date(epoch * 1000).toISOString(),
+    title: `${label} since ${stamp(epoch)}`,
+    dataset: { since: String(epoch) },
+  }, clock(Date.now() / 1000 - epoch));
+}
+
+/** Moves every age and running clock on the page once a second, from their data attributes. */
+export function ticking() {
+  setInterval(() => {
+    const now = Date.now() / 1000;
+    for (const t of document.querySelectorAll('time.age[data-at]')) {
+      const text = `${t.dataset.prefix ?? ''}${ago(Number(t.dataset.at), now)}${t.dataset.suffix ?? ''}`;
+      if (t.textContent !== text) t.textContent = text;
+    }
+    for (const t of document.querySelectorAll('time.since[data-since]')) {
+      const text = clock(now - Number(t.dataset.since));
+      if (t.textContent !== text) t.textContent = text;
+    }
+  }, 1000);
+}
+
+/** What the design record calls cost: tokens priced as the API would, not what a plan bills. */
+export const COST_NOTE = 'API-equivalent estimate: these tokens priced at API rates, as the agent reported them; not a bill';
+
+/** A cost in dollars as "≈ $0.012 API-equivalent" (or without the words, `short`), its note on hover. */
+export function cost(usd, { short = false } = {}) {
+  if (usd == null || !Number.isFinite(Number(usd))) return null;
+  const n = Number(usd);
+  const digits = n >= 1 ? 2 : 4;
+  const text = `≈ $${n.toFixed(digits).replace(/0+$/, '').replace(/\.$/, '.00')}`;
+  return el('span', { class: 'cost', title: COST_NOTE }, short ? text : `${text} API-equivalent`);
 }
 
 /** A duration in seconds as "1:05" or "2:03:10". */
