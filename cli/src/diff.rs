@@ -1,7 +1,6 @@
 //! `hangar diff SESSION [PATH]`: what an agent has changed since its turn started
 //! (`GET /api/sessions/{ref}/diff`): a `git diff --stat`-like table, or with a path that file's
-//! patch; `--json` prints the relay's answer. Colour only on a terminal, and not with `NO_COLOR`.
-use std::io::IsTerminal;
+//! patch; `--json` prints the relay's answer. Coloured as every output is (`--color`, a terminal, `NO_COLOR`).
 
 use clap::Args;
 use serde_json::Value;
@@ -32,8 +31,7 @@ pub async fn run(ctx: &Ctx, a: DiffArgs) -> Result<i32, Error> {
         params.push(("turn", t.to_string()));
     }
     let v = ctx.client.get(&with_query(&path(&["api", "sessions", &a.session, "diff"]), &params)).await?;
-    let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let paint = Paint(colour);
+    let paint = Paint(crate::render::color());
     ctx.print(&v, |v| if a.path.is_some() { patch(v, paint) } else { stat(v, paint) })
 }
 

@@ -52,6 +52,11 @@ pub fn set_color(on: bool) {
     COLOR.store(on, Ordering::Relaxed);
 }
 
+/// Whether `main` turned colour on, for output coloured by its own rules (`hangar diff`).
+pub fn color() -> bool {
+    COLOR.load(Ordering::Relaxed)
+}
+
 /// `--color auto`: on only when stdout is a terminal and `NO_COLOR` is unset or empty
 /// (no-color.org); `always` and `never` decide alone.
 pub fn color_wanted(choice: crate::args::Color, tty: bool, no_color: Option<&str>) -> bool {

@@ -90,7 +90,9 @@ async fn a_turns_changes_are_its_diff_and_the_agents_index_is_left_as_it_was() {
     let relay = relay(&state);
     let base = repo(&relay, "w").await;
     run(&relay, "work", "worker", "w").await;
-    let index = "cd w && git ls-files --stage && git status --porcelain";
+    // The objects too: a diff writes none into the agent's `.git` (a root-owned one there would
+    // keep the agent from writing its own objects beside it).
+    let index = "cd w && git ls-files --stage && git status --porcelain && find .git/objects -type f | sort";
     let before = exec(&relay, index).await;
 
     let d = diff(&relay, ADMIN, "/api/sessions/work/diff").await;
@@ -124,7 +126,7 @@ async fn a_turns_changes_are_its_diff_and_the_agents_index_is_left_as_it_was() {
     let p = diff(&relay, ADMIN, "/api/sessions/work/diff?path=renamed.txt").await;
     assert!(p["patch"].as_str().is_some_and(|t| t.contains("rename from moved.txt")), "{p}");
 
-    assert_eq!(exec(&relay, index).await, before, "the agent's index and status are as they were");
+    assert_eq!(exec(&relay, index).await, before, "the agent's index, status and objects are as they were");
     assert!(before.contains("staged.txt") && before.contains("?? \"added file.txt\""), "{before}");
 
     // A job's diff is its session's.

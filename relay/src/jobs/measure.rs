@@ -17,7 +17,8 @@ pub const VERIFY_TAIL_BYTES: usize = 4 * 1024;
 /// Prints whether the work tree differs from `$head` (`dirty=0|1`; nothing when it could not be
 /// told), after `git_prelude`. Nothing of the agent's configuration or index is trusted:
 /// - the work tree is compared with the head's tree through a fresh index, in a git directory of
-///   hangar's own making (the head, the repository's objects, and a configuration of one object
+///   hangar's own making (the head, the repository's objects read through `alternates` so that
+///   nothing is written among them, and a configuration of one object
 ///   format): no filter driver, fsmonitor or hook the agent configured runs, and no
 ///   assume-unchanged or skip-worktree bit or stat data it wrote hides a change;
 /// - untracked files are those the work tree's own `.gitignore` files do not ignore (not
@@ -29,7 +30,8 @@ t=$(mktemp -d) || exit 0
 trap 'rm -rf -- "$t"' EXIT
 common=$(g rev-parse --path-format=absolute --git-common-dir) && format=$(g rev-parse --show-object-format) || exit 0
 case $format in sha1 | sha256) ;; *) exit 0 ;; esac
-mkdir "$t/git" "$t/git/refs" && ln -s "$common/objects" "$t/git/objects" && printf '%s\n' "$head" >"$t/git/HEAD" &&
+mkdir -p "$t/git/refs" "$t/git/objects/info" && printf '%s/objects\n' "$common" >"$t/git/objects/info/alternates" &&
+  printf '%s\n' "$head" >"$t/git/HEAD" &&
   printf '[core]\n\trepositoryformatversion = 1\n\tbare = false\n[extensions]\n\tobjectformat = %s\n' "$format" >"$t/git/config" ||
   exit 0
 m() { GIT_DIR="$t/git" GIT_INDEX_FILE="$t/index" git -c safe.directory='*' "$@" 2>/dev/null; }

@@ -7,7 +7,7 @@
 //! nothing of the agent's repository but its objects and its work tree's files:
 //! - git runs in a git directory of hangar's own making in a temporary directory outside the work
 //!   tree (`jobs::measure`'s way): the turn's start read into a fresh index of its own, the
-//!   repository's objects linked, and a configuration of hangar's. The agent's `.git/config`, its
+//!   repository's objects read through `alternates` (nothing is written into them), and a configuration of hangar's. The agent's `.git/config`, its
 //!   index, its hooks and its info/ files are never read, so no `core.pager`, `diff.external`,
 //!   `diff.<driver>.command` or `textconv`, `filter.<name>.clean`, `core.fsmonitor` or hook it
 //!   set can run; `--no-ext-diff --no-textconv` and no system or global configuration besides.
@@ -538,7 +538,8 @@ fn checked(out: ExecOutput, what: &str) -> Result<Read> {
 
 /// The start of both diff scripts: after `git::prelude` (the repository found, or `git=no`),
 /// hangar's own git directory in a temporary directory (`$t`, removed at exit) holding the
-/// repository's objects (linked), a configuration of hangar's, and an index made from the turn's
+/// repository's objects (read through `alternates`: what git writes, the empty blob an intent-to-add
+/// records, goes to `$t`, never into the agent's `.git`), a configuration of hangar's, and an index made from the turn's
 /// start (`base`, an object id hangar read and checked; none: an empty tree) plus the untracked
 /// files, marked intent-to-add; `m` runs git in it, in the work tree's top.
 fn setup(cwd: &str, base: Option<&str>) -> String {
@@ -555,7 +556,10 @@ t=$(mktemp -d) || fail "no temporary directory"
 trap 'rm -rf -- "$t"' EXIT
 common=$(g rev-parse --path-format=absolute --git-common-dir) && format=$(g rev-parse --show-object-format) || fail "git could not read the repository"
 case $format in sha1 | sha256) ;; *) fail "an unknown object format" ;; esac
-mkdir "$t/git" "$t/git/refs" && ln -s "$common/objects" "$t/git/objects" && echo 'ref: refs/heads/hangar' >"$t/git/HEAD" &&
+case $common in *"
+"*) fail "a git directory whose path has a line break" ;; esac
+mkdir -p "$t/git/refs" "$t/git/objects/info" && printf '%s/objects\n' "$common" >"$t/git/objects/info/alternates" &&
+  echo 'ref: refs/heads/hangar' >"$t/git/HEAD" &&
   printf '[core]\n\trepositoryformatversion = 1\n\tbare = false\n\tbigFileThreshold = 8m\n[extensions]\n\tobjectformat = %s\n' \
     "$format" >"$t/git/config" || fail "the temporary git directory could not be made"
 m() {{ GIT_DIR="$t/git" GIT_INDEX_FILE="$t/index" git --no-pager -c safe.directory='*' -c core.fsmonitor=false \
