@@ -20,6 +20,8 @@
 //!   also kept in memory, which the fleet reads without the store.
 //! - Every change (an item opened or ended) is published on the feed (`Change::Item`), after the
 //!   open items in memory have it.
+//! - A turn waits for input exactly while an ask of it is open: each ask that opens or ends
+//!   settles its turn's state (`sessions::settle_input`), after the store has the change.
 pub mod answers;
 pub mod watcher;
 use std::{
@@ -193,9 +195,18 @@ async fn end(inbox: &Inbox, item: &ItemRow, to: ItemState, by: &str, outcome: Op
             let data = json!({ "item": item.id, "kind": item.kind.as_str(), "ask": item.ask_id, "state": to.as_str(),
                                "by": by, "source": "hangar" });
             tell_session(inbox, item, "inbox.ended", data).await?;
+            settle(inbox, item).await?;
         }
     }
     Ok(ended)
+}
+
+/// An ask of a turn opened or ended: the turn waits for input while one is open.
+async fn settle(inbox: &Inbox, item: &ItemRow) -> Result<()> {
+    if let (Some(session), Some(turn)) = (&item.session_id, &item.turn_id) {
+        crate::sessions::settle_input(&inbox.sessions, session, turn).await?;
+    }
+    Ok(())
 }
 
 /// Records a new item, in the store and in memory; `false` when its request was recorded already.
@@ -221,6 +232,9 @@ async fn open(inbox: &Inbox, item: ItemRow) -> Result<bool> {
         inbox.opened(item.clone());
     }
     inbox.feed.publish(Change::Item(&item)).await;
+    if item.kind.asks() && item.state == ItemState::Open {
+        settle(inbox, &item).await?;
+    }
     Ok(true)
 }
 
