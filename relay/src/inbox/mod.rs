@@ -184,6 +184,42 @@ pub async fn ack(inbox: &Inbox, caller: &Caller, reference: &str) -> Result<Item
     find(inbox, caller, &item.id).await
 }
 
+/// What `POST /api/inbox/ack` answers: how many items it acked.
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
+pub struct Acked {
+    pub acked: usize,
+}
+
+/// Acks every open item of `kind` (`failed` or `denied`) of the caller's own person at once:
+/// "dismiss all". An admin's too acks only its own person's, since a bulk dismiss of others'
+/// notices would hide from them what they never saw.
+pub async fn ack_all(inbox: &Inbox, caller: &Caller, kind: &str) -> Result<Acked> {
+    let known = || ItemKind::ALL.iter().filter(|k| !k.asks()).map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+    let Some(kind) = ItemKind::parse(kind) else {
+        return Err(Error::invalid(format!("kind: {kind:?} is not an item kind that is acked: {}", known())));
+    };
+    if kind.asks() {
+        return Err(Error::invalid(format!(
+            "kind: {} items are decided or answered, not acked: {}",
+            kind.as_str(),
+            known()
+        )));
+    }
+    let ended = inbox.store.ack_open_of_kind(Some(&caller.person), kind, &caller.person, time::now()).await?;
+    for item in &ended {
+        inbox.closed(&item.id);
+        inbox.feed.publish(Change::Item(item)).await;
+        events::InboxItemEnded {
+            item: &item.id,
+            kind: item.kind.as_str(),
+            state: item.state.as_str(),
+            by: &caller.person,
+        }
+        .emit();
+    }
+    Ok(Acked { acked: ended.len() })
+}
+
 /// Records an item's end, in the store and in memory; `false` when it had ended already.
 async fn end(inbox: &Inbox, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&str>) -> Result<bool> {
     let ended = inbox.store.end_item(&item.id, to, by, outcome, time::now()).await?;
