@@ -554,6 +554,26 @@ async fn a_turn_waits_for_input_while_its_question_is_open_whatever_it_prints() 
     assert_eq!((&s["state"], &s["turns"][0]["state"]), (&json!("waiting_input"), &json!("waiting_input")), "{s}");
     let r = relay.call("GET", "/api/sessions/beats/events?since=0&limit=1", Some(ADMIN), None).await;
     assert_eq!((&r.json()["state"], &r.json()["waiting_for"]), (&json!("waiting_input"), &json!([id])), "{r:?}");
+    // A stream told to end at input ends there, naming the item, after the events up to it.
+    let mut sse = relay.sse("GET", "/api/sessions/beats/events/stream?since=0&until=input", Some(ADMIN), None).await;
+    assert_eq!(sse.status, 200);
+    let mut last_move = None;
+    let close = loop {
+        let e = sse.next(LIMIT).await.expect("the stream ended without a close");
+        if e.event == "close" {
+            break e.json();
+        }
+        if e.json()["type"] == "run.state" {
+            last_move = Some(e.json()["data"]["to"].clone());
+        }
+    };
+    assert_eq!(last_move, Some(json!("waiting_input")));
+    assert_eq!(close["reason"], json!("done"), "{close}");
+    assert_eq!(close["message"], json!(format!("the turn waits for input: {id}")), "{close}");
+    for bad in ["until=input&follow=true", "until=never"] {
+        let r = relay.call("GET", &format!("/api/sessions/beats/events/stream?{bad}"), Some(ADMIN), None).await;
+        assert_eq!(r.status, 400, "{bad}: {r:?}");
+    }
     let f = relay.call("GET", "/api/fleet", Some(ADMIN), None).await.json();
     let unit = f["units"].as_array().and_then(|u| u.iter().find(|u| u["session"]["name"] == "beats")).cloned();
     let unit = unit.unwrap_or_else(|| panic!("no unit: {f}"));
