@@ -115,3 +115,62 @@ def test_a_failure_is_acked_and_another_persons_items_do_not_exist(relay, mode):
             assert any(i["id"] == item["id"] for i in ended.structured_content["items"])
 
     anyio.run(main)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("progress", [True, False], ids=["follow", "long-poll"])
+def test_an_orchestrators_events_wait_returns_when_the_turn_starts_to_wait_for_input(relay, mode, progress):
+    """An orchestrator starts a session and waits on its events (25 s, the longest): the wait
+    returns because the turn waits for input, with the item to answer; the answer through the
+    `inbox` tool lets the agent go on, and the turn runs to its end."""
+    token = relay.token(f"orch-{mode}-{progress}")
+    name = f"orch-{mode}-{int(progress)}-{time.monotonic_ns()}"
+
+    async def main():
+        async with connect(relay, token, mode) as c:
+            started = await c.call_tool(
+                "session", {"action": "start", "name": name, "sandbox": "default", "harness": "asker", "prompt": "go"}
+            )
+            assert not started.is_error, text(started)
+            seen = []
+
+            async def on_event(seq, total, message):
+                seen.append(json.loads(message))
+
+            since, page = 0, None
+            with anyio.fail_after(60):
+                # The long poll returns at each event: an orchestrator reads on until the state says.
+                while page is None or page["state"] != "waiting_input":
+                    args = {"action": "events", "session": name, "since": since, "wait_seconds": 25}
+                    r = await c.call_tool("session", args, progress_callback=on_event if progress else None)
+                    assert not r.is_error, text(r)
+                    page = r.structured_content
+                    since = page["next"]
+                    assert page["state"] not in ("succeeded", "failed", "crashed", "cancelled", "timed_out"), page
+                    if progress:
+                        break
+            # It returned because the turn waits for input, naming what it waits for.
+            assert page["state"] == "waiting_input", page
+            assert page["closed"] is None, page
+            listed = await c.call_tool("inbox", {"action": "list"})
+            asks = [i["id"] for i in listed.structured_content["items"] if i["session_name"] == name]
+            assert page["waiting_for"] == asks and len(asks) == 1, (page, asks)
+            moved = [e for e in page["events"] if e["type"] == "run.state"]
+            assert moved[-1]["data"]["to"] == "waiting_input", page["events"]
+            if progress:
+                assert [e["seq"] for e in seen] == [e["seq"] for e in page["events"]]
+
+            done = await c.call_tool("inbox", {"action": "answer", "item": page["waiting_for"][0], "answer": "sqlite"})
+            assert not done.is_error, text(done)
+            with anyio.fail_after(60):
+                while True:
+                    args = {"action": "events", "session": name, "since": since, "wait_seconds": 25}
+                    r = await c.call_tool("session", args)
+                    page = r.structured_content
+                    since = page["next"]
+                    if page["state"] == "succeeded" and not page["more"]:
+                        break
+            assert page["waiting_for"] == []
+
+    anyio.run(main)
+    assert "chose sqlite" in printed(relay, token, name)

@@ -209,6 +209,9 @@ async fn the_read_joins_every_unit_with_its_work_and_each_person_sees_theirs() {
     assert_eq!((&w["work"], &w["turn"], &w["live"]), (&json!("Fix the failing tests"), &json!(1), &json!(true)));
     assert!(w["task"].as_str().is_some_and(|t| t.contains("drops retries")), "{w:#}");
     assert!(w["expires_at"].as_f64() > w["created_at"].as_f64(), "the turn's deadline: {w:#}");
+    // Time running: from the turn's start; no end while it runs.
+    assert!(w["started_at"].as_f64() >= w["created_at"].as_f64(), "{w:#}");
+    assert_eq!(w["ended_at"], Value::Null, "{w:#}");
     assert_eq!(
         (&w["ask"], &w["question"], &w["question_options"], &w["inbox"]),
         (&Value::Null, &Value::Null, &json!([]), &json!([]))
@@ -262,6 +265,15 @@ async fn the_read_joins_every_unit_with_its_work_and_each_person_sees_theirs() {
         (&json!("off"), &json!("Succeeded"), &json!(false), &Value::Null),
         "{d:#}"
     );
+    // It keeps what a tile shows of the work that just ended: the task, the session and its
+    // end, the harness, when it ran, and its usage with the cost estimate.
+    assert_eq!(
+        (&d["work"], &d["session"]["name"], &d["session"]["state"], &d["harness"], &d["label"]),
+        (&json!("Fix the failing tests"), &json!("done"), &json!("succeeded"), &json!("quick"), &json!("Off")),
+        "{d:#}"
+    );
+    assert!(d["started_at"].as_f64().is_some_and(|s| d["ended_at"].as_f64() >= Some(s)), "{d:#}");
+    assert!(d["usage"]["cost_usd"].as_f64().is_some(), "the turn's usage stays: {d:#}");
     assert_eq!(all["units"].as_array().map(Vec::len), Some(7));
 
     // The Owners filter.
@@ -309,6 +321,9 @@ async fn the_read_joins_every_unit_with_its_work_and_each_person_sees_theirs() {
         "{j:#}"
     );
     assert!(j["session"]["name"].as_str().is_some_and(|n| n.starts_with("job-")), "{j:#}");
+    // A job that just ended stays, with its final state, work and usage.
+    assert_eq!((&j["label"], &j["reason"]["title"]), (&json!("Off"), &json!("Succeeded")), "{j:#}");
+    assert!(j["usage"]["cost_usd"].as_f64().is_some() && j["started_at"].as_f64().is_some(), "{j:#}");
     assert!(names(&fleet(&relay, &ana, "?include_stopped=true").await).iter().all(|n| !n.starts_with("job-")));
 }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use hangar_e2e::{
     docker::{self, sandbox_of, Containers, ENVD_IMAGE, PLAIN_IMAGE},
     relay::{Relay, StateDir, ADMIN},
-    sessions::{all_events, harness_file, inbox, item_of, profile, start, until_ended},
+    sessions::{all_events, get, harness_file, inbox, item_of, profile, start, until_ended},
 };
 use serde_json::{json, Value};
 
@@ -115,8 +115,19 @@ echo "modes $(stat -L -c %a "$HANGAR_INBOX" "$HANGAR_ANSWERS" "$HOME/.hangar/run
 sleep 3
 echo done"#;
 
+/// Asks a question while it prints a heartbeat line every 0.1 s (as Claude Code writes
+/// `tool_progress` while a hook waits), says the answer, then asks another.
+const BEATING: &str = r#"cat >/dev/null
+( while :; do echo '{"type":"assistant","message":{"content":[{"type":"text","text":"heartbeat"}]}}'; sleep 0.1; done ) & beat=$!
+a=$("$HANGAR_AGENT" question "Go on?" --option yes --option no)
+kill $beat
+echo "answer=$a"
+b=$("$HANGAR_AGENT" question "Done?")
+echo "second=$b""#;
+
 fn relay_with(state: &StateDir, env: &[(&str, &str)]) -> Relay {
     let profiles = vec![
+        profile("beating", &argv(&["bash", "-c", BEATING]), None, "claude-stream-json", "none"),
         profile("questioner", &argv(&["bash", "-c", QUESTIONER]), None, "claude-stream-json", "none"),
         profile(
             "flooder",
@@ -471,8 +482,23 @@ async fn approval_round_trip(relay: &Relay, sbx: &str) {
 
     let s = until_ended(relay, ADMIN, "gated", LIMIT).await;
     assert_eq!(s["state"], json!("succeeded"), "{s}");
-    let denied = item_of(relay, ADMIN, "denied", "gated").await;
-    assert_eq!(denied["text"], json!("not today"), "{denied}");
+    // The person denied it themselves: the denial is recorded, ended by them, and not left open
+    // for them to dismiss.
+    let open = inbox(relay, ADMIN, false).await;
+    assert_eq!(open["counts"]["denied"], json!(0), "{open}");
+    let ended = inbox(relay, ADMIN, true).await;
+    let denied = ended["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["kind"] == "denied" && i["session_name"] == "gated")
+        .cloned()
+        .unwrap_or_else(|| panic!("no ended denied item: {ended}"));
+    assert_eq!(
+        (&denied["text"], &denied["state"], &denied["ended_by"]),
+        (&json!("not today"), &json!("acked"), &json!("admin")),
+        "{denied}"
+    );
 }
 
 #[tokio::test]
@@ -490,4 +516,187 @@ async fn without_the_daemon_a_question_is_found_by_polling_and_answered() {
     question_round_trip(&relay, &sbx, "polled-asks").await;
     let s = until_ended(&relay, ADMIN, "polled-asks", LIMIT).await;
     assert_eq!(s["turns"][0]["polled"], json!(true), "{s}");
+}
+
+/// The turn's state as the session view says it.
+async fn state_of(relay: &Relay, token: &str, session: &str) -> String {
+    get(relay, token, session).await["state"].as_str().unwrap_or_default().to_string()
+}
+
+/// A turn waits for input exactly while its question is open, whatever the agent prints
+/// meanwhile: the session and turn views, its events (a `run.state` each way), the long poll
+/// (with the item it waits for) and the fleet say so; the answer moves it back to running.
+#[tokio::test]
+async fn a_turn_waits_for_input_while_its_question_is_open_whatever_it_prints() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    start(&relay, ADMIN, body("beats", "default", "beating")).await;
+    let item = item_of(&relay, ADMIN, "question", "beats").await;
+    let id = item["id"].as_str().expect("id").to_string();
+    let deadline = Instant::now() + LIMIT;
+    while state_of(&relay, ADMIN, "beats").await != "waiting_input" {
+        assert!(Instant::now() < deadline, "never waiting: {}", get(&relay, ADMIN, "beats").await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Heartbeats go on being recorded after the turn started to wait, and it still waits.
+    let beats = |events: &[Value]| events.iter().filter(|e| e["data"].to_string().contains("heartbeat")).count();
+    let waited_at = all_events(&relay, ADMIN, "beats").await;
+    let before = beats(&waited_at);
+    loop {
+        let events = all_events(&relay, ADMIN, "beats").await;
+        if beats(&events) >= before + 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no more heartbeats: {events:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = get(&relay, ADMIN, "beats").await;
+    assert_eq!((&s["state"], &s["turns"][0]["state"]), (&json!("waiting_input"), &json!("waiting_input")), "{s}");
+    let r = relay.call("GET", "/api/sessions/beats/events?since=0&limit=1", Some(ADMIN), None).await;
+    assert_eq!((&r.json()["state"], &r.json()["waiting_for"]), (&json!("waiting_input"), &json!([id])), "{r:?}");
+    // A stream told to end at input ends there, naming the item, after the events up to it.
+    let mut sse = relay.sse("GET", "/api/sessions/beats/events/stream?since=0&until=input", Some(ADMIN), None).await;
+    assert_eq!(sse.status, 200);
+    let mut last_move = None;
+    let close = loop {
+        let e = sse.next(LIMIT).await.expect("the stream ended without a close");
+        if e.event == "close" {
+            break e.json();
+        }
+        if e.json()["type"] == "run.state" {
+            last_move = Some(e.json()["data"]["to"].clone());
+        }
+    };
+    assert_eq!(last_move, Some(json!("waiting_input")));
+    assert_eq!(close["reason"], json!("done"), "{close}");
+    assert_eq!(close["message"], json!(format!("the turn waits for input: {id}")), "{close}");
+    for bad in ["until=input&follow=true", "until=never"] {
+        let r = relay.call("GET", &format!("/api/sessions/beats/events/stream?{bad}"), Some(ADMIN), None).await;
+        assert_eq!(r.status, 400, "{bad}: {r:?}");
+    }
+    let f = relay.call("GET", "/api/fleet", Some(ADMIN), None).await.json();
+    let unit = f["units"].as_array().and_then(|u| u.iter().find(|u| u["session"]["name"] == "beats")).cloned();
+    let unit = unit.unwrap_or_else(|| panic!("no unit: {f}"));
+    assert_eq!((&unit["role"], &unit["session"]["state"]), (&json!("approval"), &json!("waiting_input")), "{unit}");
+
+    let path = format!("/api/questions/{}", item["ask_id"].as_str().expect("ask_id"));
+    let r = relay.call("POST", &path, Some(ADMIN), Some(json!({"answer": "yes"}))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(printed_line(&relay, "beats", "answer=").await, "answer=yes");
+    // The second question: the turn went back to running when the first was answered, and
+    // waits again now.
+    let second = item_of(&relay, ADMIN, "question", "beats").await;
+    assert_ne!(second["id"], item["id"]);
+    let events = all_events(&relay, ADMIN, "beats").await;
+    let seq_of = |pred: &dyn Fn(&Value) -> bool| events.iter().find(|e| pred(e)).and_then(|e| e["seq"].as_i64());
+    let resumed = seq_of(&|e| e["type"] == "run.state" && e["data"]["from"] == "waiting_input");
+    let asked_again = seq_of(&|e| e["type"] == "inbox.opened" && e["data"]["item"] == second["id"]);
+    assert!(resumed.is_some() && resumed < asked_again, "running between the two questions: {events:?}");
+    let path = format!("/api/questions/{}", second["ask_id"].as_str().expect("ask_id"));
+    let r = relay.call("POST", &path, Some(ADMIN), Some(json!({"answer": "yes"}))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let s = until_ended(&relay, ADMIN, "beats", LIMIT).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    let r = relay.call("GET", "/api/sessions/beats/events?since=0&limit=1", Some(ADMIN), None).await;
+    assert_eq!(r.json()["waiting_for"], json!([]), "{r:?}");
+    let moves: Vec<(String, String)> = all_events(&relay, ADMIN, "beats")
+        .await
+        .iter()
+        .filter(|e| e["type"] == "run.state")
+        .map(|e| (e["data"]["from"].as_str().unwrap_or("").into(), e["data"]["to"].as_str().unwrap_or("").into()))
+        .collect();
+    let pairs: Vec<(&str, &str)> = moves.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let wait = [("running", "waiting_input"), ("waiting_input", "running")];
+    let mut expected = vec![("queued", "starting"), ("starting", "running")];
+    expected.extend(wait);
+    expected.extend(wait);
+    expected.push(("running", "succeeded"));
+    assert_eq!(pairs, expected, "one wait per question, from its opening to its answer");
+}
+
+/// "Dismiss all": `POST /api/inbox/ack {"kind": "failed"}` acks every open failure of the
+/// caller's own person at once (an admin's too: only its own), and nobody else's.
+#[tokio::test]
+async fn dismiss_all_acks_the_callers_own_failures_and_no_one_elses() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    let other = relay.token("other", "user").await;
+    relay.share_default().await;
+    start(&relay, ADMIN, body("fails-a", "default", "failing")).await;
+    start(&relay, ADMIN, body("fails-b", "default", "failing")).await;
+    start(&relay, &other.secret, body("fails-o", "default", "failing")).await;
+    item_of(&relay, ADMIN, "failed", "fails-a").await;
+    item_of(&relay, ADMIN, "failed", "fails-b").await;
+    let theirs = item_of(&relay, &other.secret, "failed", "fails-o").await;
+
+    for (bad, says) in [
+        (json!({"kind": "nope"}), "nope"),
+        (json!({"kind": "question"}), "not acked"),
+        (json!({"kind": "approval"}), "not acked"),
+        (json!({}), "kind"),
+        (json!({"kind": "failed", "ids": []}), "ids"),
+    ] {
+        let r = relay.call("POST", "/api/inbox/ack", Some(ADMIN), Some(bad.clone())).await;
+        assert_eq!((r.status, r.json()["error"]["code"].clone()), (400, json!("invalid_argument")), "{bad}: {r:?}");
+        assert!(r.json()["error"]["message"].as_str().unwrap_or_default().contains(says), "{bad}: {r:?}");
+    }
+    assert_eq!(inbox(&relay, ADMIN, false).await["counts"]["failed"], json!(3), "a refusal acks nothing");
+
+    let r = relay.call("POST", "/api/inbox/ack", Some(ADMIN), Some(json!({"kind": "failed"}))).await;
+    assert_eq!((r.status, r.json()), (200, json!({"acked": 2})), "{r:?}");
+    let left = inbox(&relay, ADMIN, false).await;
+    let ids: Vec<&Value> = left["items"].as_array().expect("items").iter().map(|i| &i["id"]).collect();
+    assert_eq!(ids, [&theirs["id"]], "the other person's failure is untouched: {left}");
+    let ended = inbox(&relay, ADMIN, true).await;
+    let acked: Vec<&Value> = ended["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|i| i["kind"] == "failed")
+        .map(|i| &i["ended_by"])
+        .collect();
+    assert_eq!(acked, [&json!("admin"), &json!("admin")], "{ended}");
+
+    let r = relay.call("POST", "/api/inbox/ack", Some(ADMIN), Some(json!({"kind": "failed"}))).await;
+    assert_eq!((r.status, r.json()), (200, json!({"acked": 0})), "nothing left of its own: {r:?}");
+    let r = relay.call("POST", "/api/inbox/ack", Some(&other.secret), Some(json!({"kind": "denied"}))).await;
+    assert_eq!((r.status, r.json()), (200, json!({"acked": 0})), "{r:?}");
+    let r = relay.call("POST", "/api/inbox/ack", Some(&other.secret), Some(json!({"kind": "failed"}))).await;
+    assert_eq!((r.status, r.json()), (200, json!({"acked": 1})), "{r:?}");
+    assert_eq!(inbox(&relay, &other.secret, false).await["counts"]["failed"], json!(0));
+}
+
+/// A denial another person made (an admin, deciding a person's held call) opens a `denied`
+/// item for the call's person, which their "dismiss all" of denials ends; the admin's own
+/// denials (`approval_round_trip`) open none.
+#[tokio::test]
+async fn a_denial_by_someone_else_stays_open_for_the_calls_person_until_dismissed() {
+    let state = StateDir::new();
+    let relay = relay_with(&state, &[]);
+    relay.share_default().await;
+    let other = relay.token("other", "user").await;
+    let mut b = body("theirs", "default", "hooked");
+    b["approvals"] = json!(["Bash(git push*)"]);
+    start(&relay, &other.secret, b).await;
+    for command in ["git push origin main", "git push --force"] {
+        let held = item_of(&relay, &other.secret, "approval", "theirs").await;
+        assert_eq!(held["tool"]["input"]["command"], json!(command), "{held}");
+        let path = format!("/api/approvals/{}", held["ask_id"].as_str().expect("ask_id"));
+        let r = relay.call("POST", &path, Some(ADMIN), Some(json!({"decision": "deny", "reason": "no"}))).await;
+        assert_eq!((r.status, r.json()["state"].clone()), (200, json!("denied")), "{r:?}");
+        let deadline = Instant::now() + LIMIT;
+        while inbox(&relay, &other.secret, false).await["counts"]["approval"] != json!(0) {
+            assert!(Instant::now() < deadline, "the approval stayed open");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let s = until_ended(&relay, &other.secret, "theirs", LIMIT).await;
+    assert_eq!(s["state"], json!("succeeded"), "{s}");
+    let open = inbox(&relay, &other.secret, false).await;
+    assert_eq!(open["counts"]["denied"], json!(2), "denied by someone else: theirs to see: {open}");
+    let r = relay.call("POST", "/api/inbox/ack", Some(ADMIN), Some(json!({"kind": "denied"}))).await;
+    assert_eq!((r.status, r.json()), (200, json!({"acked": 0})), "the admin's dismiss is its own: {r:?}");
+    let r = relay.call("POST", "/api/inbox/ack", Some(&other.secret), Some(json!({"kind": "denied"}))).await;
+    assert_eq!((r.status, r.json()), (200, json!({"acked": 2})), "{r:?}");
+    assert_eq!(inbox(&relay, &other.secret, false).await["counts"]["denied"], json!(0));
 }

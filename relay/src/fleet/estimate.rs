@@ -1,7 +1,8 @@
 //! How far along a stage probably is, from time alone, when the agent has not said: the elapsed
 //! time in the stage against the median of the same stage in this relay's recent turns of the
-//! same harness, or else a share of recent turns' median length, or else a default. In memory
-//! and bounded (a restart starts with none); an estimate never reaches 100.
+//! same harness, or else a share of recent turns' median length, or else a default; a median
+//! only from at least `MIN_SAMPLES` (one earlier second says little of the next stage). In
+//! memory and bounded (a restart starts with none); an estimate never reaches 100.
 use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
@@ -10,6 +11,8 @@ use hangar_agents::live::{Finished, Stage};
 
 /// Durations kept per harness and stage, and of whole turns.
 pub const KEEP: usize = 50;
+/// The fewest durations a median is taken from; with fewer, the next basis is used.
+pub const MIN_SAMPLES: usize = 5;
 /// Harnesses remembered (the configured ones, in practice).
 const MAX_HARNESSES: usize = 64;
 
@@ -87,9 +90,11 @@ impl Estimates {
     /// `elapsed` seconds into `stage` of a `harness` turn.
     pub fn estimate(&self, harness: &str, stage: Stage, elapsed: f64) -> Estimate {
         let name = stage.as_str();
-        let (typical, basis, samples) = match self.stages.get(&(harness.to_string(), stage)).filter(|q| !q.is_empty()) {
+        let enough = |q: &&VecDeque<f64>| q.len() >= MIN_SAMPLES;
+        let stages = self.stages.get(&(harness.to_string(), stage)).filter(enough);
+        let (typical, basis, samples) = match stages {
             Some(q) => (median(q).unwrap_or(0.0), format!("median of {} recent {name} stages", q.len()), q.len()),
-            None => match median(&self.turns) {
+            None => match Some(&self.turns).filter(enough).and_then(median) {
                 Some(m) => (
                     m * share(stage),
                     format!("a share of the median of {} recent turns", self.turns.len()),
@@ -115,19 +120,29 @@ mod tests {
         let d = e.estimate("claude-code", Stage::Test, 30.0);
         assert_eq!((d.typical_s, d.pct, d.samples, d.basis.as_str()), (300, 10, 0, "default"));
 
-        e.turn_done(1000.0);
+        // Fewer turns than a median is taken from: still the default.
+        for s in [1000.0, 2000.0, 1500.0, 1000.0] {
+            e.turn_done(s);
+        }
+        assert_eq!(e.estimate("claude-code", Stage::Test, 30.0).basis, "default");
         e.turn_done(2000.0);
         let t = e.estimate("claude-code", Stage::Test, 30.0);
-        assert_eq!((t.typical_s, t.samples), (450, 2), "{t:?}");
-        assert!(t.basis.contains("2 recent turns"), "{}", t.basis);
+        assert_eq!((t.typical_s, t.samples), (450, 5), "{t:?}");
+        assert!(t.basis.contains("5 recent turns"), "{}", t.basis);
 
-        for s in [10.0, 200.0, 20.0] {
+        // One short stage says little: a share of turns until there are five of the stage.
+        e.stage_done("claude-code", Finished { stage: Stage::Test, seconds: 1.0 });
+        let one = e.estimate("claude-code", Stage::Test, 10.0);
+        assert_eq!((one.typical_s, one.pct, one.samples), (450, 2, 5), "{one:?}");
+        for s in [10.0, 200.0, 20.0, 30.0] {
             e.stage_done("claude-code", Finished { stage: Stage::Test, seconds: s });
         }
-        e.stage_done("codex", Finished { stage: Stage::Test, seconds: 5000.0 });
+        for _ in 0..MIN_SAMPLES {
+            e.stage_done("codex", Finished { stage: Stage::Test, seconds: 5000.0 });
+        }
         let s = e.estimate("claude-code", Stage::Test, 10.0);
-        assert_eq!((s.typical_s, s.pct, s.elapsed_s, s.samples), (20, 50, 10, 3));
-        assert_eq!(s.basis, "median of 3 recent test stages");
+        assert_eq!((s.typical_s, s.pct, s.elapsed_s, s.samples), (20, 50, 10, 5));
+        assert_eq!(s.basis, "median of 5 recent test stages");
         // Never 100, however late.
         assert_eq!(e.estimate("claude-code", Stage::Test, 1e9).pct, 99);
     }

@@ -92,6 +92,7 @@ struct Turn {
     prompt: String,
     created_at: f64,
     started_at: Option<f64>,
+    finished_at: Option<f64>,
     timeout_minutes: i64,
 }
 
@@ -166,6 +167,7 @@ impl Turn {
             prompt: cut_prompt(&t.prompt),
             created_at: t.created_at,
             started_at: t.started_at,
+            finished_at: t.finished_at,
             timeout_minutes: t.timeout_minutes,
         }
     }

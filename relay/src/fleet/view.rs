@@ -150,6 +150,10 @@ pub struct Unit {
     pub tokens_1h: [u64; BUCKETS],
     pub pr: Option<Value>,
     pub created_at: f64,
+    /// When the work shown started: the latest turn's start, else the job's creation.
+    pub started_at: Option<f64>,
+    /// When it ended: the latest turn's end while no job of it is live; `null` while live.
+    pub ended_at: Option<f64>,
     pub expires_at: Option<f64>,
     pub turn: Option<i64>,
     pub live: bool,
@@ -427,6 +431,8 @@ fn unit(cx: &Ctx<'_>, sbx: &super::Sbx, sessions: &[&Ses], jobs: &[&Job], items:
         tokens_1h,
         pr: job.and_then(|j| j.pr_url.as_ref()).map(|u| json!({"url": u, "source": "agent_reported"})),
         created_at: sbx.created_at as f64,
+        started_at: turn.and_then(|t| t.started_at).or(job.map(|j| j.created_at)),
+        ended_at: turn.and_then(|t| t.finished_at).filter(|_| !live),
         expires_at: turn
             .filter(|t| !t.state.is_terminal())
             .and_then(|t| t.started_at.map(|s| s + t.timeout_minutes as f64 * 60.0)),
@@ -542,6 +548,7 @@ mod tests {
             prompt: "do it".into(),
             created_at: 10.0,
             started_at: Some(11.0),
+            finished_at: turn.is_terminal().then_some(12.0),
             timeout_minutes: 60,
         };
         let s = Ses {

@@ -64,7 +64,9 @@ pub async fn decide(
     write(inbox, &item, outcome).await?;
     end(inbox, &item, to, &caller.person, reason.as_deref()).await?;
     if decision == Decision::Deny {
-        denied(inbox, &item, reason.as_deref().unwrap_or("denied")).await?;
+        // A person who denied the call knows of it: the record is kept, ended, not left open.
+        let by = (caller.person == item.person).then_some(caller.person.as_str());
+        denied(inbox, &item, reason.as_deref().unwrap_or("denied"), by).await?;
     }
     find(inbox, caller, &item.id).await
 }
@@ -102,13 +104,14 @@ pub async fn expire(inbox: &Inbox, item: &ItemRow) -> Result<()> {
     let reason = format!("nobody answered within {} s", inbox.expiry.as_secs());
     let written = write(inbox, item, Outcome::Expired { reason: reason.clone() }).await;
     if end(inbox, item, ItemState::Expired, "hangar", Some(&reason)).await? && item.kind == ItemKind::Approval {
-        denied(inbox, item, &reason).await?;
+        denied(inbox, item, &reason, None).await?;
     }
     written
 }
 
-/// A held call was denied: its person hears of it.
-async fn denied(inbox: &Inbox, approval: &ItemRow, reason: &str) -> Result<()> {
+/// A held call was denied: its person hears of it, unless they denied it themselves (`by_own`:
+/// the item is recorded acked by them, among the ended items, never open).
+async fn denied(inbox: &Inbox, approval: &ItemRow, reason: &str, by_own: Option<&str>) -> Result<()> {
     let mut item =
         new_item(ItemKind::Denied, &approval.person, format!("Denied: {}", approval.title), reason.to_string());
     item.session_id = approval.session_id.clone();
@@ -117,6 +120,11 @@ async fn denied(inbox: &Inbox, approval: &ItemRow, reason: &str) -> Result<()> {
     item.sandbox_id = approval.sandbox_id.clone();
     item.sandbox_name = approval.sandbox_name.clone();
     item.tool = approval.tool.clone();
+    if let Some(person) = by_own {
+        item.state = ItemState::Acked;
+        item.ended_at = Some(item.created_at);
+        item.ended_by = Some(person.to_string());
+    }
     open(inbox, item).await?;
     Ok(())
 }

@@ -20,6 +20,8 @@
 //!   also kept in memory, which the fleet reads without the store.
 //! - Every change (an item opened or ended) is published on the feed (`Change::Item`), after the
 //!   open items in memory have it.
+//! - A turn waits for input exactly while an ask of it is open: each ask that opens or ends
+//!   settles its turn's state (`sessions::settle_input`), after the store has the change.
 pub mod answers;
 pub mod watcher;
 use std::{
@@ -190,6 +192,42 @@ pub async fn ack(inbox: &Inbox, caller: &Caller, reference: &str) -> Result<Item
     find(inbox, caller, &item.id).await
 }
 
+/// What `POST /api/inbox/ack` answers: how many items it acked.
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
+pub struct Acked {
+    pub acked: usize,
+}
+
+/// Acks every open item of `kind` (`failed` or `denied`) of the caller's own person at once:
+/// "dismiss all". An admin's too acks only its own person's, since a bulk dismiss of others'
+/// notices would hide from them what they never saw.
+pub async fn ack_all(inbox: &Inbox, caller: &Caller, kind: &str) -> Result<Acked> {
+    let known = || ItemKind::ALL.iter().filter(|k| !k.asks()).map(|k| k.as_str()).collect::<Vec<_>>().join(", ");
+    let Some(kind) = ItemKind::parse(kind) else {
+        return Err(Error::invalid(format!("kind: {kind:?} is not an item kind that is acked: {}", known())));
+    };
+    if kind.asks() {
+        return Err(Error::invalid(format!(
+            "kind: {} items are decided or answered, not acked: {}",
+            kind.as_str(),
+            known()
+        )));
+    }
+    let ended = inbox.store.ack_open_of_kind(Some(&caller.person), kind, &caller.person, time::now()).await?;
+    for item in &ended {
+        inbox.closed(&item.id);
+        inbox.feed.publish(Change::Item(item)).await;
+        events::InboxItemEnded {
+            item: &item.id,
+            kind: item.kind.as_str(),
+            state: item.state.as_str(),
+            by: &caller.person,
+        }
+        .emit();
+    }
+    Ok(Acked { acked: ended.len() })
+}
+
 /// Records an item's end, in the store and in memory; `false` when it had ended already.
 async fn end(inbox: &Inbox, item: &ItemRow, to: ItemState, by: &str, outcome: Option<&str>) -> Result<bool> {
     let ended = inbox.store.end_item(&item.id, to, by, outcome, time::now()).await?;
@@ -201,9 +239,18 @@ async fn end(inbox: &Inbox, item: &ItemRow, to: ItemState, by: &str, outcome: Op
             let data = json!({ "item": item.id, "kind": item.kind.as_str(), "ask": item.ask_id, "state": to.as_str(),
                                "by": by, "source": "hangar" });
             tell_session(inbox, item, "inbox.ended", data).await?;
+            settle(inbox, item).await?;
         }
     }
     Ok(ended)
+}
+
+/// An ask of a turn opened or ended: the turn waits for input while one is open.
+async fn settle(inbox: &Inbox, item: &ItemRow) -> Result<()> {
+    if let (Some(session), Some(turn)) = (&item.session_id, &item.turn_id) {
+        crate::sessions::settle_input(&inbox.sessions, session, turn).await?;
+    }
+    Ok(())
 }
 
 /// Records a new item, in the store and in memory; `false` when its request was recorded already.
@@ -229,6 +276,9 @@ async fn open(inbox: &Inbox, item: ItemRow) -> Result<bool> {
         inbox.opened(item.clone());
     }
     inbox.feed.publish(Change::Item(&item)).await;
+    if item.kind.asks() && item.state == ItemState::Open {
+        settle(inbox, &item).await?;
+    }
     Ok(true)
 }
 

@@ -105,7 +105,7 @@ impl Pages for JobFollow {
                     return self.gate.pass(events).await;
                 }
                 // A job's follower never ends on its turn's end (`Until::Never`).
-                Ok(Some(Ok(Some(Next::Ended(_))))) => {}
+                Ok(Some(Ok(Some(Next::Ended(_) | Next::Waiting(_))))) => {}
                 Ok(Some(Ok(None))) => return self.gate.end(End::Stopped),
                 Ok(Some(Err(e))) => return self.gate.end(End::Failed(e.to_string())),
             }

@@ -261,6 +261,8 @@ async fn started(sessions: &Sessions, session: &SessionRow, turn: &TurnRow, plac
     sessions.store.update_session_start(&session.id, None, Some(place.split), time::now()).await?;
     events::TurnStarted { turn: &turn.id, pid, split: place.split }.emit();
     transition(sessions, &session.id, &turn.id, turn.state, TurnState::Running, None, None).await?;
+    // An ask the agent opened before its turn was running makes it wait now.
+    super::settle_input(sessions, &session.id, &turn.id).await?;
     Ok(())
 }
 
@@ -642,7 +644,7 @@ impl Watch<'_> {
             End::Exited { code, .. } => (TurnState::Failed, "nonzero_exit", format!("exit code {code}")),
             End::Outside | End::Unknown => return Ok(()),
         };
-        transition(sessions, &session.id, &turn.id, ingest.state, to, Some(reason), Some(&detail)).await?;
+        transition(sessions, &session.id, &turn.id, now.state, to, Some(reason), Some(&detail)).await?;
         Ok(())
     }
 }

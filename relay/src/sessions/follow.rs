@@ -66,8 +66,24 @@ impl Mark {
 pub enum Until {
     /// Once the session's latest turn has ended and its end was sent.
     TurnEnds,
+    /// Once the session's latest turn has ended, or has started to wait for input (an approval
+    /// or a question of it opened: its `run.state` to `waiting_input` was handed over and it
+    /// still waits), every event up to that sent: what an orchestrator waits for. A follow that
+    /// starts after that move waits on for what comes next, so that one waiting for a person
+    /// does not spin.
+    TurnEndsOrWaits,
     /// Never: the caller decides (a stream that follows the next turns, a job's stream).
     Never,
+}
+
+impl Until {
+    fn at_input(self) -> bool {
+        self == Until::TurnEndsOrWaits
+    }
+
+    fn at_end(self) -> bool {
+        matches!(self, Until::TurnEnds | Until::TurnEndsOrWaits)
+    }
 }
 
 /// What a follower has next.
@@ -77,6 +93,8 @@ pub enum Next {
     Events(Vec<Recent>),
     /// The session's latest turn has ended, and every event up to its end was sent.
     Ended(TurnState),
+    /// The session's latest turn waits for input: these open asks (inbox item ids).
+    Waiting(Vec<String>),
 }
 
 pub struct Follower {
@@ -88,6 +106,9 @@ pub struct Follower {
     rx: watch::Receiver<i64>,
     /// Whether memory cannot tell what comes next: at the start, and after a `run.state`.
     read_store: bool,
+    /// A page handed over moved the turn (`TurnEndsOrWaits`): whether it now waits for input is
+    /// read before anything else.
+    check_input: bool,
 }
 
 impl Follower {
@@ -101,6 +122,7 @@ impl Follower {
             until,
             rx: live.subscribe(session_id, at),
             read_store: true,
+            check_input: false,
         }
     }
 
@@ -111,6 +133,22 @@ impl Follower {
         loop {
             // Before anything is read: a seq recorded from here on wakes `changed` below.
             let latest = *self.rx.borrow_and_update();
+            if std::mem::take(&mut self.check_input) {
+                // The turn waits once its move there was handed over (a state and its `run.state`
+                // are one write): what the agent printed after it does not keep the follow going.
+                let (events, state) = self.store.events_page(&self.session_id, self.since, max).await?;
+                let moves_unsent = events.iter().any(|e| e.kind == "run.state") || events.len() >= max;
+                if !moves_unsent {
+                    if let Some(waiting) = self.waiting(state).await? {
+                        return Ok(Some(waiting));
+                    }
+                }
+                if !events.is_empty() {
+                    self.read_store = true;
+                    self.check_input = state == Some(TurnState::WaitingInput);
+                    return Ok(Some(self.answer(events.iter().map(served).collect())));
+                }
+            }
             if let Some(recent) = self.live.recent(&self.session_id, self.since, max) {
                 return Ok(Some(self.answer(recent)));
             }
@@ -123,7 +161,7 @@ impl Follower {
                 }
                 // A turn's state and its `run.state` are one write: ended means its end was sent.
                 let state = state.unwrap_or(TurnState::Queued);
-                if self.until == Until::TurnEnds && state.is_terminal() {
+                if self.until.at_end() && state.is_terminal() {
                     return Ok(Some(Next::Ended(state)));
                 }
                 self.read_store = false;
@@ -139,7 +177,16 @@ impl Follower {
             self.since = last.seq;
         }
         self.read_store |= events.iter().any(|r| r.mark == Mark::TurnMoved);
+        self.check_input |= self.until.at_input() && events.iter().any(|r| r.mark == Mark::TurnMoved);
         Next::Events(events)
+    }
+
+    /// `Next::Waiting` when the follow ends at input and the turn (in `state`) waits for it.
+    async fn waiting(&self, state: Option<TurnState>) -> Result<Option<Next>> {
+        if !self.until.at_input() || state != Some(TurnState::WaitingInput) {
+            return Ok(None);
+        }
+        Ok(Some(Next::Waiting(self.store.open_asks_of_session(&self.session_id).await?)))
     }
 }
 
@@ -150,6 +197,9 @@ pub enum End {
     TurnEnded(TurnState),
     /// The job ended, and its last event was handed over (or it never had a session).
     JobEnded(JobState),
+    /// The session's latest turn waits for input: these open asks (inbox item ids), every event
+    /// up to that handed over.
+    Waiting(Vec<String>),
     /// The wait the client asked for ran out.
     Waited,
     /// As many events as the client asked for were handed over.
@@ -167,7 +217,7 @@ impl End {
     /// The stream's closing reason, as counted and as clients are told.
     pub fn reason(&self) -> Reason {
         match self {
-            End::TurnEnded(_) | End::JobEnded(_) | End::Waited | End::Limit => Reason::Done,
+            End::TurnEnded(_) | End::JobEnded(_) | End::Waiting(_) | End::Waited | End::Limit => Reason::Done,
             End::Closed(r) => *r,
             End::Stopped | End::Failed(_) => Reason::Error,
         }
@@ -178,6 +228,7 @@ impl End {
         match self {
             End::TurnEnded(state) => Some(format!("the turn ended: {}", state.as_str())),
             End::JobEnded(state) => Some(format!("the job ended: {}", state.as_str())),
+            End::Waiting(items) => Some(format!("the turn waits for input: {}", items.join(", "))),
             End::Stopped => Some("the session's events ended".to_string()),
             End::Failed(why) => Some(why.clone()),
             End::Waited | End::Limit | End::Closed(_) => None,
@@ -372,6 +423,7 @@ impl Pages for SessionFollow {
                 step
             }
             Ok(Some(Ok(Some(Next::Ended(state))))) => self.gate.end(End::TurnEnded(state)),
+            Ok(Some(Ok(Some(Next::Waiting(items))))) => self.gate.end(End::Waiting(items)),
             Ok(Some(Ok(None))) => self.gate.end(End::Stopped),
             Ok(Some(Err(e))) => self.gate.end(End::Failed(e.to_string())),
         }
@@ -481,6 +533,86 @@ mod tests {
         let mut behind = Follower::new(&store, &live, "s1", 6, 4, Until::TurnEnds);
         assert_eq!(seqs(next(&mut behind, 10).await), vec![5, 6]);
         assert!(matches!(next(&mut behind, 10).await, Some(Next::Ended(_))));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// An orchestrator's follow ends once the turn starts to wait for input (its move handed
+    /// over, with the asks it waits for), whatever is printed after; one that starts past that
+    /// move waits on, and one to the turn's end alone does not stop there.
+    #[tokio::test]
+    async fn a_follow_to_input_ends_when_the_turn_starts_to_wait() {
+        let (store, dir) = testing::store("follow_input").await;
+        let store = Arc::new(store);
+        let live = Arc::new(Live::default());
+        store.create_session(&testing::session("s1"), &testing::turn("t1", "s1")).await.unwrap();
+        let to_running = store.move_turn("s1", "t1", TurnState::Running, None, None, 1.0, moved("running"));
+        let seq = to_running.await.unwrap().unwrap();
+        live.publish_events("s1", "t1", 1.0, &[moved("running")], &[(0, seq)], seq);
+        let mut waits = Follower::new(&store, &live, "s1", seq, 0, Until::TurnEndsOrWaits);
+        let mut to_end = Follower::new(&store, &live, "s1", seq, 0, Until::TurnEnds);
+        assert_eq!(seqs(next(&mut waits, 10).await), vec![seq]);
+        assert_eq!(seqs(next(&mut to_end, 10).await), vec![seq]);
+
+        let mut ask = crate::store::ItemRow {
+            id: "inb_1".into(),
+            kind: crate::store::ItemKind::Question,
+            state: crate::store::ItemState::Open,
+            person: "p".into(),
+            ask_id: Some("qst_1".into()),
+            request: None,
+            session_id: Some("s1".into()),
+            session_name: Some("s1".into()),
+            turn_id: Some("t1".into()),
+            job_id: None,
+            sandbox_id: None,
+            sandbox_name: None,
+            title: String::new(),
+            text: "Go on?".into(),
+            options: vec![],
+            tool: None,
+            call: None,
+            created_at: 2.0,
+            expires_at: None,
+            ended_at: None,
+            ended_by: None,
+            outcome: None,
+        };
+        store.insert_item(&ask).await.unwrap();
+        ask.id = "inb_2".into();
+        ask.kind = crate::store::ItemKind::Failed;
+        store.insert_item(&ask).await.unwrap();
+        let wait = store.move_turn_from(
+            "s1",
+            "t1",
+            Some(TurnState::Running),
+            TurnState::WaitingInput,
+            None,
+            None,
+            2.0,
+            moved("waiting_input"),
+        );
+        let at = wait.await.unwrap().unwrap();
+        live.publish_events("s1", "t1", 2.0, &[moved("waiting_input")], &[(0, at)], at);
+        // A heartbeat right after: it does not keep the follow going.
+        record(&store, &live, vec![ev(100)]).await;
+        assert_eq!(seqs(next(&mut waits, 1).await), vec![at], "the move is handed over first");
+        assert!(
+            matches!(next(&mut waits, 10).await, Some(Next::Waiting(items)) if items == ["inb_1"]),
+            "then the end, naming the open ask alone"
+        );
+        assert_eq!(seqs(next(&mut to_end, 10).await), vec![at, at + 1], "to the end: it goes on");
+
+        let mut late = Follower::new(&store, &live, "s1", at + 1, at + 1, Until::TurnEndsOrWaits);
+        let more = tokio::time::timeout(Duration::from_millis(100), late.next(10)).await;
+        assert!(more.is_err(), "past the move it waits for what comes next");
+        let from = |f: TurnState, t: TurnState| {
+            store.move_turn_from("s1", "t1", Some(f), t, None, None, 3.0, moved(t.as_str()))
+        };
+        assert!(from(TurnState::WaitingInput, TurnState::Running).await.unwrap().is_some());
+        assert!(
+            from(TurnState::WaitingInput, TurnState::Running).await.unwrap().is_none(),
+            "a move from a state the turn is not in changes nothing"
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -4,7 +4,6 @@
 use hangar_agents::{lines::Mark, Event, EventType, Line, Lines, Parser, Summary};
 use serde_json::{json, Value};
 
-use super::transition;
 use crate::{
     error::Result,
     feed::Change,
@@ -115,8 +114,8 @@ pub struct Ingest {
     /// The CLI reports its conversation id (`run.started.session_id`) and hangar keeps it.
     keep_session_id: bool,
     pub outcome: Outcome,
-    /// Running or waiting for input, as the events say.
-    pub state: TurnState,
+    /// The harness asked for input itself (`input.requested`) and has said nothing since.
+    harness_asked: bool,
     tally: Tally,
 }
 
@@ -141,7 +140,7 @@ impl Ingest {
             credential: turn.credential.clone(),
             keep_session_id,
             outcome: Outcome::default(),
-            state: if turn.state == TurnState::WaitingInput { TurnState::WaitingInput } else { TurnState::Running },
+            harness_asked: turn.state == TurnState::WaitingInput,
             tally,
         })
     }
@@ -229,16 +228,14 @@ impl Ingest {
         sessions.live.publish_events(&self.session_id, &self.turn_id, ts, &new, &recorded, seq);
         let change = Change::Events { session_id: &self.session_id, turn_id: &self.turn_id, events: &new, ts };
         sessions.feed.publish(change).await;
-        // Waiting for input starts with the harness's request and ends with its next event.
-        let to = match (self.state, asked_input, other_agent_event) {
-            (TurnState::Running, true, _) => Some(TurnState::WaitingInput),
-            (TurnState::WaitingInput, false, true) => Some(TurnState::Running),
-            _ => None,
-        };
-        if let Some(to) = to {
-            let from = self.state;
-            self.state = to;
-            transition(sessions, &self.session_id, &self.turn_id, from, to, None, None).await?;
+        // The harness's own request waits until its next event; an ask in the inbox waits until
+        // it ends, whatever the harness prints meanwhile (a hook's heartbeats): `settle_input`.
+        if asked_input && !self.harness_asked {
+            self.harness_asked = true;
+            super::harness_asked(sessions, &self.session_id, &self.turn_id).await?;
+        } else if self.harness_asked && !asked_input && other_agent_event {
+            self.harness_asked = false;
+            super::settle_input(sessions, &self.session_id, &self.turn_id).await?;
         }
         Ok(())
     }

@@ -13,6 +13,9 @@
 //! - Every text from a turn passes the one redaction step (`Secrets::redactor`) before it is
 //!   stored or streamed.
 //! - Sessions belong to a person; a caller sees its person's (an admin everyone's).
+//! - A running turn waits for input (`waiting_input`) exactly while an ask of it (an approval or
+//!   a question) is open in the inbox, or its harness's own request is unanswered
+//!   (`settle_input`): never by its next event alone, since a hook that waits may print.
 pub mod diff;
 mod driver;
 pub mod follow;
@@ -132,6 +135,9 @@ pub struct Sessions {
     /// store keeps the redacted text, the sandbox gets the caller's. A relay restarted before
     /// the start sends the stored (redacted) prompt.
     prompts: Mutex<HashMap<String, String>>,
+    /// Held while a turn's waiting for input is decided and moved, so that the last decision
+    /// read the latest asks.
+    waits: tokio::sync::Mutex<()>,
 }
 
 impl Sessions {
@@ -155,6 +161,7 @@ impl Sessions {
             slots: Notify::new(),
             starting,
             prompts: Mutex::default(),
+            waits: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -637,6 +644,10 @@ pub struct EventsPage {
     pub more: bool,
     /// The latest turn's state.
     pub state: TurnState,
+    /// While the turn waits for input (`waiting_input`): the inbox items it waits for (open
+    /// approvals and questions), to answer with `POST /api/questions/{id}` or decide with
+    /// `POST /api/approvals/{id}`. Empty otherwise.
+    pub waiting_for: Vec<String>,
 }
 
 /// A read of a session's events as a client asked for it, each value in its range: the one place
@@ -712,7 +723,16 @@ pub async fn read_page(sessions: &Sessions, session_id: &str, since: i64, limit:
     events.truncate(limit);
     let next = events.last().map_or(since.max(0), |e| e.seq);
     let state = state.unwrap_or(TurnState::Queued);
-    Ok(EventsPage { events, next, more, state })
+    let waiting_for = waiting_for(sessions, session_id, state).await?;
+    Ok(EventsPage { events, next, more, state, waiting_for })
+}
+
+/// The open asks a turn in `state` waits for (none unless it waits for input).
+pub async fn waiting_for(sessions: &Sessions, session_id: &str, state: TurnState) -> Result<Vec<String>> {
+    if state != TurnState::WaitingInput {
+        return Ok(Vec::new());
+    }
+    Ok(sessions.store.open_asks_of_session(session_id).await?)
 }
 
 /// Moves a turn between states and records the `run.state` event hangar emits for it. A turn
@@ -726,12 +746,49 @@ pub(crate) async fn transition(
     reason: Option<&str>,
     detail: Option<&str>,
 ) -> Result<bool> {
+    move_turn(sessions, session_id, turn_id, (from, false), to, reason, detail).await
+}
+
+/// Moves a running turn to `waiting_input` while an ask of it is open in the inbox, and back
+/// to `running` once none is; any other state (not started yet, ended) is left alone. The
+/// inbox calls it after each ask opens or ends, the driver once its turn runs.
+pub async fn settle_input(sessions: &Sessions, session_id: &str, turn_id: &str) -> Result<bool> {
+    let _one = sessions.waits.lock().await;
+    let waits = sessions.store.turn_has_open_ask(turn_id).await?;
+    let (from, to) = if waits {
+        (TurnState::Running, TurnState::WaitingInput)
+    } else {
+        (TurnState::WaitingInput, TurnState::Running)
+    };
+    move_turn(sessions, session_id, turn_id, (from, true), to, None, None).await
+}
+
+/// The harness itself asked for input (a request hangar cannot answer, such as Codex's): the
+/// running turn waits, until its next event (`settle_input` then).
+pub(crate) async fn harness_asked(sessions: &Sessions, session_id: &str, turn_id: &str) -> Result<bool> {
+    let _one = sessions.waits.lock().await;
+    let (from, to) = (TurnState::Running, TurnState::WaitingInput);
+    move_turn(sessions, session_id, turn_id, (from, true), to, None, None).await
+}
+
+/// `transition`'s work; `(from, exact)`: with `exact`, only a turn in `from` moves.
+async fn move_turn(
+    sessions: &Sessions,
+    session_id: &str,
+    turn_id: &str,
+    (from, exact): (TurnState, bool),
+    to: TurnState,
+    reason: Option<&str>,
+    detail: Option<&str>,
+) -> Result<bool> {
     let detail = detail.map(|d| sessions.secrets.redactor().text(d).into_owned());
     let data =
         json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason, "detail": detail, "source": "hangar" });
     let event = NewEvent { kind: "run.state", data, src_offset: None, part: 0 };
     let ts = time::now();
-    let moved = sessions.store.move_turn(session_id, turn_id, to, reason, detail.as_deref(), ts, event.clone());
+    let only = exact.then_some(from);
+    let moved =
+        sessions.store.move_turn_from(session_id, turn_id, only, to, reason, detail.as_deref(), ts, event.clone());
     let Some(seq) = moved.await? else { return Ok(false) };
     sessions.live.publish_events(session_id, turn_id, ts, &[event], &[(0, seq)], seq);
     let turn = sessions.store.turn(turn_id).await?;

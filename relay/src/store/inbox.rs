@@ -315,6 +315,64 @@ impl Store {
             .await
     }
 
+    /// The ids of the session's open asks (approvals and questions), oldest first: what its
+    /// turn waits for while it waits for input.
+    pub async fn open_asks_of_session(&self, session_id: &str) -> Result<Vec<String>> {
+        let session_id = session_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                let mut st = conn.prepare_cached(
+                    "SELECT id FROM inbox WHERE session_id = ?1 AND state = 'open' AND kind IN ('approval', 'question')
+                 ORDER BY created_at, id",
+                )?;
+                let rows = st.query_map([session_id], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
+    }
+
+    /// Whether the turn has an open ask (an approval or a question).
+    pub async fn turn_has_open_ask(&self, turn_id: &str) -> Result<bool> {
+        let turn_id = turn_id.to_owned();
+        self.threads
+            .read(move |conn| {
+                Ok(conn
+                    .query_row(
+                        "SELECT 1 FROM inbox WHERE turn_id = ?1 AND state = 'open' AND kind IN ('approval', 'question')
+                         LIMIT 1",
+                        [turn_id],
+                        |_| Ok(()),
+                    )
+                    .optional()?
+                    .is_some())
+            })
+            .await
+    }
+
+    /// Ends the open items of `kind` whose person is `person` (`None`: everyone's), as acked by
+    /// `by`; the items ended.
+    pub async fn ack_open_of_kind(
+        &self,
+        person: Option<&str>,
+        kind: ItemKind,
+        by: &str,
+        at: f64,
+    ) -> Result<Vec<ItemRow>> {
+        let person = person.map(str::to_owned);
+        let by = by.to_owned();
+        self.threads
+            .write(Durability::Durable, move |conn| {
+                let mut st = conn.prepare(
+                    "UPDATE inbox SET state = 'acked', ended_by = ?3, ended_at = ?4
+                     WHERE state = 'open' AND kind = ?2 AND (?1 IS NULL OR person = ?1) RETURNING *",
+                )?;
+                let rows =
+                    st.query_map(params![person, kind.as_str(), by, at], item_row)?.collect::<rusqlite::Result<_>>()?;
+                Ok(rows)
+            })
+            .await
+    }
+
     /// The latest ended items (newest first), for `GET /api/inbox?ended=true`.
     pub async fn ended_items(&self, person: Option<&str>, limit: usize) -> Result<Vec<ItemRow>> {
         let person = person.map(str::to_owned);
@@ -378,5 +436,33 @@ mod tests {
         assert!(s.open_items().await.unwrap().is_empty());
         assert_eq!(s.ended_items(Some("ana"), 10).await.unwrap().len(), 1);
         assert!(s.ended_items(Some("bob"), 10).await.unwrap().is_empty());
+    }
+
+    /// What a turn waits for is its open asks only; a bulk ack ends one person's open items of
+    /// one kind and nothing else.
+    #[tokio::test]
+    async fn open_asks_are_a_turns_and_a_bulk_ack_is_one_persons_one_kind() {
+        let (s, _dir) = store("inbox_asks").await;
+        let mut failed = item("inb_f", None);
+        failed.kind = ItemKind::Failed;
+        let mut theirs = item("inb_g", None);
+        (theirs.kind, theirs.person) = (ItemKind::Failed, "bob".into());
+        let mut question = item("inb_q", Some("req-bbbbbbbb"));
+        (question.kind, question.created_at) = (ItemKind::Question, 2.0);
+        for i in [item("inb_a", Some("req-aaaaaaaa")), question, failed, theirs] {
+            assert!(s.insert_item(&i).await.unwrap());
+        }
+        assert_eq!(s.open_asks_of_session("ses_1").await.unwrap(), ["inb_a", "inb_q"]);
+        assert!(s.turn_has_open_ask("turn_1").await.unwrap());
+        assert!(!s.turn_has_open_ask("turn_2").await.unwrap());
+        s.end_item("inb_a", ItemState::Allowed, "ana", None, 3.0).await.unwrap();
+        s.end_item("inb_q", ItemState::Answered, "ana", None, 3.0).await.unwrap();
+        assert!(s.open_asks_of_session("ses_1").await.unwrap().is_empty());
+        assert!(!s.turn_has_open_ask("turn_1").await.unwrap(), "only open asks");
+
+        let acked = s.ack_open_of_kind(Some("ana"), ItemKind::Failed, "ana", 4.0).await.unwrap();
+        assert_eq!(acked.iter().map(|i| (i.id.as_str(), i.state)).collect::<Vec<_>>(), [("inb_f", ItemState::Acked)]);
+        assert_eq!(s.item("inb_g").await.unwrap().unwrap().state, ItemState::Open, "another person's stays");
+        assert!(s.ack_open_of_kind(Some("ana"), ItemKind::Failed, "ana", 5.0).await.unwrap().is_empty());
     }
 }

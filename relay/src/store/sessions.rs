@@ -850,18 +850,37 @@ impl Store {
         at: f64,
         event: NewEvent,
     ) -> Result<Option<i64>> {
+        self.move_turn_from(session_id, turn_id, None, to, reason, detail, at, event).await
+    }
+
+    /// `move_turn`, only from the state `from` when one is given: the turn's state is compared
+    /// and set in one write, so a concurrent move is never undone.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn move_turn_from(
+        &self,
+        session_id: &str,
+        turn_id: &str,
+        from: Option<TurnState>,
+        to: TurnState,
+        reason: Option<&str>,
+        detail: Option<&str>,
+        at: f64,
+        event: NewEvent,
+    ) -> Result<Option<i64>> {
         let finished = to.is_terminal().then_some(at);
         let started = matches!(to, TurnState::Running).then_some(at);
         let (session_id, turn_id) = (session_id.to_owned(), turn_id.to_owned());
         let (reason, detail) = (reason.map(str::to_owned), detail.map(str::to_owned));
+        let from = from.map(TurnState::as_str);
         self.threads
             .write(Durability::Durable, move |conn| {
                 let n = conn.execute(
                     &format!(
                         "UPDATE turns SET state = ?2, reason = ?3, detail = ?4, finished_at = COALESCE(?5, finished_at),
-                            started_at = COALESCE(started_at, ?6) WHERE id = ?1 AND state IN {LIVE_STATES}"
+                            started_at = COALESCE(started_at, ?6)
+                         WHERE id = ?1 AND state IN {LIVE_STATES} AND (?7 IS NULL OR state = ?7)"
                     ),
-                    params![turn_id, to.as_str(), reason, detail, finished, started],
+                    params![turn_id, to.as_str(), reason, detail, finished, started, from],
                 )?;
                 if n == 0 {
                     return Ok(None);

@@ -1,5 +1,6 @@
 //! The inbox: `GET /api/inbox` (`?ended=true` for the latest ended items),
-//! `POST /api/inbox/{id}/ack`, `POST /api/approvals/{id}` `{"decision", "reason"}` and
+//! `POST /api/inbox/{id}/ack`, `POST /api/inbox/ack` `{"kind"}` (every open item of a kind of the
+//! caller's own person), `POST /api/approvals/{id}` `{"decision", "reason"}` and
 //! `POST /api/questions/{id}` `{"answer"}`. Each caller sees its person's items (an admin
 //! everyone's); another person's item does not exist for it (404).
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use crate::{
     inbox::{
         self,
         answers::{self, Decision},
-        InboxView, ItemRow,
+        Acked, InboxView, ItemRow,
     },
 };
 
@@ -30,6 +31,14 @@ use crate::{
 pub struct InboxQuery {
     #[serde(default)]
     pub ended: bool,
+}
+
+/// `POST /api/inbox/ack`: every open item of this kind of the caller's own person.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckAll {
+    /// `failed` or `denied`
+    pub kind: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -67,6 +76,14 @@ pub async fn ack(
     Path(id): Path<String>,
 ) -> Result<Json<ItemRow>, ApiError> {
     Ok(Json(inbox::ack(&relay.inbox, &caller, &id).await?))
+}
+
+pub async fn ack_all(
+    State(relay): State<Arc<Relay>>,
+    Extension(caller): Extension<Caller>,
+    Body(b): Body<AckAll>,
+) -> Result<Json<Acked>, ApiError> {
+    Ok(Json(inbox::ack_all(&relay.inbox, &caller, &b.kind).await?))
 }
 
 pub async fn decide(

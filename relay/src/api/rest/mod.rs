@@ -40,7 +40,7 @@ pub mod inputs {
         diff::DiffQuery,
         exec::{request as exec_request, ExecBody},
         fleet::{FleetQuery, FleetStreamQuery},
-        inbox::{AnswerBody, Decide, InboxQuery},
+        inbox::{AckAll, AnswerBody, Decide, InboxQuery},
         jobs::JobStreamQuery,
         processes::{resume_from, InputBody, SinceQuery, StartBody},
         sandboxes::{CreateSandbox, ShareSandbox},
@@ -81,6 +81,7 @@ pub fn router(relay: Arc<Relay>) -> Router {
         .route("/api/usage", get(sessions::usage))
         .route("/api/inbox", get(inbox::list))
         .route("/api/inbox/{item}/ack", post(inbox::ack))
+        .route("/api/inbox/ack", post(inbox::ack_all))
         .route("/api/approvals/{approval}", post(inbox::decide))
         .route("/api/questions/{question}", post(inbox::answer))
         .route("/api/fleet", get(fleet::read))

@@ -1,7 +1,8 @@
 //! Agent sessions: `POST/GET /api/sessions`, `GET/DELETE /api/sessions/{ref}`,
 //! `POST /api/sessions/{ref}/turns` (a follow-up), `POST /api/sessions/{ref}/cancel`,
 //! `GET /api/sessions/{ref}/events?since=&limit=&wait=` (a long poll) and
-//! `GET /api/sessions/{ref}/events/stream?since=` (SSE, `id` the seq); `GET /api/usage`; and
+//! `GET /api/sessions/{ref}/events/stream?since=&follow=&until=input` (SSE, `id` the seq);
+//! `GET /api/usage`; and
 //! `POST/GET /api/secrets`, `DELETE /api/secrets/{name}` (a person's own, an admin's any).
 use std::{convert::Infallible, sync::Arc};
 
@@ -116,6 +117,16 @@ pub struct StreamQuery {
     /// event was sent).
     #[serde(default)]
     follow: bool,
+    /// `input`: end also once the turn starts to wait for input (an approval or a question of it
+    /// opened), as an orchestrator's wait does.
+    #[serde(default)]
+    until: Option<StreamUntil>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamUntil {
+    Input,
 }
 
 pub async fn stream(
@@ -126,7 +137,12 @@ pub async fn stream(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let since = sse::resume_seq(&headers, q.since)?;
-    let until = if q.follow { Until::Never } else { Until::TurnEnds };
+    let until = match (q.follow, q.until) {
+        (true, Some(_)) => return Err(ApiError::bad_request("until=input ends a stream that follow=true keeps open")),
+        (true, None) => Until::Never,
+        (false, Some(StreamUntil::Input)) => Until::TurnEndsOrWaits,
+        (false, None) => Until::TurnEnds,
+    };
     let start = Start { since: Some(since), until, wait: None, limit: None };
     let followed = sessions::follow(&relay.sessions, &caller, &reference, start, Front::Rest, Charge::Events).await?;
     Ok(Sse::new(sse::follow(followed)).keep_alive(sse::keep_alive()))

@@ -145,9 +145,11 @@ pub async fn call(
 
 /// Events after `since`. Without a wait, what is there; with one, an open stream (kind
 /// `mcp_events`) that the relay's closes cut short. Without a progress token it is REST's long
-/// poll (it returns at the first event: `sessions::follow::wait`); with one, every event is also
-/// sent as a progress notification as it is recorded, until the follow ends (`sessions::follow`:
-/// the wait ended, `limit` events were sent, or the turn ended).
+/// poll (it returns at the first event, the `run.state` to `waiting_input` among them:
+/// `sessions::follow::wait`); with one, every event is also sent as a progress notification as
+/// it is recorded, until the follow ends (`sessions::follow`: the wait ended, `limit` events were
+/// sent, the turn ended, or it started to wait for input). `waiting_for` names the open asks
+/// while the turn waits.
 async fn events(
     relay: &Arc<Relay>,
     caller: &Caller,
@@ -168,7 +170,7 @@ async fn events(
         };
         return Ok(Events { session: session.name, page: p, closed });
     };
-    let start = Start { since: Some(since), until: Until::TurnEnds, wait: Some(wait), limit: Some(limit) };
+    let start = Start { since: Some(since), until: Until::TurnEndsOrWaits, wait: Some(wait), limit: Some(limit) };
     let mut followed = sessions::follow(&relay.sessions, caller, reference, start, Front::Mcp, Charge::Events).await?;
     let mut sent = Vec::new();
     let mut next = since;
@@ -197,6 +199,7 @@ async fn events(
     let session = followed.session();
     // Whether more is recorded past what was sent, and the state as it is now.
     let after = sessions::read_page(&relay.sessions, &session.id, next, 1).await?;
-    let page = EventsPage { events: sent, next, more: !after.events.is_empty(), state: after.state };
+    let waiting_for = after.waiting_for;
+    let page = EventsPage { events: sent, next, more: !after.events.is_empty(), state: after.state, waiting_for };
     Ok(Events { session: session.name.clone(), page, closed: end.closed() })
 }
