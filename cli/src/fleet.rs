@@ -19,7 +19,8 @@ pub struct Fleet {
     pub owners: Value,
     pub slots: Value,
     pub inbox: Value,
-    /// In the order the relay gave them; a unit first seen in an `agent` event goes last.
+    /// In the relay's order (`ROLES`, then name), kept as `agent` events change roles: a unit
+    /// that starts needing you moves up at once.
     pub units: Vec<Value>,
 }
 
@@ -39,10 +40,14 @@ impl Fleet {
     pub fn apply(&mut self, event: &str, data: &Value) -> bool {
         match event {
             "snapshot" => *self = Fleet::from_read(data),
-            "agent" => match self.units.iter_mut().find(|u| u["id"] == data["id"]) {
-                Some(u) => *u = data.clone(),
-                None => self.units.push(data.clone()),
-            },
+            "agent" => {
+                match self.units.iter_mut().find(|u| u["id"] == data["id"]) {
+                    Some(u) => *u = data.clone(),
+                    None => self.units.push(data.clone()),
+                }
+                // Stable: units the relay ordered alike keep its order.
+                self.units.sort_by_key(urgency);
+            }
             "gone" => self.units.retain(|u| u["id"] != data["id"]),
             "inbox" => self.inbox = data.clone(),
             "summary" => {
@@ -61,6 +66,14 @@ impl Fleet {
 }
 
 /// `pr 40%` from the agent's own report, `pr ~35%` from the estimate, `-` without a stage.
+/// The roles, most urgent first, as the relay orders its units (docs/fleet.md).
+const ROLES: [&str; 6] = ["approval", "failed", "denied", "running", "queued", "off"];
+
+/// Where a unit sorts: its role's place (an unknown one last), then its name.
+fn urgency(u: &Value) -> (usize, String) {
+    (ROLES.iter().position(|r| u["role"] == *r).unwrap_or(ROLES.len()), s(u, "name").to_string())
+}
+
 fn stage(u: &Value) -> String {
     let Some(st) = u["stage"].as_str() else { return "-".into() };
     match (u["stage_pct"].as_f64(), u["stage_estimate"]["pct"].as_f64()) {
@@ -214,6 +227,14 @@ mod tests {
         assert_eq!(f.units.len(), 2);
         assert_eq!(f.units[1]["now"], "waiting on you: Bash");
         assert!(f.apply("agent", &unit("sb-3", "planning")));
+        assert_eq!(f.units.iter().map(|u| u["id"].clone()).collect::<Vec<_>>(), ["sb-1", "sb-2", "sb-3"]);
+        // A unit that starts needing you moves to the top, as the relay would order it.
+        let mut asks = unit("sb-3", "waiting on you: Bash");
+        asks["role"] = json!("approval");
+        assert!(f.apply("agent", &asks));
+        assert_eq!(f.units.iter().map(|u| u["id"].clone()).collect::<Vec<_>>(), ["sb-3", "sb-1", "sb-2"]);
+        asks["role"] = json!("running");
+        assert!(f.apply("agent", &asks));
         assert_eq!(f.units.iter().map(|u| u["id"].clone()).collect::<Vec<_>>(), ["sb-1", "sb-2", "sb-3"]);
         assert!(f.apply("gone", &json!({"id": "sb-1"})));
         assert_eq!(f.units.iter().map(|u| u["id"].clone()).collect::<Vec<_>>(), ["sb-2", "sb-3"]);
