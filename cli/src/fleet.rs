@@ -103,7 +103,7 @@ pub fn render(f: &Fleet, now: f64, wide: bool) -> String {
         .iter()
         .map(|u| {
             let status = u["label"].as_str().or(u["role"].as_str()).map(clean).unwrap_or_else(|| "-".into());
-            let cost = u["usage"]["cost_usd"].as_f64().map(|c| format!("${c:.2}")).unwrap_or_else(|| "-".into());
+            let cost = render::usd(&u["usage"]["cost_usd"], 2).unwrap_or_else(|| "-".into());
             let now_doing = u["now"].as_str().map(|n| clip(n, 48)).unwrap_or_else(|| "-".into());
             let status = match u["role"].as_str() {
                 Some(role) => render::paint_as(role, &status),
@@ -273,12 +273,12 @@ mod tests {
         // A unit is named by the relay's short name; the id stands in where a relay names none.
         assert_eq!(
             lines[2],
-            "sb-1  box-sb-1  Running  sean   claude-code  edit ~35%  editing src/a.rs    1m ago  $1.42"
+            "sb-1  box-sb-1  Running  sean   claude-code  edit ~35%  editing src/a.rs    1m ago  ≈$1.42"
         );
         f.units[0]["short"] = json!("HGR-0001");
         let wide = render(&f, 1000.0, true);
         let wide: Vec<&str> = wide.lines().collect();
-        assert!(wide[1].ends_with("COST   ID    SESSION  TASK"), "{wide:?}");
+        assert!(wide[1].ends_with("COST    ID    SESSION  TASK"), "{wide:?}");
         assert!(wide[2].starts_with("HGR-0001  box-sb-1  Running ") && wide[2].contains("  sb-1  "), "{wide:?}");
         assert_eq!(lines[5], "needs you (1):");
         assert_eq!(lines[6], "  inb-4b0d  approval  Bash: git push origin main  (release)");

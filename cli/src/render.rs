@@ -125,6 +125,12 @@ fn width(s: &str) -> usize {
     n
 }
 
+/// A cost in US dollars as hangar shows one: `≈$1.42`, marked as what it is, an API-equivalent
+/// estimate (the agent's tokens priced at API rates), not a bill.
+pub fn usd(v: &Value, places: usize) -> Option<String> {
+    v.as_f64().map(|c| format!("≈${c:.places$}"))
+}
+
 /// A table: a header row and aligned columns, two spaces apart; the last column is not padded.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let n = headers.len();

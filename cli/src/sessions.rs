@@ -35,7 +35,7 @@ pub fn table(v: &Value, now: f64, wide: bool) -> String {
                 ago_of(now, &x["created_at"]),
             ];
             if wide {
-                let cost = x["summary"]["cost_usd"].as_f64().map(|c| format!("${c:.4}")).unwrap_or_else(|| "-".into());
+                let cost = render::usd(&x["summary"]["cost_usd"], 4).unwrap_or_else(|| "-".into());
                 row.extend([clean(s(x, "id")), cell(&x["reason"]), cost]);
             }
             row
@@ -164,7 +164,10 @@ pub fn show(v: &Value, now: f64) -> String {
         ("files", clip(&files.join(", "), 100)),
         ("tests", if sum["tests"].is_object() { tests(&sum["tests"]) } else { String::new() }),
         ("tokens", tokens(sum)),
-        ("cost", sum["cost_usd"].as_f64().map(|c| format!("${c:.4}")).unwrap_or_default()),
+        (
+            "cost",
+            render::usd(&sum["cost_usd"], 4).map(|c| format!("{c} (API-equivalent estimate)")).unwrap_or_default(),
+        ),
         ("message", sum["last_message"].as_str().map(|m| clip(m, 100)).unwrap_or_default()),
         ("created", ago_of(now, &v["created_at"])),
     ]);
@@ -325,7 +328,7 @@ fn detail(e: &Value) -> String {
         "phase" => f("phase"),
         "test.result" => tests(d),
         "usage" => {
-            let cost = d["cost_usd"].as_f64().map(|c| format!(", ${c:.4}")).unwrap_or_default();
+            let cost = render::usd(&d["cost_usd"], 4).map(|c| format!(", {c}")).unwrap_or_default();
             format!("{}{cost}", tokens(d))
         }
         "rate_limit" => format!("{} {}% used, {}", or_dash("window"), or_dash("used_pct"), or_dash("status")),
@@ -333,7 +336,7 @@ fn detail(e: &Value) -> String {
         "error" => format!("{}: {}", or_dash("code"), f("message")),
         "run.result" => {
             let ok = if d["ok"] == true { "ok" } else { "not ok" };
-            let cost = d["cost_usd"].as_f64().map(|c| format!(", ${c:.4}")).unwrap_or_default();
+            let cost = render::usd(&d["cost_usd"], 4).map(|c| format!(", {c}")).unwrap_or_default();
             let turns = match d["num_turns"].as_i64() {
                 Some(1) => "1 turn".to_string(),
                 Some(n) => format!("{n} turns"),
@@ -460,7 +463,7 @@ mod tests {
                 "usage",
                 json!({"input_tokens": 48, "output_tokens": 3912, "cache_read_tokens": 412883, "cost_usd": 0.4127})
             ),
-            "in 48, out 3912, cache 412883, $0.4127"
+            "in 48, out 3912, cache 412883, ≈$0.4127"
         );
         assert_eq!(
             d("run.result", json!({"ok": true, "subtype": "success", "num_turns": 14, "cost_usd": null})),
@@ -548,7 +551,7 @@ mod tests {
         let out = show(&v, 60.0);
         assert!(out.contains("state    succeeded (ok)\n"), "{out}");
         assert!(out.contains("tests    cargo: 14 passed, 0 failed\n"), "{out}");
-        assert!(out.contains("cost     $0.5000\n"), "{out}");
+        assert!(out.contains("cost     ≈$0.5000 (API-equivalent estimate)\n"), "{out}");
         assert!(out.contains("1     turn_1  succeeded  ok      1m ago   go"), "{out}");
     }
 }
