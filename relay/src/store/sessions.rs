@@ -1040,13 +1040,16 @@ impl Store {
         let session_id = session_id.to_owned();
         self.threads
             .read(move |conn| {
-                let mut stmt = conn.prepare_cached(
+                // One snapshot for both: a state read after a later commit than the events would
+                // say `waiting_input` on a page without the `run.state` event that moved it there.
+                let tx = conn.unchecked_transaction()?;
+                let mut stmt = tx.prepare_cached(
                     "SELECT * FROM session_events WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )?;
                 let events = stmt
                     .query_map(params![session_id, since, limit as i64], event_row)?
                     .collect::<rusqlite::Result<_>>()?;
-                let state = conn
+                let state = tx
                     .query_row(
                         "SELECT state FROM turns WHERE session_id = ?1 ORDER BY n DESC LIMIT 1",
                         [&session_id],
