@@ -182,6 +182,15 @@ fn text_start(mut tail: &[u8]) -> &[u8] {
     tail
 }
 
+/// The first `cap` bytes of `s`, ending on a character boundary.
+pub fn head_str(s: &str, cap: usize) -> &str {
+    let mut end = s.len().min(cap);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// The last `cap` bytes of `s`, starting on a character boundary.
 pub fn tail_str(s: &str, cap: usize) -> &str {
     let mut start = s.len().saturating_sub(cap);

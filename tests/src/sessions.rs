@@ -190,3 +190,14 @@ pub async fn item_of(relay: &Relay, token: &str, kind: &str, session: &str) -> V
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Runs `command` in the default sandbox's working directory (as an admin); its stdout, after
+/// asserting it exited 0.
+pub async fn exec_ok(relay: &Relay, command: &str) -> String {
+    let body = json!({ "command": command });
+    let r = relay.call("POST", "/api/sandboxes/default/exec", Some(crate::relay::ADMIN), Some(body)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["exit_code"], json!(0), "{command}: {v}");
+    v["stdout"].as_str().unwrap_or_default().to_string()
+}

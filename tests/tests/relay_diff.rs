@@ -5,6 +5,7 @@
 //! runs nothing the repository's configuration or attributes name, says when it was cut, says
 //! when there is no repository, and is nobody's but its person's. `hangar diff` prints it as a
 //! table, a file's patch, or the relay's JSON.
+use hangar_e2e::sessions::exec_ok as exec;
 use hangar_e2e::{
     cli::Hangar,
     relay::{Relay, StateDir, ADMIN},
@@ -42,15 +43,6 @@ fn relay(state: &StateDir) -> Relay {
         &state.0,
         &[("HANGAR_HARNESSES", file.to_str().expect("path")), ("HANGAR_SESSION_POLL_SECONDS", "0.3")],
     )
-}
-
-/// Runs a command in the default sandbox's working directory; its stdout.
-async fn exec(relay: &Relay, command: &str) -> String {
-    let r = relay.call("POST", "/api/sandboxes/default/exec", Some(ADMIN), Some(json!({ "command": command }))).await;
-    assert_eq!(r.status, 200, "{r:?}");
-    let v = r.json();
-    assert_eq!(v["exit_code"], json!(0), "{command}: {v}");
-    v["stdout"].as_str().unwrap_or_default().to_string()
 }
 
 /// A repository in `dir` (below the sandbox's working directory) with one commit; its head.

@@ -7,6 +7,7 @@
 //! job stream resumes from Last-Event-ID; bad input gets a clear error.
 use std::time::Duration;
 
+use hangar_e2e::sessions::exec_ok as exec;
 use hangar_e2e::{
     pids_with,
     relay::{Relay, StateDir, ADMIN},
@@ -73,15 +74,6 @@ fn relay(state: &StateDir) -> Relay {
             ("HANGAR_ALLOW_UNISOLATED_SANDBOXES", "1"),
         ],
     )
-}
-
-/// Runs a command in the default sandbox's working directory; its stdout.
-async fn exec(relay: &Relay, command: &str) -> String {
-    let r = relay.call("POST", "/api/sandboxes/default/exec", Some(ADMIN), Some(json!({ "command": command }))).await;
-    assert_eq!(r.status, 200, "{r:?}");
-    let v = r.json();
-    assert_eq!(v["exit_code"], json!(0), "{command}: {v}");
-    v["stdout"].as_str().unwrap_or_default().to_string()
 }
 
 /// A git repository with one commit on `main`; its head.

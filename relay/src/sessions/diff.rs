@@ -39,7 +39,7 @@ use crate::{
     providers::{ExecOutput, EXEC_OUTPUT_BYTES},
     sandboxes::run::User,
     store::{SessionRow, TurnRow},
-    text::sh_quote,
+    text::{head_str, sh_quote},
     time,
 };
 
@@ -252,15 +252,6 @@ impl Cache {
         }
         all.entry(session.to_string()).or_default().clone()
     }
-}
-
-/// The first `cap` bytes of `s`, ending on a character boundary.
-fn head_str(s: &str, cap: usize) -> &str {
-    let mut end = s.len().min(cap);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// Refuses a path no file of a repository has: empty, absolute, with a `..` part or a NUL.

@@ -187,7 +187,7 @@ impl Api {
         if let Some(k) = self.key.as_ref().map(ApiKey::expose).filter(|k| !k.is_empty()) {
             text = text.replace(k, "[the API key]");
         }
-        head(&text, MAX_MESSAGE_BYTES).to_string()
+        crate::text::head_str(&text, MAX_MESSAGE_BYTES).to_string()
     }
 
     fn parse<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T, ApiError> {
@@ -226,15 +226,6 @@ impl Api {
         let bytes = self.call(Method::POST, &format!("/sandboxes/{id}/connect"), Some(body)).await?;
         Self::parse(&bytes, "the resumed sandbox")
     }
-}
-
-/// The first `cap` bytes of `s`, ending on a character boundary.
-fn head(s: &str, cap: usize) -> &str {
-    let mut end = s.len().min(cap);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 #[cfg(test)]
